@@ -1,0 +1,182 @@
+"""Typed configuration: the model's shape, named presets, and one training stage's settings.
+
+One owner per setting (STYLE habit 4): the DeepSpeed JSON in ``ds_configs/`` owns the optimizer, precision, ZeRO and
+batch sizes; these dataclasses own everything else. ``engine.resolve_batch`` reconciles the two.
+"""
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from ds_minimodel.errors import InputError
+
+
+@dataclass(frozen=True, kw_only=True)
+class ModelConfig:
+    """Shape of a RoBERTa-style masked language model (optionally with MiniJoint's second MLM head)."""
+
+    vocab_size: int = 50_000
+    """Number of token embeddings; equals the SentencePiece model's vocabulary size (paper: 50,000)."""
+    hidden_size: int = 768
+    """Width h of every layer and of the embeddings."""
+    num_layers: int = 12
+    """Transformer layers l in the body."""
+    num_heads: int = 12
+    """Attention heads per layer; must divide hidden_size."""
+    ffn_size: int = 3072
+    """Inner width of each layer's feed-forward block (4h in RoBERTa)."""
+    max_positions: int = 512
+    """Rows of the learned position table: the longest sequence the model accepts."""
+    dropout: float = 0.1
+    """Dropout on embeddings, attention output and feed-forward output."""
+    attention_dropout: float = 0.1
+    """Dropout on attention probabilities."""
+    layer_norm_eps: float = 1e-5
+    """LayerNorm epsilon (fairseq/HF RoBERTa use 1e-5)."""
+    init_std: float = 0.02
+    """Standard deviation of the normal initialisation of weights and embeddings (BERT/RoBERTa)."""
+    aux_head_layer: int | None = None
+    """MiniJoint: attach a second MLM head to the output of this layer (1-based; paper N=4). None: one head."""
+
+    def __post_init__(self) -> None:
+        for name in ("vocab_size", "hidden_size", "num_layers", "num_heads", "ffn_size", "max_positions"):
+            value = getattr(self, name)
+            if not isinstance(value, int) or isinstance(value, bool) or value <= 0:
+                raise InputError(f"model config: {name} must be a positive integer, got {value!r}")
+        if self.hidden_size % self.num_heads:
+            raise InputError(
+                f"model config: hidden_size {self.hidden_size} is not divisible by num_heads {self.num_heads}")
+        for name in ("dropout", "attention_dropout"):
+            if not 0.0 <= getattr(self, name) < 1.0:
+                raise InputError(f"model config: {name} must be in [0, 1), got {getattr(self, name)!r}")
+        if self.aux_head_layer is not None and not 1 <= self.aux_head_layer < self.num_layers:
+            raise InputError(
+                f"model config: aux_head_layer must be between 1 and num_layers-1 ({self.num_layers - 1}), "
+                f"got {self.aux_head_layer!r}")
+
+    @property
+    def head_dim(self) -> int:
+        return self.hidden_size // self.num_heads
+
+    def replace(self, **changes: Any) -> ModelConfig:
+        return dataclasses.replace(self, **changes)
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any], *, source: str = "model config") -> ModelConfig:
+        return _from_dict(cls, data, source)
+
+
+# Named sizes (STYLE habit 3). `tiny` keeps the paper's structure (12 layers, N=4 fits) at a width that trains a step
+# in milliseconds on CPU; `base` is RoBERTa-base as in the paper (section 3); `small` is BL_SMALL's 4-layer model.
+PRESETS: dict[str, ModelConfig] = {
+    "tiny": ModelConfig(hidden_size=64, num_layers=12, num_heads=4, ffn_size=256, max_positions=128),
+    "base": ModelConfig(),
+    "small": ModelConfig(num_layers=4),
+}
+
+
+def get_preset(name: str) -> ModelConfig:
+    try:
+        return PRESETS[name]
+    except KeyError:
+        raise InputError(f"unknown model preset {name!r}; known presets: {', '.join(sorted(PRESETS))}") from None
+
+
+@dataclass(frozen=True, kw_only=True)
+class TrainConfig:
+    """Settings of one training stage that the DeepSpeed JSON does not own."""
+
+    steps: int
+    """Optimizer updates to run in total (a resumed run counts the updates already done)."""
+    seq_len: int = 512
+    """Tokens per packed block, <s> and padding included (paper: 512)."""
+    mask_prob: float = 0.15
+    """Fraction of non-special tokens chosen for prediction (RoBERTa: 15%)."""
+    seed: int = 1
+    """Seeds initialisation, data order, masking and dropout."""
+    save_every: int = 1000
+    """Save a checkpoint every this many updates (and always at the end)."""
+    log_every: int = 10
+    """Write metrics every this many updates."""
+    keep_checkpoints: int | None = None
+    """Keep only the newest this many checkpoints; None keeps all (Step 2's curves need them all)."""
+
+    def __post_init__(self) -> None:
+        for name in ("steps", "seq_len", "save_every", "log_every"):
+            value = getattr(self, name)
+            if not isinstance(value, int) or isinstance(value, bool) or value <= 0:
+                raise InputError(f"train config: {name} must be a positive integer, got {value!r}")
+        if not 0.0 < self.mask_prob < 1.0:
+            raise InputError(f"train config: mask_prob must be in (0, 1), got {self.mask_prob!r}")
+        if self.keep_checkpoints is not None and self.keep_checkpoints < 1:
+            raise InputError(f"train config: keep_checkpoints must be >= 1 or null, got {self.keep_checkpoints!r}")
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any], *, source: str = "train config") -> TrainConfig:
+        return _from_dict(cls, data, source)
+
+
+def _from_dict(cls: type, data: Any, source: str) -> Any:
+    """Build a dataclass from JSON data, refusing unknown keys and wrong types with the file named."""
+    if not isinstance(data, dict):
+        raise InputError(f"{source}: expected a JSON object, got {type(data).__name__}")
+    fields = {f.name: f for f in dataclasses.fields(cls)}
+    unknown = sorted(set(data) - set(fields))
+    if unknown:
+        raise InputError(f"{source}: unknown key(s) {', '.join(unknown)}; known keys: {', '.join(fields)}")
+    for key, value in data.items():
+        expected = str(fields[key].type)
+        ok = {
+            "int": isinstance(value, int) and not isinstance(value, bool),
+            "float": isinstance(value, (int, float)) and not isinstance(value, bool),
+            "int | None": value is None or (isinstance(value, int) and not isinstance(value, bool)),
+        }.get(expected, True)
+        if not ok:
+            raise InputError(f"{source}: {key} must be {expected}, got {value!r}")
+    try:
+        return cls(**data)
+    except TypeError as err:  # a required key is missing
+        raise InputError(f"{source}: {err}") from None
+    except InputError as err:
+        raise InputError(f"{source}: {err}") from None
+
+
+def read_json(path: str | os.PathLike) -> Any:
+    """Read a JSON file; a missing or malformed file is an InputError naming it and the position."""
+    path = Path(path)
+    try:
+        text = path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise InputError(f"{path}: file not found") from None
+    except (OSError, UnicodeDecodeError) as err:
+        raise InputError(f"{path}: cannot read: {err}") from None
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError as err:
+        raise InputError(f"{path}: not valid JSON: {err.msg} at line {err.lineno} column {err.colno}") from None
+
+
+def write_json(path: str | os.PathLike, data: Any) -> None:
+    """Write JSON atomically: a reader sees the old file or the new one, never half of one."""
+    path = Path(path)
+    tmp = path.with_name(f".{path.name}.tmp{os.getpid()}")
+    try:
+        with open(tmp, "w", encoding="utf-8") as f:
+            json.dump(data, f, indent=2, sort_keys=True)
+            f.write("\n")
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise

@@ -1,0 +1,153 @@
+"""RoBERTa masked language model, with MiniJoint's optional second MLM head.
+
+Plain ``nn.Module``s: no DeepSpeed, no ranks, no logging, no losses (STYLE habits 1 and 5). The architecture follows
+fairseq/HF RoBERTa (post-LN blocks, GELU feed-forward, learned positions, tied output projection) so that weights map
+one to one onto ``transformers.RobertaForMaskedLM`` (tested), except that positions count from 0 here: HF RoBERTa's
+table has two extra leading rows (its position ids start at padding_idx + 1 = 2).
+"""
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from ds_minimodel.config import ModelConfig
+
+MAIN_HEAD = "main"
+AUX_HEAD = "aux"
+
+
+class Embeddings(nn.Module):
+    """Token + learned position embeddings, LayerNorm, dropout."""
+
+    def __init__(self, cfg: ModelConfig) -> None:
+        super().__init__()
+        self.tokens = nn.Embedding(cfg.vocab_size, cfg.hidden_size)
+        self.positions = nn.Embedding(cfg.max_positions, cfg.hidden_size)
+        self.norm = nn.LayerNorm(cfg.hidden_size, eps=cfg.layer_norm_eps)
+        self.dropout = nn.Dropout(cfg.dropout)
+
+    def forward(self, input_ids: torch.Tensor) -> torch.Tensor:
+        seq_len = input_ids.shape[1]
+        if seq_len > self.positions.num_embeddings:
+            raise ValueError(f"sequence of {seq_len} tokens exceeds max_positions={self.positions.num_embeddings}")
+        positions = torch.arange(seq_len, device=input_ids.device)
+        x = self.tokens(input_ids) + self.positions(positions)  # (B, S, h)
+        return self.dropout(self.norm(x))
+
+
+class SelfAttention(nn.Module):
+    def __init__(self, cfg: ModelConfig) -> None:
+        super().__init__()
+        self.num_heads = cfg.num_heads
+        self.qkv = nn.Linear(cfg.hidden_size, 3 * cfg.hidden_size)  # one GEMM for Q, K and V
+        self.out = nn.Linear(cfg.hidden_size, cfg.hidden_size)
+        self.attention_dropout = cfg.attention_dropout
+
+    def forward(self, x: torch.Tensor, attn_mask: torch.Tensor | None) -> torch.Tensor:
+        batch, seq_len, hidden = x.shape
+        # (B, S, 3h) -> (3, B, heads, S, head_dim)
+        qkv = self.qkv(x).view(batch, seq_len, 3, self.num_heads, hidden // self.num_heads).permute(2, 0, 3, 1, 4)
+        q, k, v = qkv.unbind(0)
+        y = F.scaled_dot_product_attention(
+            q, k, v, attn_mask=attn_mask, dropout_p=self.attention_dropout if self.training else 0.0)
+        y = y.transpose(1, 2).reshape(batch, seq_len, hidden)  # (B, heads, S, d) -> (B, S, h)
+        return self.out(y)
+
+
+class EncoderLayer(nn.Module):
+    """Post-LN transformer block as in BERT/RoBERTa: x = LN(x + Attn(x)); x = LN(x + FFN(x))."""
+
+    def __init__(self, cfg: ModelConfig) -> None:
+        super().__init__()
+        self.attention = SelfAttention(cfg)
+        self.attention_norm = nn.LayerNorm(cfg.hidden_size, eps=cfg.layer_norm_eps)
+        self.ffn_in = nn.Linear(cfg.hidden_size, cfg.ffn_size)
+        self.ffn_out = nn.Linear(cfg.ffn_size, cfg.hidden_size)
+        self.ffn_norm = nn.LayerNorm(cfg.hidden_size, eps=cfg.layer_norm_eps)
+        self.dropout = nn.Dropout(cfg.dropout)
+
+    def forward(self, x: torch.Tensor, attn_mask: torch.Tensor | None) -> torch.Tensor:
+        x = self.attention_norm(x + self.dropout(self.attention(x, attn_mask)))
+        return self.ffn_norm(x + self.dropout(self.ffn_out(F.gelu(self.ffn_in(x)))))
+
+
+class MLMHead(nn.Module):
+    """dense -> GELU -> LayerNorm -> projection onto the vocabulary, with the weight tied to the token embeddings.
+
+    The projection weight is not a parameter of the head: it is passed in (the token embedding matrix), so that both
+    of MiniJoint's heads and the input share one matrix, and swapping embeddings swaps all three at once.
+    """
+
+    def __init__(self, cfg: ModelConfig) -> None:
+        super().__init__()
+        self.dense = nn.Linear(cfg.hidden_size, cfg.hidden_size)
+        self.norm = nn.LayerNorm(cfg.hidden_size, eps=cfg.layer_norm_eps)
+        self.bias = nn.Parameter(torch.zeros(cfg.vocab_size))  # per-token output bias
+
+    def forward(self, hidden: torch.Tensor, embedding: torch.Tensor) -> torch.Tensor:
+        return F.linear(self.norm(F.gelu(self.dense(hidden))), embedding, self.bias)
+
+
+class MaskedLM(nn.Module):
+    """RoBERTa MLM; with ``cfg.aux_head_layer = N`` also MiniJoint's second head on layer N's output.
+
+    ``forward`` returns ``{head name: logits}``. Only the positions in ``masked_positions`` are projected onto the
+    vocabulary (fairseq's ``masked_tokens``; the paper's FLOP formula A2 counts the head for a fraction p of tokens),
+    so each logits tensor is (n_masked, V). Without ``masked_positions`` every position is projected: (B, S, V).
+    """
+
+    def __init__(self, cfg: ModelConfig) -> None:
+        super().__init__()
+        self.cfg = cfg
+        self.embeddings = Embeddings(cfg)
+        self.layers = nn.ModuleList(EncoderLayer(cfg) for _ in range(cfg.num_layers))
+        self.heads = nn.ModuleDict({MAIN_HEAD: MLMHead(cfg)})
+        if cfg.aux_head_layer is not None:
+            self.heads[AUX_HEAD] = MLMHead(cfg)
+        self.apply(self._init_weights)
+
+    def _init_weights(self, module: nn.Module) -> None:
+        # BERT/RoBERTa initialisation: N(0, 0.02) weights, zero biases, LayerNorm at identity.
+        if isinstance(module, (nn.Linear, nn.Embedding)):
+            nn.init.normal_(module.weight, mean=0.0, std=self.cfg.init_std)
+        if isinstance(module, nn.Linear) and module.bias is not None:
+            nn.init.zeros_(module.bias)
+        elif isinstance(module, nn.LayerNorm):
+            nn.init.ones_(module.weight)
+            nn.init.zeros_(module.bias)
+
+    def head_layers(self) -> dict[str, int]:
+        """Which layer's output feeds each head (1-based)."""
+        layers = {MAIN_HEAD: self.cfg.num_layers}
+        if self.cfg.aux_head_layer is not None:
+            layers[AUX_HEAD] = self.cfg.aux_head_layer
+        return layers
+
+    def forward(
+        self,
+        input_ids: torch.Tensor,
+        attention_mask: torch.Tensor | None = None,
+        masked_positions: torch.Tensor | None = None,
+    ) -> dict[str, torch.Tensor]:
+        """input_ids (B, S); attention_mask (B, S) bool, True at real tokens; masked_positions (B, S) bool."""
+        # SDPA's boolean mask is True where attention is allowed: (B, 1, 1, S) broadcasts over heads and queries.
+        # No mask at all when nothing is padded lets SDPA pick its fused (flash) kernel on GPU.
+        attn_mask = None
+        if attention_mask is not None and attention_mask.dtype != torch.bool:
+            # A float 0/1 mask (HF style) would be ADDED to the attention scores by SDPA and mask nothing.
+            raise TypeError(f"attention_mask must be bool (True at real tokens), got {attention_mask.dtype}")
+        if attention_mask is not None and not bool(attention_mask.all()):
+            attn_mask = attention_mask[:, None, None, :]
+        wanted = {layer: name for name, layer in self.head_layers().items()}
+        logits = {}
+        x = self.embeddings(input_ids)
+        for depth, layer in enumerate(self.layers, start=1):
+            x = layer(x, attn_mask)
+            if depth in wanted:
+                selected = x if masked_positions is None else x[masked_positions]  # (n_masked, h)
+                logits[wanted[depth]] = self.heads[wanted[depth]](selected, self.embeddings.tokens.weight)
+        return logits
+
+    def num_parameters(self) -> int:
+        return sum(p.numel() for p in self.parameters())

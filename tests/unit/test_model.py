@@ -1,0 +1,325 @@
+"""Unit tests of ds_minimodel.model: tied head, masked-only head, padding, MiniJoint's dual head, HF parity, presets.
+
+CPU only. Most tests use a micro config (hidden 32, 3 layers) whose weights are perturbed away from the init (biases
+are zero and LayerNorms identity at init, which would hide a wrongly mapped bias or norm). The `base` preset is built
+once for one training step at seq_len 16; parameter counts are taken on the meta device (no memory, no init cost).
+"""
+from __future__ import annotations
+
+import time
+
+import pytest
+import torch
+
+from ds_minimodel.config import ModelConfig, get_preset
+from ds_minimodel.losses import IGNORE_INDEX, mlm_losses
+from ds_minimodel.model import AUX_HEAD, MAIN_HEAD, MaskedLM
+
+MICRO = ModelConfig(vocab_size=97, hidden_size=32, num_layers=3, num_heads=4, ffn_size=64, max_positions=16)
+MICRO_JOINT = MICRO.replace(aux_head_layer=2)
+
+
+def _perturbed(cfg: ModelConfig) -> MaskedLM:
+    """A model in eval mode whose every parameter (biases and LayerNorms included) is away from its init value."""
+    model = MaskedLM(cfg).eval()
+    with torch.no_grad():
+        for p in model.parameters():
+            p.add_(0.05 * torch.randn_like(p))
+    return model
+
+
+def _random_ids(cfg: ModelConfig, batch: int, seq_len: int, low: int = 0, high: int | None = None) -> torch.Tensor:
+    return torch.randint(low, cfg.vocab_size if high is None else high, (batch, seq_len))
+
+
+# --- 1. tied output projection ---------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("cfg", [MICRO, MICRO_JOINT], ids=["one-head", "joint"])
+def test_every_head_projects_with_the_token_embedding_matrix(cfg: ModelConfig) -> None:
+    model = _perturbed(cfg)
+    # No second (V, h) matrix anywhere: the projection has no parameter of its own.
+    vocab_by_hidden = [n for n, p in model.named_parameters() if p.shape == (cfg.vocab_size, cfg.hidden_size)]
+    assert vocab_by_hidden == ["embeddings.tokens.weight"]
+
+    # Inputs use only the lower half of the vocabulary, so row `r` of the embedding reaches the logits only through
+    # the output projection.
+    ids = _random_ids(cfg, 2, 8, high=cfg.vocab_size // 2)
+    r = cfg.vocab_size - 1
+    heads = list(model.head_layers())
+    assert heads == ([MAIN_HEAD, AUX_HEAD] if cfg.aux_head_layer else [MAIN_HEAD])
+    for head in heads:
+        model.zero_grad(set_to_none=True)
+        model(ids)[head][..., r].sum().backward()
+        grad = model.embeddings.tokens.weight.grad
+        assert grad[r].abs().sum() > 0, f"{head} head's logits do not reach embedding row {r}"
+        assert torch.all(grad[cfg.vocab_size // 2:r] == 0)  # rows neither in the input nor differentiated
+
+    with torch.no_grad():
+        before = model(ids)
+        model.embeddings.tokens.weight[r] += 1.0  # same storage the heads read
+        after = model(ids)
+    for head in heads:
+        assert not torch.allclose(before[head][..., r], after[head][..., r])
+        torch.testing.assert_close(before[head][..., :r], after[head][..., :r], rtol=0, atol=0)
+
+
+# --- 2. masked-only head ---------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("cfg", [MICRO, MICRO_JOINT], ids=["one-head", "joint"])
+@pytest.mark.parametrize("padded", [False, True], ids=["unpadded", "padded"])
+def test_masked_only_logits_equal_full_logits_at_masked_positions(cfg: ModelConfig, padded: bool) -> None:
+    model = _perturbed(cfg)
+    ids = _random_ids(cfg, 2, 12)
+    attention_mask = torch.ones(2, 12, dtype=torch.bool)
+    if padded:
+        attention_mask[0, 9:] = False
+    masked = (torch.rand(2, 12) < 0.3) & attention_mask
+    masked[1, 0] = True  # at least one
+    with torch.no_grad():
+        full = model(ids, attention_mask)
+        only = model(ids, attention_mask, masked_positions=masked)
+    assert set(only) == set(full) == set(model.head_layers())
+    for head in full:
+        assert full[head].shape == (2, 12, cfg.vocab_size)
+        assert only[head].shape == (int(masked.sum()), cfg.vocab_size)
+        # Row-major order, the order labels[labels != IGNORE_INDEX] yields.
+        torch.testing.assert_close(only[head], full[head][masked], rtol=1e-5, atol=1e-6)
+
+
+# --- 3. padding --------------------------------------------------------------------------------------------------------
+
+
+def test_real_tokens_do_not_depend_on_padded_positions() -> None:
+    cfg = MICRO_JOINT
+    model = _perturbed(cfg)
+    lengths = [9, 12, 5]
+    seq_len = 12
+    attention_mask = torch.arange(seq_len)[None, :] < torch.tensor(lengths)[:, None]  # right padding
+    ids = _random_ids(cfg, 3, seq_len)
+    other = torch.where(attention_mask, ids, _random_ids(cfg, 3, seq_len))  # different junk in the padding
+    assert not torch.equal(ids, other)
+    with torch.no_grad():
+        a = model(ids, attention_mask)
+        b = model(other, attention_mask)
+        alone = [model(ids[i:i + 1, :n]) for i, n in enumerate(lengths)]  # each sequence unpadded, on its own
+    for head in a:
+        torch.testing.assert_close(a[head][attention_mask], b[head][attention_mask], rtol=0, atol=0)
+        for i, n in enumerate(lengths):
+            torch.testing.assert_close(a[head][i, :n], alone[i][head][0], rtol=1e-5, atol=1e-5)
+
+
+# --- 4. MiniJoint's dual head ----------------------------------------------------------------------------------------
+
+
+def test_aux_logits_equal_first_n_layers_and_aux_head_run_by_hand() -> None:
+    model = _perturbed(MICRO_JOINT)
+    n = MICRO_JOINT.aux_head_layer
+    assert model.head_layers() == {MAIN_HEAD: MICRO.num_layers, AUX_HEAD: n}
+    ids = _random_ids(MICRO, 2, 10)
+    masked = torch.rand(2, 10) < 0.4
+    masked[0, 3] = True
+    with torch.no_grad():
+        x = model.embeddings(ids)
+        for layer in model.layers[:n]:
+            x = layer(x, None)
+        by_hand = model.heads[AUX_HEAD](x, model.embeddings.tokens.weight)
+        out = model(ids)
+        out_masked = model(ids, masked_positions=masked)
+    torch.testing.assert_close(out[AUX_HEAD], by_hand, rtol=0, atol=0)
+    torch.testing.assert_close(out_masked[AUX_HEAD], by_hand[masked], rtol=1e-5, atol=1e-6)
+    assert not torch.allclose(out[AUX_HEAD], out[MAIN_HEAD])  # really a different layer / head
+
+
+def test_main_logits_do_not_change_when_an_aux_head_is_added() -> None:
+    joint = _perturbed(MICRO_JOINT)
+    plain = MaskedLM(MICRO).eval()
+    shared = {k: v for k, v in joint.state_dict().items() if not k.startswith(f"heads.{AUX_HEAD}.")}
+    plain.load_state_dict(shared, strict=True)  # strict: the aux head is the ONLY extra part
+    ids = _random_ids(MICRO, 2, 10)
+    attention_mask = torch.ones(2, 10, dtype=torch.bool)
+    attention_mask[1, 6:] = False
+    with torch.no_grad():
+        a = joint(ids, attention_mask)
+        b = plain(ids, attention_mask)
+    assert set(b) == {MAIN_HEAD}
+    torch.testing.assert_close(a[MAIN_HEAD], b[MAIN_HEAD], rtol=0, atol=0)
+
+
+# --- 5. parity with Hugging Face RobertaForMaskedLM -------------------------------------------------------------------
+
+HF_PAD = 1  # RoBERTa's <pad>; HF position ids of real tokens start at HF_PAD + 1 = 2
+PARITY = ModelConfig(vocab_size=300, hidden_size=64, num_layers=3, num_heads=4, ffn_size=128, max_positions=32,
+                     dropout=0.0, attention_dropout=0.0)
+
+
+def _hf_roberta(attn_implementation: str):
+    transformers = pytest.importorskip("transformers", reason="transformers (a test-only dependency) not installed")
+    hf_cfg = transformers.RobertaConfig(
+        vocab_size=PARITY.vocab_size, hidden_size=PARITY.hidden_size, num_hidden_layers=PARITY.num_layers,
+        num_attention_heads=PARITY.num_heads, intermediate_size=PARITY.ffn_size,
+        max_position_embeddings=PARITY.max_positions + 2,  # two leading rows: <pad>'s and an unused one
+        pad_token_id=HF_PAD, bos_token_id=0, eos_token_id=2,
+        layer_norm_eps=PARITY.layer_norm_eps,  # RobertaConfig's default is BERT's 1e-12, not RoBERTa's 1e-5
+        hidden_act="gelu", type_vocab_size=1,  # RobertaConfig's default is BERT's 2
+        hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0,
+        attn_implementation=attn_implementation)
+    hf = transformers.RobertaForMaskedLM(hf_cfg).eval()
+    assert hf.config._attn_implementation == attn_implementation  # the choice took effect
+    # The mapping below relies on HF tying the decoder to the word embeddings and its bias to lm_head.bias.
+    assert hf.lm_head.decoder.weight is hf.roberta.embeddings.word_embeddings.weight
+    assert hf.lm_head.decoder.bias is hf.lm_head.bias
+    with torch.no_grad():  # HF inits biases to 0 and LayerNorms to identity: randomise so every mapping is tested
+        for name, p in hf.named_parameters():
+            if "LayerNorm.weight" in name or "layer_norm.weight" in name:
+                p.copy_(1.0 + 0.1 * torch.randn_like(p))
+            else:
+                p.copy_(0.1 * torch.randn_like(p))
+    return hf
+
+
+def _state_dict_from_hf(hf) -> dict[str, torch.Tensor]:
+    """Our MaskedLM's state dict from a RobertaForMaskedLM's weights (kept here, independent of the package)."""
+    emb = hf.roberta.embeddings
+    sd = {
+        "embeddings.tokens.weight": emb.word_embeddings.weight,
+        # HF adds token_type_embeddings[0] to every token (type_vocab_size=1, all-zero token types), so folding it
+        # into every position row is the same sum. HF's real tokens use position rows 2, 3, ...; ours 0, 1, ...
+        "embeddings.positions.weight": emb.position_embeddings.weight[HF_PAD + 1:] + emb.token_type_embeddings.weight[0],
+        "embeddings.norm.weight": emb.LayerNorm.weight,
+        "embeddings.norm.bias": emb.LayerNorm.bias,
+    }
+    for i, layer in enumerate(hf.roberta.encoder.layer):
+        att = layer.attention
+        for kind in ("weight", "bias"):
+            qkv = [getattr(getattr(att.self, part), kind) for part in ("query", "key", "value")]
+            sd[f"layers.{i}.attention.qkv.{kind}"] = torch.cat(qkv, dim=0)  # rows: q, k, v (heads contiguous in each)
+            sd[f"layers.{i}.attention.out.{kind}"] = getattr(att.output.dense, kind)
+            sd[f"layers.{i}.attention_norm.{kind}"] = getattr(att.output.LayerNorm, kind)
+            sd[f"layers.{i}.ffn_in.{kind}"] = getattr(layer.intermediate.dense, kind)
+            sd[f"layers.{i}.ffn_out.{kind}"] = getattr(layer.output.dense, kind)
+            sd[f"layers.{i}.ffn_norm.{kind}"] = getattr(layer.output.LayerNorm, kind)
+    head = hf.lm_head
+    for kind in ("weight", "bias"):
+        sd[f"heads.{MAIN_HEAD}.dense.{kind}"] = getattr(head.dense, kind)
+        sd[f"heads.{MAIN_HEAD}.norm.{kind}"] = getattr(head.layer_norm, kind)
+    sd[f"heads.{MAIN_HEAD}.bias"] = head.bias  # the decoder weight is tied to word_embeddings: nothing to map
+    return {k: v.detach().clone() for k, v in sd.items()}
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64], ids=["fp32", "fp64"])
+@pytest.mark.parametrize("attn_implementation", ["eager", "sdpa"])
+def test_logits_match_hf_roberta_for_masked_lm(attn_implementation: str, dtype: torch.dtype) -> None:
+    hf = _hf_roberta(attn_implementation).to(dtype)
+    ours = MaskedLM(PARITY).to(dtype).eval()  # cast first: load_state_dict copies into the existing dtype
+    ours.load_state_dict(_state_dict_from_hf(hf), strict=True)  # strict: every one of our tensors is mapped
+    tol = dict(rtol=1e-5, atol=1e-5) if dtype == torch.float32 else dict(rtol=1e-10, atol=1e-10)
+
+    # Real tokens never use the pad id: HF would give them pad's position row.
+    seq_len = PARITY.max_positions  # every position row is used
+    ids = _random_ids(PARITY, 2, seq_len, low=HF_PAD + 1)
+    with torch.no_grad():
+        expected = hf(input_ids=ids).logits
+        got = ours(ids)[MAIN_HEAD]
+    assert expected.dtype == got.dtype == dtype
+    torch.testing.assert_close(got, expected, **tol)
+
+    # Right padding: compare real positions (HF's padded ones use pad's position row; ours do not matter).
+    lengths = torch.tensor([seq_len, 20, 7])
+    attention_mask = torch.arange(seq_len)[None, :] < lengths[:, None]
+    ids = torch.where(attention_mask, _random_ids(PARITY, 3, seq_len, low=HF_PAD + 1), HF_PAD)
+    masked = (torch.rand(3, seq_len) < 0.3) & attention_mask
+    with torch.no_grad():
+        expected = hf(input_ids=ids, attention_mask=attention_mask.long()).logits
+        got = ours(ids, attention_mask)[MAIN_HEAD]
+        got_masked = ours(ids, attention_mask, masked_positions=masked)[MAIN_HEAD]
+    torch.testing.assert_close(got[attention_mask], expected[attention_mask], **tol)
+    torch.testing.assert_close(got_masked, expected[masked], **tol)
+
+
+# --- 6. presets ------------------------------------------------------------------------------------------------------
+
+
+def test_base_preset_parameter_count() -> None:
+    # RoBERTa-base with a 50,000-token vocabulary (paper section 3), h = 768, l = 12, FFN 3072, 512 positions:
+    #   embeddings: tokens 50,000 x 768 = 38,400,000; positions 512 x 768 = 393,216; LayerNorm 2 x 768 = 1,536
+    #               -> 38,794,752
+    #   one layer:  qkv 768 x 2,304 + 2,304 = 1,771,776; out 768 x 768 + 768 = 590,592;
+    #               ffn_in 768 x 3,072 + 3,072 = 2,362,368; ffn_out 3,072 x 768 + 768 = 2,360,064;
+    #               two LayerNorms 2 x 1,536 = 3,072                                   -> 7,087,872
+    #   12 layers:  12 x 7,087,872                                                      -> 85,054,464
+    #   MLM head:   dense 768 x 768 + 768 = 590,592; LayerNorm 1,536; output bias 50,000 (projection tied: 0)
+    #               -> 642,128
+    #   total:      38,794,752 + 85,054,464 + 642,128 = 124,491,344
+    # (HF's roberta-base reports ~124.6M with its 50,265-token vocabulary, 514 positions and token-type row.)
+    with torch.device("meta"):  # shapes only: no memory, no initialisation
+        model = MaskedLM(get_preset("base"))
+    count = model.num_parameters()
+    print(f"base preset: {count:,} parameters")
+    assert count == 124_491_344
+    assert count == sum(p.numel() for p in model.parameters())
+
+
+def test_small_preset_has_four_layers() -> None:
+    with torch.device("meta"):
+        model = MaskedLM(get_preset("small"))
+    assert len(model.layers) == 4
+    assert model.num_parameters() == 124_491_344 - 8 * 7_087_872  # base minus eight layers
+
+
+def _one_training_step(model: MaskedLM, batch: int, seq_len: int) -> dict[str, torch.Tensor]:
+    """Forward on the masked positions, mlm_losses, backward, one AdamW step (what the engine does, minus DeepSpeed)."""
+    cfg = model.cfg
+    ids = _random_ids(cfg, batch, seq_len)
+    masked = torch.rand(batch, seq_len) < 0.15
+    masked[:, 1] = True
+    labels = torch.where(masked, ids, IGNORE_INDEX)
+    model.train()
+    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3, fused=True)  # fused: a faster first step on CPU
+    losses = mlm_losses(model(ids, masked_positions=masked), labels)
+    losses["loss"].backward()
+    optimizer.step()
+    return losses
+
+
+def test_base_preset_trains_one_step() -> None:
+    model = MaskedLM(get_preset("base"))
+    watched = {  # a few tensors, not the whole 0.5 GB model
+        "embeddings.tokens.weight": model.embeddings.tokens.weight,
+        "layers.0.attention.qkv.weight": model.layers[0].attention.qkv.weight,
+        "layers.11.ffn_out.bias": model.layers[11].ffn_out.bias,
+        "heads.main.bias": model.heads[MAIN_HEAD].bias,
+    }
+    before = {name: p.detach().clone() for name, p in watched.items()}
+    losses = _one_training_step(model, batch=2, seq_len=16)
+    assert torch.isfinite(losses["loss"])
+    # Near-uniform predictions at init: logits have std ~ 0.02 * sqrt(768) = 0.55, so the cross-entropy is a little
+    # above ln(50,000) = 10.82 (about ln V + std^2 / 2 for Gaussian logits); far from it means a broken head or loss.
+    assert 10.3 < losses["loss"].item() < 12.0
+    for name, p in watched.items():
+        assert torch.isfinite(p.grad).all(), name
+        assert not torch.equal(p.detach(), before[name]), f"{name} did not change"
+
+
+@pytest.mark.parametrize("aux_head_layer", [None, 4])
+def test_tiny_preset_runs_a_full_step(aux_head_layer: int | None) -> None:
+    # STYLE habit 3: tiny is the preset tests and the demo use; it must run a full step on CPU (no timing asserted).
+    model = MaskedLM(get_preset("tiny").replace(aux_head_layer=aux_head_layer))
+    start = time.perf_counter()
+    losses = _one_training_step(model, batch=2, seq_len=32)
+    print(f"tiny preset (aux_head_layer={aux_head_layer}): one step in {time.perf_counter() - start:.3f} s")
+    assert set(losses) == {"loss", *(f"loss_{h}" for h in model.head_layers())}
+    assert all(torch.isfinite(v) for v in losses.values())
+    assert all(p.grad is not None and torch.isfinite(p.grad).all() for p in model.parameters())
+
+
+# --- 7. errors -------------------------------------------------------------------------------------------------------
+
+
+def test_sequence_longer_than_max_positions_raises() -> None:
+    model = MaskedLM(MICRO).eval()
+    with torch.no_grad():
+        model(_random_ids(MICRO, 1, MICRO.max_positions))  # exactly max_positions is fine
+        with pytest.raises(ValueError, match="max_positions"):
+            model(_random_ids(MICRO, 1, MICRO.max_positions + 1))
