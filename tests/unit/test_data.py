@@ -1,0 +1,481 @@
+"""Corpus preparation, token shards, FULL-SENTENCES packing, masking and the per-rank batch stream, plus the
+prepare CLI. One small synthetic corpus and one real SentencePiece model per module keep the file fast."""
+
+from __future__ import annotations
+
+import hashlib
+import random
+import shutil
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+from ds_minimodel import data
+from ds_minimodel.data import (
+    IGNORE_INDEX,
+    MLMBatchStream,
+    PackedDataset,
+    TokenShards,
+    mask_tokens,
+    prepare_corpus,
+)
+from ds_minimodel.errors import InputError
+from ds_minimodel.prepare import main
+from ds_minimodel.tokenizer import BOS_ID, EOS_ID, MASK_ID, NUM_SPECIAL, PAD_ID, Tokenizer, train_sentencepiece
+
+VOCAB_SIZE = 300
+SHARD_TOKENS = 5000  # several shards, so reads cross shard boundaries
+
+
+def write_corpus(path: Path, *, documents: int, seed: int) -> Path:
+    """CC-100 layout: paragraphs of pseudo-words, one per line, a blank line after each document. A few
+    paragraphs run to hundreds of tokens so that packing must cut them."""
+    rng = random.Random(seed)
+    syllables = ["ka", "lo", "mi", "ne", "ru", "sa", "ti", "vo", "ze", "bé", "gü", "dra", "pel", "qua", "stor"]
+    words = ["".join(rng.choices(syllables, k=rng.randint(1, 4))) for _ in range(600)]
+    with path.open("w", encoding="utf-8") as f:
+        for _ in range(documents):
+            for _ in range(rng.randint(1, 5)):
+                length = rng.randint(1, 150) if rng.random() < 0.1 else rng.randint(1, 30)
+                f.write(" ".join(rng.choices(words, k=length)) + ".\n")
+            f.write("\n")
+    return path
+
+
+def expected_layout(corpus: Path, tokenizer: Tokenizer) -> tuple[list[int], list[int], list[int]]:
+    """The stored stream, line offsets and document starts, computed line by line: the test's oracle."""
+    tokens: list[int] = []
+    lines = [0]
+    docs: list[int] = []
+    last_was_paragraph = False
+    with corpus.open("rb") as f:
+        for raw in f:
+            try:
+                text = raw.decode("utf-8").rstrip("\r\n")
+            except UnicodeDecodeError:
+                continue
+            if text.strip():
+                if not last_was_paragraph:
+                    docs.append(len(lines) - 1)
+                tokens += tokenizer.encode(text) + [EOS_ID]
+            elif last_was_paragraph:
+                tokens.append(EOS_ID)  # the document boundary
+            else:
+                continue  # a blank line that closes no document
+            lines.append(len(tokens))
+            last_was_paragraph = bool(text.strip())
+    return tokens, lines, docs + [len(lines) - 1]
+
+
+@pytest.fixture(scope="module")
+def corpus(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return write_corpus(tmp_path_factory.mktemp("corpus") / "corpus.txt", documents=250, seed=0)
+
+
+@pytest.fixture(scope="module")
+def model(corpus: Path) -> Path:
+    return train_sentencepiece(corpus, corpus.parent / "spm", vocab_size=VOCAB_SIZE, num_threads=1)
+
+
+@pytest.fixture(scope="module")
+def prepared(corpus: Path, model: Path) -> Path:
+    out = corpus.parent / "prepared"
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(data, "_BLOCK_BYTES", 4096)  # many blocks through the worker pool
+        prepare_corpus(corpus, out, model, workers=2, shard_tokens=SHARD_TOKENS, progress=False)
+    return out
+
+
+@pytest.fixture(scope="module")
+def shards(prepared: Path) -> TokenShards:
+    return TokenShards.open(prepared)
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# prepare_corpus
+
+
+def test_prepared_layout_reproduces_the_corpus(corpus: Path, model: Path, prepared: Path, shards: TokenShards) -> None:
+    tokenizer = Tokenizer.load(model)
+    tokens, lines, docs = expected_layout(corpus, tokenizer)
+    assert shards.tokens(0, shards.num_tokens).tolist() == tokens
+    assert shards.lines.tolist() == lines
+    assert shards.docs.tolist() == docs
+    meta = shards.meta
+    assert meta["num_tokens"] == len(tokens)
+    assert meta["num_documents"] == 250
+    assert meta["num_lines"] == meta["num_paragraphs"] + 250  # every document here ends with a blank line
+    assert meta["dtype"] == "uint16" and shards.vocab_size == VOCAB_SIZE
+    assert meta["corpus_sha256"] == hashlib.sha256(corpus.read_bytes()).hexdigest()
+    assert shards.tokenizer_sha256 == tokenizer.sha256
+    assert meta["skipped_invalid_utf8"] == 0
+    assert [s["num_tokens"] for s in meta["shards"][:-1]] == [SHARD_TOKENS] * (len(meta["shards"]) - 1)
+    assert sorted(p.name for p in prepared.iterdir()) == sorted(
+        [s["file"] for s in meta["shards"]] + ["lines.npy", "docs.npy", "meta.json"])
+    assert not list(prepared.parent.glob(".prepared.tmp-*"))  # the staging folder is gone
+
+
+def test_layout_edge_cases(tmp_path: Path, model: Path) -> None:
+    corpus = tmp_path / "edges.txt"
+    corpus.write_bytes(
+        b"\n\n"                        # blank lines before any document: no boundary
+        b"ka lo mi.\n"
+        b"\xff\xfe not utf-8\n"        # skipped, counted, and not a boundary
+        b"ne ru.\r\n"                  # Windows line ending
+        b"\n   \n\n"                   # one boundary, however many blank lines
+        b"sa ti \xc3\xa9.\n"
+        b"\x80\n"
+        b"\n"
+        b"vo ze"                       # last document: no blank line, no final newline
+    )
+    summary = prepare_corpus(corpus, tmp_path / "out", model, workers=1, progress=False)
+    shards = TokenShards.open(tmp_path / "out")
+    tokens, lines, docs = expected_layout(corpus, Tokenizer.load(model))
+    assert shards.tokens(0, shards.num_tokens).tolist() == tokens
+    assert (shards.lines.tolist(), shards.docs.tolist()) == (lines, docs)
+    assert summary["skipped_invalid_utf8"] == 2
+    assert (summary["num_paragraphs"], summary["num_documents"], summary["num_lines"]) == (4, 3, 6)
+    assert docs == [0, 3, 5, 6]
+
+
+def test_rerun_is_a_noop_and_force_rewrites(tmp_path: Path, model: Path) -> None:
+    corpus = write_corpus(tmp_path / "c.txt", documents=20, seed=1)
+    out = tmp_path / "out"
+    first = prepare_corpus(corpus, out, model, workers=1, progress=False)
+
+    def stamps() -> dict[str, tuple[int, int]]:
+        return {p.name: (p.stat().st_mtime_ns, p.stat().st_ino) for p in out.iterdir()}
+
+    before = stamps()
+    assert prepare_corpus(corpus, out, model, workers=1, progress=False) == first
+    assert stamps() == before
+    assert prepare_corpus(corpus, out, model, workers=1, progress=False, force=True) == first
+    after = stamps()
+    assert after.keys() == before.keys()
+    assert all(after[name][1] != before[name][1] for name in after)  # every file replaced
+
+
+def test_another_corpus_needs_force(tmp_path: Path, model: Path) -> None:
+    out = tmp_path / "out"
+    prepare_corpus(write_corpus(tmp_path / "a.txt", documents=20, seed=1), out, model, workers=1, progress=False)
+    other = write_corpus(tmp_path / "b.txt", documents=30, seed=2)
+    with pytest.raises(InputError, match="force") as error:
+        prepare_corpus(other, out, model, workers=1, progress=False)
+    assert str(out / "meta.json") in str(error.value)
+    summary = prepare_corpus(other, out, model, workers=1, progress=False, force=True)
+    assert TokenShards.open(out).meta == summary and summary["corpus"] == str(other.resolve())
+    (out / "meta.json").write_text("{garbled")  # force rewrites even a folder it cannot read
+    assert prepare_corpus(other, out, model, workers=1, progress=False, force=True) == summary
+
+
+def test_token_dtype_follows_the_vocabulary() -> None:
+    assert data._token_dtype(65535) == np.uint16 and data._token_dtype(65536) == np.uint32
+
+
+@pytest.mark.parametrize(
+    ("content", "message"),
+    [
+        (None, "not found"),
+        (b"", "empty"),
+        (b"\n \n\n", "no text"),
+        (b"ka lo\n\x00\x01\x02 binary\n", "NUL"),
+        (b"ka lo\n" + b"x" * 5000 + b"\n", "line 2 is longer"),
+        (b"ka lo\n" + b"\xff\xfe\xfd\n" * 3, "not valid UTF-8"),
+    ],
+    ids=["missing", "empty", "blank", "nul", "long-line", "undecodable"],
+)
+def test_bad_corpus_names_the_file(tmp_path: Path, model: Path, content: bytes | None, message: str) -> None:
+    corpus = tmp_path / "corpus.txt"
+    if content is not None:
+        corpus.write_bytes(content)
+    with pytest.raises(InputError, match=message) as error:
+        prepare_corpus(corpus, tmp_path / "out", model, workers=1, progress=False, max_line_bytes=4096)
+    assert str(corpus) in str(error.value)
+    assert not (tmp_path / "out").exists() and not list(tmp_path.glob(".out.tmp-*"))
+
+
+@pytest.mark.parametrize("block_bytes", [64, 1 << 20])  # the long line spans reads / sits inside one read
+def test_errors_give_the_line_number(tmp_path: Path, model: Path, monkeypatch: pytest.MonkeyPatch,
+                                     block_bytes: int) -> None:
+    monkeypatch.setattr(data, "_BLOCK_BYTES", block_bytes)
+    corpus = tmp_path / "corpus.txt"
+    corpus.write_bytes(b"ka lo mi\n" * 20 + b"x" * 300 + b"\nka\n")
+    with pytest.raises(InputError, match="line 21 is longer than 200 bytes"):
+        prepare_corpus(corpus, tmp_path / "out", model, workers=1, progress=False, max_line_bytes=200)
+    assert prepare_corpus(corpus, tmp_path / "out", model, workers=1, progress=False, max_line_bytes=300)
+    corpus.write_bytes(b"ka lo mi\n" * 20 + b"ka \x00\n")
+    with pytest.raises(InputError, match="line 21 contains a NUL byte"):
+        prepare_corpus(corpus, tmp_path / "out", model, workers=1, progress=False, force=True)
+
+
+def test_open_rejects_damaged_folders(tmp_path: Path, prepared: Path) -> None:
+    damaged = tmp_path / "damaged"
+    shutil.copytree(prepared, damaged)
+    shard = damaged / "tokens_00001.bin"
+    shard.write_bytes(shard.read_bytes()[:-2])
+    with pytest.raises(InputError) as error:
+        TokenShards.open(damaged)
+    assert str(shard) in str(error.value)
+
+    meta = damaged / "meta.json"
+    meta.write_text('{"format_version": 1, "vocab')
+    with pytest.raises(InputError) as error:
+        TokenShards.open(damaged)
+    assert str(meta) in str(error.value)
+
+    meta.unlink()
+    with pytest.raises(InputError, match="prepare") as error:
+        TokenShards.open(damaged)
+    assert str(meta) in str(error.value)
+
+
+def test_tokens_across_shard_boundaries(prepared: Path, shards: TokenShards) -> None:
+    stream = np.concatenate([np.fromfile(prepared / s["file"], np.uint16) for s in shards.meta["shards"]])
+    assert len(shards.meta["shards"]) > 2 and stream.size == shards.num_tokens
+    rng = np.random.default_rng(0)
+    for start, end in [(0, 0), (SHARD_TOKENS - 3, SHARD_TOKENS + 3), (0, stream.size), (4990, 2 * SHARD_TOKENS + 7)]:
+        assert np.array_equal(shards.tokens(start, end), stream[start:end])
+    for start in rng.integers(0, stream.size, 50):
+        end = int(rng.integers(start, stream.size + 1))
+        assert np.array_equal(shards.tokens(int(start), end), stream[start:end])
+    with pytest.raises(IndexError):
+        shards.tokens(0, stream.size + 1)
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# Packing
+
+
+def reference_blocks(line_sizes: list[int], capacity: int) -> list[int]:
+    """FULL-SENTENCES packing written as the obvious loop: block end offsets."""
+    ends, filled, position = [], 0, 0
+    for size in line_sizes:
+        while size > capacity:  # an over-long line: close the block, then whole blocks of its pieces
+            if filled:
+                ends.append(position)
+                filled = 0
+            position += capacity
+            size -= capacity
+            ends.append(position)
+        if filled + size > capacity:
+            ends.append(position)
+            filled = 0
+        filled += size
+        position += size
+    return ends + [position] if filled else ends
+
+
+@pytest.mark.parametrize("seq_len", [12, 64, 512])
+def test_packing_keeps_whole_lines(shards: TokenShards, seq_len: int) -> None:
+    dataset = PackedDataset(shards, seq_len)
+    samples = [dataset[i] for i in range(len(dataset))]
+    assert all(s.dtype == np.int64 and 2 <= s.size <= seq_len and s[0] == BOS_ID for s in samples)
+    assert all(BOS_ID not in s[1:] for s in samples)
+    assert np.array_equal(np.concatenate([s[1:] for s in samples]), shards.tokens(0, shards.num_tokens))
+
+    sizes = np.diff(shards.lines)
+    assert (sizes > seq_len - 1).any() or seq_len == 512  # the small sizes must exercise cutting
+    ends = np.cumsum([s.size - 1 for s in samples])
+    assert ends.tolist() == reference_blocks(sizes.tolist(), seq_len - 1)
+    # Every block ends at a line boundary unless it is a piece of a line longer than seq_len - 1.
+    line = np.searchsorted(shards.lines, ends, side="right") - 1
+    inside = ends != shards.lines[line]
+    assert np.all(sizes[line[inside]] > seq_len - 1)
+    assert np.all((ends[inside] - shards.lines[line[inside]]) % (seq_len - 1) == 0)
+    with pytest.raises(IndexError):
+        dataset[len(dataset)]
+
+
+def test_packing_in_windows_matches_the_whole(shards: TokenShards) -> None:
+    whole = data._pack(np.asarray(shards.lines), 40)
+    assert np.array_equal(data._pack(np.asarray(shards.lines), 40, window=100), whole)
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# Masking
+
+
+def test_masking_statistics() -> None:
+    rng = np.random.default_rng(0)
+    vocab_size = 1000
+    tokens = rng.integers(0, vocab_size, (2000, 512))  # ~0.5% special ids scattered in
+    tokens[:, 0] = BOS_ID
+    inputs, labels = zip(*(mask_tokens(row, rng, vocab_size=vocab_size) for row in tokens))
+    inputs, labels = np.stack(inputs), np.stack(labels)
+    special = tokens < NUM_SPECIAL
+    chosen = labels != IGNORE_INDEX
+
+    assert not (chosen & special).any() and np.array_equal(inputs[special], tokens[special])
+    assert np.array_equal(labels[chosen], tokens[chosen])
+    assert np.array_equal(inputs[~chosen], tokens[~chosen])
+    # fairseq's rounding picks exactly 15% in expectation; with ~1e6 candidates the rounding noise is ~3e-5.
+    assert abs(chosen.sum() / (~special).sum() - 0.15) < 1e-3
+    # Of ~150k chosen tokens, each share's binomial standard deviation is at most 0.0011: tolerances are 5 of them.
+    # A random replacement equals the original with probability 1/995, which moves 0.01% from random to kept.
+    masked = (inputs == MASK_ID) & chosen
+    replaced = (inputs != tokens) & ~masked & chosen
+    kept = (inputs == tokens) & chosen
+    n = chosen.sum()
+    assert abs(masked.sum() / n - 0.8) < 0.006
+    assert abs(replaced.sum() / n - 0.1) < 0.005
+    assert abs(kept.sum() / n - 0.1) < 0.005
+    assert inputs[replaced].min() >= NUM_SPECIAL and inputs[replaced].max() < vocab_size
+
+
+def test_masking_is_deterministic_in_the_rng() -> None:
+    tokens = np.random.default_rng(0).integers(NUM_SPECIAL, 500, 300)
+
+    def masked(seed: int) -> tuple[np.ndarray, np.ndarray]:
+        return mask_tokens(tokens, np.random.default_rng(seed), vocab_size=500)
+
+    assert all(np.array_equal(a, b) for a, b in zip(masked(1), masked(1)))
+    assert not np.array_equal(masked(1)[1], masked(2)[1])
+    only_special = np.array([BOS_ID, EOS_ID, EOS_ID])
+    assert (mask_tokens(only_special, np.random.default_rng(0), vocab_size=500)[1] == IGNORE_INDEX).all()
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# The batch stream
+
+SEQ_LEN = 64
+
+
+@pytest.fixture(scope="module")
+def dataset(shards: TokenShards) -> PackedDataset:
+    return PackedDataset(shards, SEQ_LEN)
+
+
+def make_stream(dataset: PackedDataset, *, micro_batch_size: int, world_size: int = 1, rank: int = 0,
+                seed: int = 5) -> MLMBatchStream:
+    return MLMBatchStream(dataset, micro_batch_size=micro_batch_size, world_size=world_size, rank=rank, seed=seed,
+                          vocab_size=VOCAB_SIZE, seq_len=SEQ_LEN)
+
+
+def take(stream: MLMBatchStream, steps: int) -> list[dict]:
+    return [next(stream) for _ in range(steps)]
+
+
+def same(a: dict, b: dict) -> bool:
+    return a["num_tokens"] == b["num_tokens"] and all(
+        torch.equal(a[key], b[key]) for key in ("input_ids", "attention_mask", "labels", "sample_index"))
+
+
+def test_batch_format(dataset: PackedDataset) -> None:
+    batch = next(make_stream(dataset, micro_batch_size=8))
+    ids, attention, labels = batch["input_ids"], batch["attention_mask"], batch["labels"]
+    assert ids.shape == attention.shape == labels.shape == (8, SEQ_LEN)
+    assert (ids.dtype, attention.dtype, labels.dtype) == (torch.int64, torch.bool, torch.int64)
+    assert batch["num_tokens"] == int(attention.sum())
+    assert (ids[~attention] == PAD_ID).all() and (labels[~attention] == IGNORE_INDEX).all()
+    assert (ids[:, 0] == BOS_ID).all() and (labels != IGNORE_INDEX).any()
+    for row, index in enumerate(batch["sample_index"].tolist()):
+        original = torch.where(labels[row] != IGNORE_INDEX, labels[row], ids[row])[attention[row]]
+        assert np.array_equal(original.numpy(), dataset[index])
+
+
+def test_ranks_are_disjoint_and_cover_the_single_rank_stream(dataset: PackedDataset) -> None:
+    single = take(make_stream(dataset, micro_batch_size=16), 6)
+    ranks = [take(make_stream(dataset, micro_batch_size=8, world_size=2, rank=r), 6) for r in range(2)]
+    seen: set[int] = set()
+    for step, whole in enumerate(single):
+        first, second = ranks[0][step], ranks[1][step]
+        indices = [set(first["sample_index"].tolist()), set(second["sample_index"].tolist())]
+        assert not indices[0] & indices[1] and not (indices[0] | indices[1]) & seen
+        seen |= indices[0] | indices[1]
+        # Masking depends on the sample, not the rank: the two halves are exactly the single rank's batch.
+        halves = {key: torch.cat([first[key], second[key]]) for key in ("input_ids", "attention_mask", "labels",
+                                                                          "sample_index")}
+        assert same({**halves, "num_tokens": first["num_tokens"] + second["num_tokens"]}, whole)
+
+
+def test_epochs_wrap_and_reshuffle(dataset: PackedDataset) -> None:
+    stream = make_stream(dataset, micro_batch_size=64)
+    per_epoch = len(dataset) // 64
+    assert stream.steps_per_epoch == per_epoch
+    first = torch.cat([b["sample_index"] for b in take(stream, per_epoch)])
+    assert stream.state_dict() == {"epoch": 0, "offset": per_epoch * 64, "samples_consumed": per_epoch * 64}
+    second = torch.cat([b["sample_index"] for b in take(stream, per_epoch)])
+    assert stream.state_dict() == {"epoch": 1, "offset": per_epoch * 64, "samples_consumed": 2 * per_epoch * 64}
+    assert len(set(first.tolist())) == first.numel() and len(set(second.tolist())) == second.numel()
+    assert not torch.equal(first, second)
+    assert iter(stream) is stream
+
+
+@pytest.mark.parametrize("resume_at", [3, 7, 9])  # the epoch ends after step 7 (len(dataset) // 64 = 7 or 8)
+def test_resume_gives_the_exact_continuation(dataset: PackedDataset, resume_at: int) -> None:
+    assert len(dataset) // 64 in (7, 8)
+    reference = [take(make_stream(dataset, micro_batch_size=32, world_size=2, rank=r), 12) for r in range(2)]
+    stream = make_stream(dataset, micro_batch_size=32, world_size=2, rank=1)
+    take(stream, resume_at)
+    state = stream.state_dict()
+
+    resumed = make_stream(dataset, micro_batch_size=32, world_size=2, rank=1)
+    resumed.load_state_dict(state)
+    assert resumed.state_dict() == state
+    assert all(same(a, b) for a, b in zip(take(resumed, 12 - resume_at), reference[1][resume_at:]))
+
+    # Same global order on 4 ranks of 16 or 1 rank of 64: the rows, concatenated by rank, are the reference's.
+    for world_size in (1, 4):
+        mbs = 64 // world_size
+        parts = []
+        for rank in range(world_size):
+            other = make_stream(dataset, micro_batch_size=mbs, world_size=world_size, rank=rank)
+            other.load_state_dict(state)
+            parts.append(take(other, 12 - resume_at))
+        for step in range(12 - resume_at):
+            expected = torch.cat([reference[r][resume_at + step]["input_ids"] for r in range(2)])
+            assert torch.equal(torch.cat([p[step]["input_ids"] for p in parts]), expected)
+
+
+def test_resume_refuses_an_offset_inside_a_chunk(dataset: PackedDataset) -> None:
+    stream = make_stream(dataset, micro_batch_size=3)
+    take(stream, 1)
+    with pytest.raises(InputError, match="multiple"):
+        make_stream(dataset, micro_batch_size=2, world_size=2).load_state_dict(stream.state_dict())
+    with pytest.raises(InputError):
+        stream.load_state_dict({"epoch": 0})
+
+
+def test_too_few_blocks_is_an_input_error(dataset: PackedDataset) -> None:
+    with pytest.raises(InputError, match=f"{len(dataset)} blocks") as error:
+        make_stream(dataset, micro_batch_size=len(dataset), world_size=2)
+    assert str(2 * len(dataset)) in str(error.value)
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# The CLI
+
+
+def test_cli_end_to_end(tmp_path: Path, corpus: Path, model: Path, capsys: pytest.CaptureFixture) -> None:
+    out = tmp_path / "en"
+    args = ["--corpus", str(corpus), "--out", str(out), "--workers", "1", "--no-progress"]
+    assert main(args + ["--vocab-size", "250"]) == 0
+    shards = TokenShards.open(out)
+    assert shards.vocab_size == 250
+    assert shards.tokenizer_sha256 == Tokenizer.load(out / "spm.model").sha256
+    meta_stamp = (out / "meta.json").stat().st_mtime_ns
+
+    assert main(args + ["--vocab-size", "250"]) == 0  # same arguments: nothing to do
+    assert (out / "meta.json").stat().st_mtime_ns == meta_stamp
+    capsys.readouterr()
+    assert main(args + ["--vocab-size", "200"]) == 2  # other arguments need --force
+    assert "--force" in capsys.readouterr().err
+
+    copied = tmp_path / "copied"
+    assert main(["--corpus", str(corpus), "--out", str(copied), "--tokenizer", str(model), "--no-progress"]) == 0
+    assert (copied / "spm.model").read_bytes() == model.read_bytes()
+    assert TokenShards.open(copied).tokenizer_sha256 == Tokenizer.load(model).sha256
+
+
+def test_cli_errors(tmp_path: Path, model: Path, capsys: pytest.CaptureFixture) -> None:
+    missing = tmp_path / "missing.txt"
+    assert main(["--corpus", str(missing), "--out", str(tmp_path / "out")]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: ") and str(missing) in err and "Traceback" not in err
+
+    with pytest.raises(SystemExit) as exit_:
+        main(["--corpus", str(missing), "--out", str(tmp_path / "out"), "--tokenizer", str(model),
+              "--vocab-size", "100"])
+    assert exit_.value.code == 2
