@@ -1,0 +1,328 @@
+"""DeepSpeed set-up and the ONE training loop every stage shares (STYLE habit 9).
+
+A stage (pretraining, MiniPost's Step 1b, Step 2 embedding learning, Step 3 finetuning) differs only in its model,
+which parameters train, its data stream and its loss function: see ``Stage``. ``train`` does the rest: engine
+construction from a ``ds_configs/`` JSON, gradient accumulation, logging, checkpointing and exact resume.
+"""
+from __future__ import annotations
+
+import copy
+import datetime
+import math
+import os
+import socket
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable
+
+import torch
+import torch.distributed as dist
+from torch import nn
+
+from ds_minimodel import checkpoint
+from ds_minimodel.config import TrainConfig, read_json, write_json
+from ds_minimodel.errors import InputError
+from ds_minimodel.flops import to_gpu_days
+from ds_minimodel.metrics import MetricsLogger
+
+BATCH_KEYS = ("train_batch_size", "train_micro_batch_size_per_gpu", "gradient_accumulation_steps")
+
+
+# ----------------------------------------------------------------------------------------------- DeepSpeed config
+@dataclass(frozen=True)
+class BatchSizes:
+    micro: int
+    """Sequences per rank per forward pass."""
+    accumulation: int
+    """Micro-batches per optimizer update."""
+    world_size: int
+    """Data-parallel ranks."""
+
+    @property
+    def global_batch(self) -> int:
+        """Sequences per optimizer update (the paper's B = 2,048)."""
+        return self.micro * self.accumulation * self.world_size
+
+
+def load_ds_config(path: str | os.PathLike) -> dict[str, Any]:
+    config = read_json(path)
+    if not isinstance(config, dict):
+        raise InputError(f"{path}: a DeepSpeed config must be a JSON object")
+    for key in BATCH_KEYS:
+        value = config.get(key)
+        if value is not None and (not isinstance(value, int) or isinstance(value, bool) or value <= 0):
+            raise InputError(f"{path}: {key} must be a positive integer, got {value!r}")
+    return config
+
+
+def resolve_batch(ds_config: dict[str, Any], world_size: int, *, source: str) -> BatchSizes:
+    """Check train_batch_size = micro x accumulation x world size; derive the one missing value.
+
+    ``world_size`` is the real number of ranks (or a hostfile's total slots before launch). The error names the
+    file and every number involved, since the usual cause is a config written for another cluster size.
+    """
+    total, micro, accum = (ds_config.get(k) for k in BATCH_KEYS)
+    given = sum(v is not None for v in (total, micro, accum))
+    if given < 2:
+        raise InputError(f"{source}: give at least two of {', '.join(BATCH_KEYS)}")
+    if micro is None:
+        micro, rest = divmod(total, accum * world_size)
+        if rest or micro == 0:
+            raise InputError(
+                f"{source}: train_batch_size {total} is not divisible by gradient_accumulation_steps {accum} "
+                f"x world size {world_size} = {accum * world_size}")
+    elif accum is None:
+        accum, rest = divmod(total, micro * world_size)
+        if rest or accum == 0:
+            raise InputError(
+                f"{source}: train_batch_size {total} is not divisible by train_micro_batch_size_per_gpu {micro} "
+                f"x world size {world_size} = {micro * world_size}")
+    elif total is not None and total != micro * accum * world_size:
+        raise InputError(
+            f"{source}: train_batch_size {total} != train_micro_batch_size_per_gpu {micro} x "
+            f"gradient_accumulation_steps {accum} x world size {world_size} = {micro * accum * world_size}")
+    return BatchSizes(micro=micro, accumulation=accum, world_size=world_size)
+
+
+def scheduler_total_steps(ds_config: dict[str, Any]) -> int | None:
+    params = (ds_config.get("scheduler") or {}).get("params") or {}
+    return params.get("total_num_steps")
+
+
+def uses_fp16(ds_config: dict[str, Any]) -> bool:
+    return bool((ds_config.get("fp16") or {}).get("enabled"))
+
+
+# ----------------------------------------------------------------------------------------------- processes
+@dataclass(frozen=True)
+class DistInfo:
+    rank: int
+    world_size: int
+    local_rank: int
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def init_distributed(timeout: datetime.timedelta = datetime.timedelta(minutes=10)) -> DistInfo:
+    """Join (or create) the process group, whichever way the processes were started.
+
+    - ``deepspeed`` / ``torchrun`` / ``srun`` with RANK set: use the environment as given.
+    - ``mpirun``: Open MPI's OMPI_COMM_WORLD_* and DeepSpeed's MPI discovery (mpi4py) for the master address.
+    - plain ``python``: a one-rank group on loopback (DeepSpeed would otherwise try MPI discovery).
+    """
+    import deepspeed
+
+    if dist.is_initialized():
+        return DistInfo(dist.get_rank(), dist.get_world_size(), int(os.environ.get("LOCAL_RANK", 0)))
+    env = os.environ
+    mpi = "RANK" not in env and "OMPI_COMM_WORLD_RANK" in env
+    if "RANK" not in env and not mpi:
+        env.update(RANK="0", WORLD_SIZE="1", LOCAL_RANK="0")
+        env.setdefault("MASTER_ADDR", "127.0.0.1")
+        env.setdefault("MASTER_PORT", str(_free_port()))
+    deepspeed.init_distributed(auto_mpi_discovery=mpi, timeout=timeout, verbose=False)
+    return DistInfo(dist.get_rank(), dist.get_world_size(), int(env.get("LOCAL_RANK", 0)))
+
+
+# ----------------------------------------------------------------------------------------------- the loop
+LossFn = Callable[[nn.Module, dict[str, torch.Tensor]], dict[str, torch.Tensor]]
+
+
+@dataclass
+class Stage:
+    """What one training stage is. Everything else is shared."""
+
+    name: str
+    """Short run name for logs, e.g. 'pretrain-minijoint' or 'adapt-de-minijoint'."""
+    model: nn.Module
+    loss_fn: LossFn
+    """(model, batch) -> {'loss': tensor to backpropagate, other named scalars to log}."""
+    flops_per_update: float
+    """Analytic FLOPs of one optimizer update over the global batch (ds_minimodel.flops)."""
+    meta: dict[str, Any] = field(default_factory=dict)
+    """Written into every checkpoint's meta.json (model config, tokenizer reference, provenance...)."""
+
+    def trainable_parameters(self) -> list[nn.Parameter]:
+        """Only these reach the optimizer; frozen ones get no gradient and no optimizer state."""
+        params = [p for p in self.model.parameters() if p.requires_grad]
+        if not params:
+            raise ValueError(f"stage {self.name}: no trainable parameters")
+        return params
+
+
+@dataclass
+class TrainResult:
+    step: int
+    samples: int
+    tokens: int
+    flops: float
+    last_metrics: dict[str, float]
+    checkpoint: Path | None
+
+
+def _stream_to(batch: dict[str, Any], device: torch.device) -> dict[str, Any]:
+    return {k: v.to(device, non_blocking=True) if isinstance(v, torch.Tensor) else v for k, v in batch.items()}
+
+
+def train(
+    stage: Stage,
+    stream: Any,
+    *,
+    ds_config: dict[str, Any],
+    ds_config_source: str,
+    train_cfg: TrainConfig,
+    run_dir: Path,
+    resume: bool,
+    batch: BatchSizes,
+) -> TrainResult:
+    """Train ``stage`` for ``train_cfg.steps`` updates; every rank calls this.
+
+    ``stream`` yields this rank's micro-batches (dicts with input tensors and ``num_tokens``) and has
+    ``state_dict``/``load_state_dict`` so that a resumed run continues exactly where it stopped.
+    """
+    import deepspeed
+
+    rank = dist.get_rank()
+    total_steps = scheduler_total_steps(ds_config)
+    if total_steps is not None and train_cfg.steps > total_steps:
+        raise InputError(
+            f"{ds_config_source}: the run asks for {train_cfg.steps} updates but the scheduler's total_num_steps is "
+            f"{total_steps} (the learning rate would be 0 after it); lower --steps or raise total_num_steps")
+    config = copy.deepcopy(ds_config)
+    config.update(train_batch_size=batch.global_batch, train_micro_batch_size_per_gpu=batch.micro,
+                  gradient_accumulation_steps=batch.accumulation)
+    engine, _, _, _ = deepspeed.initialize(model=stage.model, model_parameters=stage.trainable_parameters(),
+                                           config=config)
+
+    step, samples, tokens = 0, 0, 0
+    latest = checkpoint.latest_checkpoint(run_dir) if resume else None
+    if latest is not None:
+        meta = checkpoint.resume(engine, latest)
+        step, samples, tokens = meta["step"], meta["samples"], meta["tokens"]
+        stream.load_state_dict(meta["data_position"])
+        if rank == 0:
+            print(f"[{stage.name}] resumed from {latest} at update {step}", flush=True)
+    elif resume and rank == 0:
+        print(f"[{stage.name}] --resume: no complete checkpoint in {run_dir}, starting from scratch", flush=True)
+
+    logger = MetricsLogger(run_dir / "metrics.jsonl", run_dir / "tensorboard" / stage.name,
+                           enabled=rank == 0, resume_step=step)
+    fp16 = uses_fp16(ds_config)
+    last_ckpt = latest
+    metrics: dict[str, float] = {}
+    progress = _progress(stage.name, step, train_cfg.steps, enabled=rank == 0)
+    try:
+        while step < train_cfg.steps:
+            started = time.perf_counter()
+            sums: dict[str, torch.Tensor] = {}
+            local_tokens = 0
+            for _ in range(batch.accumulation):
+                micro = _stream_to(next(stream), engine.device)
+                local_tokens += int(micro["num_tokens"])
+                losses = stage.loss_fn(engine, micro)
+                engine.backward(losses["loss"])
+                engine.step()
+                for name, value in losses.items():
+                    sums[name] = sums.get(name, 0.0) + value.detach().float()
+            step += 1
+            samples += batch.global_batch
+            # One small all-reduce per update: losses averaged over ranks and micro-batches, tokens summed.
+            names = sorted(sums)
+            packed = torch.stack([sums[n] for n in names] + [torch.tensor(float(local_tokens), device=engine.device)])
+            dist.all_reduce(packed)
+            values = (packed[:-1] / (batch.accumulation * batch.world_size)).tolist()
+            update_tokens = int(packed[-1].item())
+            tokens += update_tokens
+            elapsed = time.perf_counter() - started
+            loss = dict(zip(names, values))["loss"]
+            if not math.isfinite(loss) and not fp16:
+                raise FloatingPointError(
+                    f"[{stage.name}] non-finite loss {loss} at update {step}; last good checkpoint: "
+                    f"{last_ckpt or 'none'}. Lower the learning rate or check the data.")
+            metrics = dict(zip(names, values))
+            if step % train_cfg.log_every == 0 or step == train_cfg.steps:
+                metrics.update(_engine_metrics(engine, fp16))
+                metrics.update(tokens_per_s=update_tokens / elapsed, samples=samples, tokens=tokens,
+                               flops=step * stage.flops_per_update,
+                               v100_days=to_gpu_days(step * stage.flops_per_update))
+                logger.log(metrics, step)
+                progress.update(step, loss)
+            if step % train_cfg.save_every == 0 or step == train_cfg.steps:
+                last_ckpt = checkpoint.save(
+                    engine, run_dir, step,
+                    {**stage.meta, "stage": stage.name, "samples": samples, "tokens": tokens,
+                     "flops": step * stage.flops_per_update, "data_position": stream.state_dict(),
+                     "global_batch": batch.global_batch},
+                    keep=train_cfg.keep_checkpoints)
+    finally:
+        progress.close()
+        logger.close()
+    return TrainResult(step=step, samples=samples, tokens=tokens, flops=step * stage.flops_per_update,
+                       last_metrics=metrics, checkpoint=last_ckpt)
+
+
+def _engine_metrics(engine: Any, fp16: bool) -> dict[str, float]:
+    out = {"lr": float(engine.get_lr()[0])}
+    norm = engine.get_global_grad_norm()
+    if norm is not None:
+        out["grad_norm"] = float(norm)
+    if fp16:
+        optimizer = engine.optimizer
+        scale = getattr(optimizer, "cur_scale", None) or getattr(getattr(optimizer, "loss_scaler", None),
+                                                                 "cur_scale", None)
+        if scale is not None:
+            out["loss_scale"] = float(scale)
+        out["skipped_steps"] = float(engine.skipped_steps)
+    return out
+
+
+class _progress:
+    """A tqdm bar on rank 0 when attached to a terminal; plain lines otherwise (batch-job logs stay readable)."""
+
+    def __init__(self, name: str, start: int, total: int, *, enabled: bool):
+        self.name, self.enabled, self.bar = name, enabled, None
+        if enabled and os.isatty(2):
+            from tqdm import tqdm
+
+            self.bar = tqdm(total=total, initial=start, desc=name, unit="upd", dynamic_ncols=True)
+
+    def update(self, step: int, loss: float) -> None:
+        if not self.enabled:
+            return
+        if self.bar is not None:
+            self.bar.n = step
+            self.bar.set_postfix(loss=f"{loss:.4f}")
+        else:
+            print(f"[{self.name}] update {step} loss {loss:.4f}", flush=True)
+
+    def close(self) -> None:
+        if self.bar is not None:
+            self.bar.close()
+
+
+def write_run_description(run_dir: Path, description: dict[str, Any], *, resume: bool) -> None:
+    """Refuse to mix two runs in one folder; record what this run is. Rank 0 only."""
+    path = run_dir / checkpoint.RUN
+    if path.exists():
+        existing = read_json(path)
+        if not resume:
+            raise InputError(
+                f"{run_dir}: this folder already holds a run ({path}); pass --resume to continue it, "
+                f"or choose another --out")
+        differing = sorted(k for k in description if k in _IDENTITY_KEYS and existing.get(k) != description[k])
+        if differing:
+            raise InputError(
+                f"{path}: --resume with settings that differ from the run in this folder: {', '.join(differing)}")
+        return
+    run_dir.mkdir(parents=True, exist_ok=True)
+    write_json(path, description)
+
+
+# Settings that define a run: resuming with any of these changed would silently train a different model.
+_IDENTITY_KEYS = ("variant", "model", "data", "tokenizer_sha256", "seed", "seq_len", "mask_prob", "global_batch",
+                  "source")

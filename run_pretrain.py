@@ -1,0 +1,8 @@
+#!/usr/bin/env python
+"""Step 1 (pretraining) entry point; see ``python run_pretrain.py --help`` and README.md."""
+import sys
+
+from ds_minimodel.pretrain import main
+
+if __name__ == "__main__":
+    sys.exit(main())
