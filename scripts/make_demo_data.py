@@ -1,0 +1,81 @@
+"""Rebuild ``demo_data/`` from the full data pack (``../shared/data`` in the developers' checkout).
+
+The demo set must be small (a few MB), real, and free to redistribute: it keeps the MPL-2.0 LibreOffice-help
+documents and the Brown corpus documents, and leaves out the GPL-licensed dictionary, manual-page and fortune text.
+The pack writes documents source by source (LibreOffice help first, then Brown for English), so whole documents are
+taken from the front of each source. Deterministic: the same pack gives byte-identical files.
+
+    python scripts/make_demo_data.py ../shared/data demo_data
+"""
+from __future__ import annotations
+
+import json
+import random
+import sys
+from pathlib import Path
+
+# Documents per source, in the pack's order (see its README "corpus/<lang>.txt"); byte caps keep the demo small.
+EN_LOHELP_DOCS, EN_BROWN_DOCS = 2185, 448
+DE_LOHELP_DOCS = 2190
+EN_LOHELP_BYTES, EN_BROWN_BYTES, DE_LOHELP_BYTES = 1_000_000, 600_000, 1_200_000
+TRAIN_EXAMPLES = 3000  # of the 12,374 English lohelp training examples, a seeded sample
+
+
+def read_documents(path: Path) -> list[list[str]]:
+    docs, current = [], []
+    with open(path, encoding="utf-8") as f:
+        for line in f:
+            line = line.rstrip("\n")
+            if line:
+                current.append(line)
+            elif current:
+                docs.append(current)
+                current = []
+    if current:
+        docs.append(current)
+    return docs
+
+
+def take(docs: list[list[str]], max_bytes: int) -> list[list[str]]:
+    taken, size = [], 0
+    for doc in docs:
+        doc_bytes = sum(len(p.encode("utf-8")) + 1 for p in doc) + 1
+        if size + doc_bytes > max_bytes:
+            break
+        taken.append(doc)
+        size += doc_bytes
+    return taken
+
+
+def write_documents(path: Path, docs: list[list[str]]) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path, "w", encoding="utf-8") as f:
+        f.write("\n\n".join("\n".join(doc) for doc in docs) + "\n")
+
+
+def main(pack: Path, out: Path) -> None:
+    en = read_documents(pack / "corpus/en.txt")
+    lohelp_en, brown = en[:EN_LOHELP_DOCS], en[EN_LOHELP_DOCS:EN_LOHELP_DOCS + EN_BROWN_DOCS]
+    # Spread the English help sample over all modules rather than the first pages only.
+    random.Random(20240607).shuffle(lohelp_en)
+    write_documents(out / "corpus/en.txt", take(lohelp_en, EN_LOHELP_BYTES) + take(brown, EN_BROWN_BYTES))
+    de = read_documents(pack / "corpus/de.txt")[:DE_LOHELP_DOCS]
+    random.Random(20240607).shuffle(de)
+    write_documents(out / "corpus/de.txt", take(de, DE_LOHELP_BYTES))
+
+    tasks = pack / "tasks/lohelp"
+    (out / "tasks/lohelp").mkdir(parents=True, exist_ok=True)
+    train = (tasks / "train.en.jsonl").read_text(encoding="utf-8").splitlines()
+    sample = sorted(random.Random(20240607).sample(range(len(train)), TRAIN_EXAMPLES))
+    (out / "tasks/lohelp/train.en.jsonl").write_text("".join(train[i] + "\n" for i in sample), encoding="utf-8")
+    for name in ("dev.en.jsonl", "test.en.jsonl", "dev.de.jsonl", "test.de.jsonl"):
+        (out / "tasks/lohelp" / name).write_bytes((tasks / name).read_bytes())
+    for path in sorted(out.rglob("*.*")):
+        if path.suffix in (".txt", ".jsonl"):
+            lines = path.read_text(encoding="utf-8").count("\n")
+            print(f"{path.relative_to(out)}: {path.stat().st_size / 1e6:.2f} MB, {lines} lines")
+    json.loads((out / "tasks/lohelp/train.en.jsonl").read_text(encoding="utf-8").splitlines()[0])
+
+
+if __name__ == "__main__":
+    main(Path(sys.argv[1]), Path(sys.argv[2]))
