@@ -1,0 +1,405 @@
+"""Unit tests of ds_minimodel.surgery: mini-model extraction (MiniJoint, MiniPost), freezing, overlap init, swap, plug.
+
+CPU only, the `tiny` preset with a small vocabulary. Models are perturbed away from their init (zero biases and
+identity LayerNorms would hide a wrongly copied bias or norm). Two small SentencePiece models (English-ish and
+German-ish pseudo-words, a few shared words) give vocabularies that partly overlap.
+"""
+from __future__ import annotations
+
+import random
+import time
+from pathlib import Path
+
+import pytest
+import torch
+
+from ds_minimodel import surgery
+from ds_minimodel.checkpoint import lineage, load_model, save_model_folder
+from ds_minimodel.config import get_preset
+from ds_minimodel.errors import InputError
+from ds_minimodel.losses import IGNORE_INDEX, mlm_losses
+from ds_minimodel.model import AUX_HEAD, MAIN_HEAD, MaskedLM
+from ds_minimodel.tokenizer import NUM_SPECIAL, SPECIAL_PIECES, Tokenizer, train_sentencepiece
+
+SRC_VOCAB, TRG_VOCAB = 300, 340
+TINY = get_preset("tiny").replace(vocab_size=SRC_VOCAB)
+TINY_JOINT = TINY.replace(aux_head_layer=4)
+
+
+def _perturbed(cfg) -> MaskedLM:
+    model = MaskedLM(cfg).eval()
+    with torch.no_grad():
+        for p in model.parameters():
+            p.add_(0.05 * torch.randn_like(p))
+    return model
+
+
+def _batch(vocab: int, batch: int = 3, seq_len: int = 12) -> dict[str, torch.Tensor]:
+    ids = torch.randint(NUM_SPECIAL, vocab, (batch, seq_len))
+    mask = torch.ones(batch, seq_len, dtype=torch.bool)
+    mask[0, -4:] = False  # one padded row, so the attention mask path is exercised
+    masked = torch.rand(batch, seq_len) < 0.3
+    masked[:, 1] = True
+    return {"input_ids": ids, "attention_mask": mask, "masked_positions": masked & mask}
+
+
+# --- tokenizers (module scope: trained once, ~0.3 s) -----------------------------------------------------------------
+
+_EN_SYLLABLES = "th er in an re on at en nd ti es or te of ed is it al ar st to nt ng ha".split()
+_DE_SYLLABLES = "sch ei ch en er ie un de ge st ein ich be au ung te nd zu ver ü ö ä ß".split()
+_SHARED_WORDS = "hotel radio computer berlin london taxi internet pizza museum film".split()
+
+
+def _corpus(path: Path, syllables: list[str], seed: int) -> Path:
+    rng = random.Random(seed)
+    words = ["".join(rng.choice(syllables) for _ in range(rng.randint(1, 4))) for _ in range(400)] + _SHARED_WORDS
+    path.write_text("\n".join(" ".join(rng.choice(words) for _ in range(rng.randint(5, 15))) for _ in range(2000))
+                    + "\n", encoding="utf-8")
+    return path
+
+
+@pytest.fixture(scope="module")
+def tokenizers(tmp_path_factory: pytest.TempPathFactory) -> tuple[Tokenizer, Tokenizer]:
+    root = tmp_path_factory.mktemp("spm")
+    en = train_sentencepiece(_corpus(root / "en.txt", _EN_SYLLABLES, 1), root / "en", vocab_size=SRC_VOCAB,
+                             num_threads=1)
+    de = train_sentencepiece(_corpus(root / "de.txt", _DE_SYLLABLES, 2), root / "de", vocab_size=TRG_VOCAB,
+                             num_threads=1)
+    return Tokenizer.load(en), Tokenizer.load(de)
+
+
+# --- MiniJoint -------------------------------------------------------------------------------------------------------
+
+
+def test_extract_minijoint_is_bottom_layers_plus_aux_head_bit_identical() -> None:
+    primary = _perturbed(TINY_JOINT)
+    mini = surgery.extract_minijoint(primary)
+    assert mini.cfg == TINY_JOINT.replace(num_layers=4, aux_head_layer=None)
+    assert len(mini.layers) == 4 and set(mini.heads) == {MAIN_HEAD}
+    assert surgery.copied_prefix_identical(mini, primary, 4, head=AUX_HEAD)
+    assert not surgery.copied_prefix_identical(mini, primary, 4, head=MAIN_HEAD)  # the helper can say no
+    assert not mini.training  # mode follows the primary
+
+    batch = _batch(SRC_VOCAB)
+    with torch.no_grad():
+        for kwargs in ({"attention_mask": batch["attention_mask"]}, batch):
+            kwargs = {k: v for k, v in kwargs.items() if k != "input_ids"}
+            want = primary(batch["input_ids"], **kwargs)[AUX_HEAD]
+            got = mini(batch["input_ids"], **kwargs)
+            assert set(got) == {MAIN_HEAD} and torch.equal(got[MAIN_HEAD], want)
+
+    # Clones, not views: training the mini-model must not move the primary.
+    with torch.no_grad():
+        mini.layers[0].ffn_in.weight.add_(1.0)
+        mini.embeddings.tokens.weight.add_(1.0)
+    assert not torch.equal(mini.layers[0].ffn_in.weight, primary.layers[0].ffn_in.weight)
+    assert not torch.equal(mini.embeddings.tokens.weight, primary.embeddings.tokens.weight)
+
+
+def test_extract_minijoint_refuses_a_one_head_model() -> None:
+    with pytest.raises(InputError, match="aux"):
+        surgery.extract_minijoint(MaskedLM(TINY))
+
+
+# --- MiniPost --------------------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("cfg", [TINY, TINY_JOINT], ids=["one-head", "joint-primary"])
+def test_build_minipost_copies_bottom_layers_and_head_and_trains_only_new_layers(cfg) -> None:
+    primary = _perturbed(cfg)
+    rng_before = torch.get_rng_state()
+    mini = surgery.build_minipost(primary, keep_layers=4, new_layers=2, seed=7)
+    assert torch.equal(torch.get_rng_state(), rng_before)  # the global RNG is not disturbed
+
+    assert mini.cfg == cfg.replace(num_layers=6, aux_head_layer=None)
+    assert set(mini.heads) == {MAIN_HEAD}  # a MiniJoint primary's aux head is dropped
+    assert surgery.copied_prefix_identical(mini, primary, 4, head=MAIN_HEAD)
+    for j in (4, 5):  # fresh layers, not the primary's layers 5-6
+        assert not torch.equal(mini.layers[j].ffn_in.weight, primary.layers[j].ffn_in.weight)
+        assert not torch.equal(mini.layers[j].attention.qkv.weight, primary.layers[j].attention.qkv.weight)
+
+    trainable = {n for n, p in mini.named_parameters() if p.requires_grad}
+    assert trainable == {n for n, _ in mini.named_parameters() if n.startswith(("layers.4.", "layers.5."))}
+
+    # The model's own init on the new layers: N(0, 0.02) weights, zero biases, identity LayerNorms.
+    new = mini.layers[4]
+    assert abs(new.ffn_in.weight.std().item() - 0.02) < 0.002
+    assert torch.equal(new.ffn_in.bias, torch.zeros_like(new.ffn_in.bias))
+    assert torch.equal(new.ffn_norm.weight, torch.ones_like(new.ffn_norm.weight))
+
+    # Seeded: the same seed rebuilds the same layers, another seed others.
+    again = surgery.build_minipost(primary, keep_layers=4, new_layers=2, seed=7)
+    other = surgery.build_minipost(primary, keep_layers=4, new_layers=2, seed=8)
+    assert torch.equal(again.layers[5].ffn_out.weight, mini.layers[5].ffn_out.weight)
+    assert not torch.equal(other.layers[5].ffn_out.weight, mini.layers[5].ffn_out.weight)
+
+    # A forward/backward reaches only the new layers.
+    batch = _batch(SRC_VOCAB)
+    labels = torch.full_like(batch["input_ids"], IGNORE_INDEX)
+    labels[batch["masked_positions"]] = batch["input_ids"][batch["masked_positions"]]
+    mlm_losses(mini(**batch), labels)["loss"].backward()
+    assert all((p.grad is not None) == (n in trainable) for n, p in mini.named_parameters())
+
+
+@pytest.mark.parametrize("keep", [0, 13, 2.5])
+def test_build_minipost_validates_keep_layers(keep) -> None:
+    with pytest.raises(InputError, match="keep_layers"):
+        surgery.build_minipost(MaskedLM(TINY), keep_layers=keep)
+
+
+def test_build_minipost_keeps_dtype() -> None:
+    primary = MaskedLM(TINY).to(torch.bfloat16)
+    mini = surgery.build_minipost(primary, keep_layers=2, new_layers=1)
+    assert {p.dtype for p in mini.parameters()} == {torch.bfloat16}
+    assert surgery.copied_prefix_identical(mini, primary, 2, head=MAIN_HEAD)
+
+
+# --- freezing --------------------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("cfg", [TINY, TINY_JOINT], ids=["one-head", "joint"])
+def test_freeze_for_adaptation_trains_only_embeddings_and_main_bias(cfg) -> None:
+    model = _perturbed(cfg)
+    names = surgery.freeze_for_adaptation(model)
+    assert names == ["embeddings.tokens.weight", "heads.main.bias"]
+    assert {n for n, p in model.named_parameters() if p.requires_grad} == set(names)
+
+    batch = _batch(SRC_VOCAB)
+    labels = torch.full_like(batch["input_ids"], IGNORE_INDEX)
+    labels[batch["masked_positions"]] = batch["input_ids"][batch["masked_positions"]]
+    mlm_losses(model(**batch), labels)["loss"].backward()
+    for name, param in model.named_parameters():
+        if name in names:
+            assert param.grad is not None and param.grad.abs().sum() > 0, name
+        else:
+            assert param.grad is None, name
+
+
+def test_freeze_for_adaptation_options() -> None:
+    model = MaskedLM(TINY_JOINT)
+    names = surgery.freeze_for_adaptation(model, train_positions=True, train_embedding_norm=True)
+    assert set(names) == {"embeddings.tokens.weight", "embeddings.positions.weight", "embeddings.norm.weight",
+                          "embeddings.norm.bias", "heads.main.bias"}
+    # Re-freezing without the options turns them off again (no leftovers from an earlier call).
+    assert surgery.freeze_for_adaptation(model) == ["embeddings.tokens.weight", "heads.main.bias"]
+    assert not model.embeddings.positions.weight.requires_grad
+
+
+# --- overlap init (paper footnote 1) ----------------------------------------------------------------------------------
+
+
+def test_overlap_init_copies_exactly_the_shared_pieces(tokenizers) -> None:
+    en, de = tokenizers
+    src_pieces, trg_pieces = en.pieces(), de.pieces()
+    src_emb, src_bias = torch.randn(len(src_pieces), 64), torch.randn(len(src_pieces))
+    emb, bias, stats = surgery.overlap_init(src_pieces, src_emb, src_bias, trg_pieces,
+                                            generator=torch.Generator().manual_seed(0))
+    assert emb.shape == (TRG_VOCAB, 64) and bias.shape == (TRG_VOCAB,)
+    src_index = {p: i for i, p in enumerate(src_pieces)}
+    shared = [i for i, p in enumerate(trg_pieces) if p in src_index]
+    new = [i for i, p in enumerate(trg_pieces) if p not in src_index]
+    assert NUM_SPECIAL < len(shared) < TRG_VOCAB - 100  # the fixture gives a partial overlap
+    assert shared[:NUM_SPECIAL] == list(range(NUM_SPECIAL))  # specials shared by construction
+    for i in shared:
+        j = src_index[trg_pieces[i]]
+        assert torch.equal(emb[i], src_emb[j]) and bias[i] == src_bias[j]
+    new_rows = emb[new]
+    # No new row is a source row; new rows are N(0, 0.02) with zero bias.
+    assert not (new_rows[:, None, :] == src_emb[None, :, :]).all(-1).any()
+    assert abs(new_rows.std().item() - 0.02) < 0.001 and abs(new_rows.mean().item()) < 0.001
+    assert torch.equal(bias[new], torch.zeros(len(new)))
+    assert stats == {"overlap": len(shared), "target_vocab": TRG_VOCAB, "ratio": len(shared) / TRG_VOCAB,
+                     "special": NUM_SPECIAL}
+
+    # Same generator state, same init; the global RNG is untouched (it has its own generator).
+    rng_before = torch.get_rng_state()
+    emb2, _, _ = surgery.overlap_init(src_pieces, src_emb, src_bias, trg_pieces,
+                                      generator=torch.Generator().manual_seed(0))
+    assert torch.equal(emb, emb2) and torch.equal(torch.get_rng_state(), rng_before)
+
+
+def test_overlap_init_refuses_vocabularies_without_the_special_pieces() -> None:
+    specials = [SPECIAL_PIECES[i] for i in range(NUM_SPECIAL)]
+    with pytest.raises(ValueError, match="special"):
+        surgery.overlap_init(specials + ["a"], torch.zeros(6, 4), torch.zeros(6), ["<pad>", "<s>"] + specials[2:],
+                             generator=torch.Generator())
+    with pytest.raises(ValueError, match="disagree"):
+        surgery.overlap_init(specials + ["a"], torch.zeros(7, 4), torch.zeros(6), specials,
+                             generator=torch.Generator())
+
+
+def test_overlap_init_is_fast_on_a_50k_vocabulary() -> None:
+    specials = [SPECIAL_PIECES[i] for i in range(NUM_SPECIAL)]
+    src = specials + [f"▁s{i}" for i in range(50_000 - NUM_SPECIAL)]
+    trg = specials + [f"▁s{i}" if i % 2 else f"▁t{i}" for i in range(50_000 - NUM_SPECIAL)]
+    start = time.perf_counter()
+    _, _, stats = surgery.overlap_init(src, torch.randn(50_000, 64), torch.randn(50_000), trg,
+                                       generator=torch.Generator().manual_seed(0))
+    assert time.perf_counter() - start < 1.0
+    assert stats["overlap"] == NUM_SPECIAL + (50_000 - NUM_SPECIAL) // 2
+
+
+# --- swap ------------------------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("cfg", [TINY, TINY_JOINT], ids=["one-head", "joint"])
+def test_swapping_own_embeddings_back_reproduces_outputs(cfg) -> None:
+    model = _perturbed(cfg)
+    if AUX_HEAD in model.heads:  # the swap gives the aux head the main bias (documented): make them equal here
+        with torch.no_grad():
+            model.heads[AUX_HEAD].bias.copy_(model.heads[MAIN_HEAD].bias)
+    batch = _batch(SRC_VOCAB)
+    with torch.no_grad():
+        before = model(**batch)
+    emb, bias = surgery.extract_embeddings(model)
+    foreign = MaskedLM(cfg)
+    surgery.swap_embeddings(model, *surgery.extract_embeddings(foreign))
+    with torch.no_grad():
+        assert not torch.equal(model(**batch)[MAIN_HEAD], before[MAIN_HEAD])
+    assert surgery.swap_embeddings(model, emb, bias) is model  # in place
+    with torch.no_grad():
+        after = model(**batch)
+    assert set(after) == set(before) and all(torch.equal(after[k], before[k]) for k in before)
+
+
+def test_swap_to_another_vocabulary_size() -> None:
+    model = _perturbed(TINY_JOINT)
+    surgery.freeze_for_adaptation(model)
+    emb, bias = torch.randn(TRG_VOCAB, TINY.hidden_size), torch.randn(TRG_VOCAB)
+    surgery.swap_embeddings(model, emb, bias)
+    assert model.cfg.vocab_size == TRG_VOCAB and model.embeddings.tokens.num_embeddings == TRG_VOCAB
+    assert torch.equal(model.embeddings.tokens.weight, emb) and torch.equal(model.heads[MAIN_HEAD].bias, bias)
+    assert torch.equal(model.heads[AUX_HEAD].bias, bias)
+    assert model.embeddings.tokens.weight.data_ptr() != emb.data_ptr()  # a copy: the caller's tensor stays its own
+    # requires_grad flags survive the swap.
+    assert [n for n, p in model.named_parameters() if p.requires_grad] == ["embeddings.tokens.weight",
+                                                                          "heads.main.bias"]
+    ids = torch.full((2, 8), TRG_VOCAB - 1)
+    with torch.no_grad():
+        logits = model(ids)
+    assert logits[MAIN_HEAD].shape == (2, 8, TRG_VOCAB) and logits[AUX_HEAD].shape == (2, 8, TRG_VOCAB)
+    with pytest.raises(ValueError, match="hidden size"):
+        surgery.swap_embeddings(model, torch.randn(10, 32), torch.randn(10))
+    with pytest.raises(ValueError, match="bias"):
+        surgery.swap_embeddings(model, torch.randn(10, TINY.hidden_size), torch.randn(11))
+
+
+# --- plug with provenance --------------------------------------------------------------------------------------------
+
+
+@pytest.fixture
+def primary_folder(tmp_path: Path, tokenizers) -> tuple[Path, dict]:
+    en, _ = tokenizers
+    primary = _perturbed(TINY_JOINT)
+    meta = save_model_folder(tmp_path / "primary", primary.state_dict(), {
+        "variant": "minijoint", "model_config": TINY_JOINT.to_dict(), "step": 10,
+        "tokenizer": {"path": str(en.path), "sha256": en.sha256}})
+    return tmp_path / "primary", meta
+
+
+def _target_embeddings(tokenizers, source: MaskedLM) -> tuple[torch.Tensor, torch.Tensor]:
+    en, de = tokenizers
+    emb, bias = surgery.extract_embeddings(source)
+    emb, bias, _ = surgery.overlap_init(en.pieces(), emb, bias, de.pieces(), generator=torch.Generator().manual_seed(1))
+    return emb + 0.01, bias + 0.01  # "trained" in Step 2
+
+
+def test_extract_mini_then_plug_round_trips(tmp_path: Path, tokenizers, primary_folder, capsys) -> None:
+    _, de = tokenizers
+    folder, primary_meta = primary_folder
+    assert surgery.main(["extract-mini", "--from", str(folder), "--out", str(tmp_path / "mini")]) == 0
+    mini, mini_meta = load_model(tmp_path / "mini")
+    assert mini_meta["kind"] == "minijoint-mini" and mini_meta["cut_from"] == str(folder)
+    assert lineage(mini_meta) == primary_meta["weights_sha256"]
+    assert mini_meta["tokenizer"] == primary_meta["tokenizer"]
+    assert mini.cfg.num_layers == 4 and mini.cfg.aux_head_layer is None
+
+    emb, bias = _target_embeddings(tokenizers, mini)
+    surgery.save_embeddings(tmp_path / "emb", emb, bias, {
+        "primary_sha256": lineage(mini_meta), "tokenizer": {"path": str(de.path), "sha256": de.sha256}})
+    capsys.readouterr()
+    assert surgery.main(["plug", "--model", str(folder), "--embeddings", str(tmp_path / "emb"),
+                         "--out", str(tmp_path / "plugged")]) == 0
+    assert "plugged" in capsys.readouterr().out
+
+    plugged, meta = load_model(tmp_path / "plugged")
+    emb_meta = surgery.load_embeddings(tmp_path / "emb")[2]
+    assert plugged.cfg == TINY_JOINT.replace(vocab_size=TRG_VOCAB)
+    assert meta["tokenizer"] == {"path": str(de.path), "sha256": de.sha256}
+    assert meta["primary_sha256"] == primary_meta["weights_sha256"]
+    assert meta["embeddings_from"] == {"path": str(tmp_path / "emb"), "weights_sha256": emb_meta["weights_sha256"]}
+    assert "step" not in meta  # the body's training state is not carried over
+    assert torch.equal(plugged.embeddings.tokens.weight, emb)
+
+    # Aligned: the plugged primary's aux head reproduces the mini-model with the same embeddings exactly.
+    plugged.eval()
+    surgery.swap_embeddings(mini.eval(), emb, bias)
+    batch = _batch(TRG_VOCAB)
+    with torch.no_grad():
+        assert torch.equal(plugged(**batch)[AUX_HEAD], mini(**batch)[MAIN_HEAD])
+
+    # The in-memory API gives the same model and meta as the saved folder.
+    model2, meta2 = surgery.plug_embeddings(folder, tmp_path / "emb")
+    assert meta2 == meta and torch.equal(model2.embeddings.tokens.weight, emb)
+
+
+def test_plug_refuses_embeddings_of_another_lineage(tmp_path: Path, tokenizers, primary_folder, capsys) -> None:
+    _, de = tokenizers
+    folder, _ = primary_folder
+    emb, bias = _target_embeddings(tokenizers, MaskedLM(TINY))
+    surgery.save_embeddings(tmp_path / "emb", emb, bias, {
+        "primary_sha256": "0" * 64, "tokenizer": {"path": str(de.path), "sha256": de.sha256}})
+    with pytest.raises(InputError, match="another lineage") as err:
+        surgery.plug_embeddings(folder, tmp_path / "emb")
+    assert str(folder) in str(err.value) and str(tmp_path / "emb") in str(err.value)
+    assert surgery.main(["plug", "--model", str(folder), "--embeddings", str(tmp_path / "emb"),
+                         "--out", str(tmp_path / "out")]) == 2
+    assert capsys.readouterr().err.startswith("error: ")
+    assert not (tmp_path / "out").exists()
+
+
+def test_plug_refuses_another_hidden_size(tmp_path: Path, tokenizers, primary_folder) -> None:
+    _, de = tokenizers
+    folder, primary_meta = primary_folder
+    surgery.save_embeddings(tmp_path / "emb", torch.randn(TRG_VOCAB, 32), torch.zeros(TRG_VOCAB), {
+        "primary_sha256": lineage(primary_meta), "tokenizer": {"path": str(de.path), "sha256": de.sha256}})
+    with pytest.raises(InputError, match="hidden size") as err:
+        surgery.plug_embeddings(folder, tmp_path / "emb")
+    assert str(folder) in str(err.value) and str(tmp_path / "emb") in str(err.value)
+
+
+def test_corrupted_embeddings_folders_are_refused(tmp_path: Path, tokenizers, primary_folder) -> None:
+    _, de = tokenizers
+    _, primary_meta = primary_folder
+    meta = {"primary_sha256": lineage(primary_meta), "tokenizer": {"path": str(de.path), "sha256": de.sha256}}
+    folder = tmp_path / "emb"
+    emb, bias = torch.randn(TRG_VOCAB, 64), torch.randn(TRG_VOCAB)
+    surgery.save_embeddings(folder, emb, bias, meta)
+    weights = folder / "model.pt"
+
+    torch.save({surgery.TOKENS_KEY: emb, surgery.BIAS_KEY: bias[:-1]}, weights)  # shapes disagree
+    with pytest.raises(InputError, match="vocabulary sizes disagree") as err:
+        surgery.load_embeddings(folder)
+    assert str(weights) in str(err.value)
+
+    torch.save({surgery.TOKENS_KEY: emb}, weights)  # a tensor missing
+    with pytest.raises(InputError, match="exactly the tensors"):
+        surgery.load_embeddings(folder)
+
+    torch.save({surgery.TOKENS_KEY: emb, surgery.BIAS_KEY: bias + 1}, weights)  # same shapes, other contents
+    with pytest.raises(InputError, match="weights_sha256"):
+        surgery.load_embeddings(folder)
+
+    surgery.save_embeddings(folder, emb, bias, meta)
+    assert surgery.load_embeddings(folder)[2]["vocab_size"] == TRG_VOCAB
+    with pytest.raises(ValueError, match="vocab_size"):  # meta that contradicts the tensors is not written
+        surgery.save_embeddings(folder, emb, bias, {**meta, "vocab_size": 7})
+    with pytest.raises(InputError, match="not trained embeddings"):
+        surgery.load_embeddings(primary_folder[0])
+
+
+def test_extract_mini_cli_refuses_a_one_head_checkpoint(tmp_path: Path, capsys) -> None:
+    save_model_folder(tmp_path / "base", MaskedLM(TINY).state_dict(), {"model_config": TINY.to_dict()})
+    assert surgery.main(["extract-mini", "--from", str(tmp_path / "base"), "--out", str(tmp_path / "mini")]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: ") and str(tmp_path / "base") in err
