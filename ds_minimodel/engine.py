@@ -146,6 +146,8 @@ class Stage:
     """Analytic FLOPs of one optimizer update over the global batch (ds_minimodel.flops)."""
     meta: dict[str, Any] = field(default_factory=dict)
     """Written into every checkpoint's meta.json (model config, tokenizer reference, provenance...)."""
+    compact_checkpoints: bool = False
+    """Save only the trainable parameters (Step 2: the embeddings), not the frozen body."""
 
     def trainable_parameters(self) -> list[nn.Parameter]:
         """Only these reach the optimizer; frozen ones get no gradient and no optimizer state."""
@@ -163,6 +165,8 @@ class TrainResult:
     flops: float
     last_metrics: dict[str, float]
     checkpoint: Path | None
+    engine: Any
+    """The DeepSpeed engine (tests inspect its optimizer; in-process callers may evaluate with it)."""
 
 
 def _stream_to(batch: dict[str, Any], device: torch.device) -> dict[str, Any]:
@@ -202,7 +206,7 @@ def train(
     step, samples, tokens = 0, 0, 0
     latest = checkpoint.latest_checkpoint(run_dir) if resume else None
     if latest is not None:
-        meta = checkpoint.resume(engine, latest)
+        meta = checkpoint.resume(engine, latest, trainable_only=stage.compact_checkpoints)
         step, samples, tokens = meta["step"], meta["samples"], meta["tokens"]
         stream.load_state_dict(meta["data_position"])
         if rank == 0:
@@ -258,12 +262,12 @@ def train(
                     {**stage.meta, "stage": stage.name, "samples": samples, "tokens": tokens,
                      "flops": step * stage.flops_per_update, "data_position": stream.state_dict(),
                      "global_batch": batch.global_batch},
-                    keep=train_cfg.keep_checkpoints)
+                    keep=train_cfg.keep_checkpoints, trainable_only=stage.compact_checkpoints)
     finally:
         progress.close()
         logger.close()
     return TrainResult(step=step, samples=samples, tokens=tokens, flops=step * stage.flops_per_update,
-                       last_metrics=metrics, checkpoint=last_ckpt)
+                       last_metrics=metrics, checkpoint=last_ckpt, engine=engine)
 
 
 def _engine_metrics(engine: Any, fp16: bool) -> dict[str, float]:
@@ -326,3 +330,27 @@ def write_run_description(run_dir: Path, description: dict[str, Any], *, resume:
 # Settings that define a run: resuming with any of these changed would silently train a different model.
 _IDENTITY_KEYS = ("variant", "model", "data", "tokenizer_sha256", "seed", "seq_len", "mask_prob", "global_batch",
                   "source")
+
+
+@torch.no_grad()
+def evaluate(model: nn.Module, stream: Any, loss_fn: LossFn, num_batches: int) -> dict[str, float]:
+    """Mean of ``loss_fn``'s scalars over ``num_batches`` micro-batches per rank, averaged over ranks.
+
+    Runs in eval mode (no dropout) and restores the previous mode. Every rank must call it (one all-reduce).
+    """
+    was_training = model.training
+    model.eval()
+    device = next(model.parameters()).device
+    sums: dict[str, torch.Tensor] = {}
+    try:
+        for _ in range(num_batches):
+            for name, value in loss_fn(model, _stream_to(next(stream), device)).items():
+                sums[name] = sums.get(name, 0.0) + value.detach().float()
+    finally:
+        model.train(was_training)
+    names = sorted(sums)
+    packed = torch.stack([sums[n] for n in names])
+    if dist.is_initialized():
+        dist.all_reduce(packed)
+        packed /= dist.get_world_size()
+    return dict(zip(names, (packed / num_batches).tolist()))

@@ -389,7 +389,6 @@ def _build(cfg: ModelConfig, seed: int):
 def measure_forward(cfg: ModelConfig, *, seq_len: int, batch: int, mask_prob: float = 0.15, seed: int = 0,
                     model: Any = None) -> dict[str, Any]:
     """One forward of MaskedLM in train mode under DeepSpeed's flops profiler, next to A2 x batch."""
-    import torch
     from deepspeed.profiling.flops_profiler.profiler import FlopsProfiler, get_module_flops
 
     model = _build(cfg, seed) if model is None else model.train()
@@ -455,7 +454,6 @@ def measure_update(stage: str, cfg: ModelConfig, *, seq_len: int, batch: int, ma
     Returns the formula, the count, and "analytic_exact": the formula plus the terms it leaves out (see A3/A4's
     comments), which must equal the count exactly: matmul FLOPs are integers independent of the data.
     """
-    import torch
     import torch.nn.functional as F
 
     if stage not in STAGES:

@@ -1,52 +1,45 @@
-"""Step 1: pretrain a source-language MLM (BL_BASE, BL_SMALL, or MiniJoint's dual-head model).
+"""Step 1: pretrain a source-language MLM (BL_BASE, BL_SMALL, or MiniJoint's dual-head model), and MiniPost's
+Step 1b (train k new layers on top of the bottom N layers cut from a pretrained model; everything copied is frozen).
 
 Entry point of ``run_pretrain.py``; works as a plain process, under the ``deepspeed`` launcher and under ``mpirun``.
 """
 from __future__ import annotations
 
 import argparse
-import json
-import logging
-import sys
 from pathlib import Path
 from typing import Any
 
 import torch
 import torch.distributed as dist
 
-from ds_minimodel import flops
-from ds_minimodel.config import ModelConfig, TrainConfig, get_preset, read_json
+from ds_minimodel import checkpoint, flops
+from ds_minimodel.cli import add_training_args, run_main, train_config
+from ds_minimodel.config import ModelConfig, get_preset, read_json
 from ds_minimodel.data import MLMBatchStream, PackedDataset, TokenShards
 from ds_minimodel.engine import (Stage, init_distributed, load_ds_config, resolve_batch, train,
                                  write_run_description)
 from ds_minimodel.errors import InputError
 from ds_minimodel.losses import mlm_step
 from ds_minimodel.model import MaskedLM
+from ds_minimodel.surgery import build_minipost
 
-VARIANTS = ("base", "small", "minijoint")
+VARIANTS = ("base", "small", "minijoint", "minipost")
 
 
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.ArgumentDefaultsHelpFormatter)
     p.add_argument("--variant", choices=VARIANTS, default="base",
                    help="base: BL_BASE's model; small: BL_SMALL (--small-layers deep); minijoint: second MLM head "
-                        "after layer --aux-layer, loss = mean of both heads")
+                        "after layer --aux-layer, loss = mean of both heads; minipost: Step 1b over --from")
     p.add_argument("--aux-layer", type=int, default=4, help="MiniJoint: layer N the second head reads (paper N=4)")
     p.add_argument("--small-layers", type=int, default=4, help="BL_SMALL's depth")
     p.add_argument("--preset", default="base", help="model size preset: tiny, base, small")
     p.add_argument("--model-config", type=Path, help="JSON object of ModelConfig fields overriding the preset")
-    p.add_argument("--ds-config", type=Path, required=True, help="DeepSpeed JSON (see ds_configs/)")
-    p.add_argument("--data", type=Path, required=True, help="folder made by `python -m ds_minimodel.prepare`")
-    p.add_argument("--out", type=Path, required=True, help="run folder: checkpoints, metrics, TensorBoard logs")
-    p.add_argument("--steps", type=int, help="optimizer updates (default: the scheduler's total_num_steps)")
-    p.add_argument("--seq-len", type=int, default=512)
-    p.add_argument("--mask-prob", type=float, default=0.15)
-    p.add_argument("--seed", type=int, default=1)
-    p.add_argument("--save-every", type=int, default=1000)
-    p.add_argument("--log-every", type=int, default=10)
-    p.add_argument("--keep-checkpoints", type=int, help="keep only the newest K checkpoints (default: all)")
-    p.add_argument("--resume", action="store_true", help="continue from the newest complete checkpoint in --out")
-    p.add_argument("--local_rank", "--local-rank", type=int, default=0, help=argparse.SUPPRESS)  # deepspeed launcher
+    p.add_argument("--from", dest="from_", type=Path,
+                   help="MiniPost: checkpoint or model folder of the pretrained primary model to cut from")
+    p.add_argument("--keep-layers", type=int, default=4, help="MiniPost: bottom layers N copied from the primary")
+    p.add_argument("--new-layers", type=int, default=2, help="MiniPost: new layers k trained on top (paper: 2)")
+    add_training_args(p)
     return p
 
 
@@ -66,54 +59,79 @@ def model_config(args: argparse.Namespace, vocab_size: int) -> ModelConfig:
         raise InputError(f"--variant {args.variant}: {err}") from None
 
 
+def build_model(args: argparse.Namespace, shards: TokenShards) -> tuple[MaskedLM, dict[str, Any]]:
+    """The model this variant trains, and what its checkpoints must record about where it came from."""
+    tokenizer = {"path": str(Path(args.data) / "spm.model"), "sha256": shards.tokenizer_sha256}
+    torch.manual_seed(args.seed)  # identical initial weights on every rank
+    if args.variant != "minipost":
+        if args.from_ is not None:
+            raise InputError(f"--from is only for --variant minipost (got --variant {args.variant})")
+        model = MaskedLM(model_config(args, shards.vocab_size))
+        return model, {"tokenizer": tokenizer}
+    if args.from_ is None:
+        raise InputError("--variant minipost needs --from <checkpoint of a pretrained primary model>")
+    primary, primary_meta = checkpoint.load_model(args.from_)
+    primary_tokenizer = primary_meta.get("tokenizer") or {}
+    if primary_tokenizer.get("sha256") != shards.tokenizer_sha256:
+        raise InputError(
+            f"{args.data}: tokenized with {shards.tokenizer_sha256[:12]}, but the primary model {args.from_} uses "
+            f"tokenizer {str(primary_tokenizer.get('sha256'))[:12]}; prepare the data with --tokenizer "
+            f"{primary_tokenizer.get('path')}")
+    try:
+        model = build_minipost(primary, keep_layers=args.keep_layers, new_layers=args.new_layers, seed=args.seed)
+    except ValueError as err:
+        raise InputError(f"{args.from_}: {err}") from None
+    return model, {"tokenizer": tokenizer, "primary_sha256": checkpoint.lineage(primary_meta),
+                   "cut_from": str(Path(args.from_).resolve()), "kind": "minipost-mini",
+                   "keep_layers": args.keep_layers, "new_layers": args.new_layers}
+
+
 def run(args: argparse.Namespace) -> dict[str, Any]:
     ds_config = load_ds_config(args.ds_config)
     info = init_distributed()
     batch = resolve_batch(ds_config, info.world_size, source=str(args.ds_config))
     shards = TokenShards.open(args.data)
-    cfg = model_config(args, shards.vocab_size)
-    steps = args.steps or (ds_config.get("scheduler") or {}).get("params", {}).get("total_num_steps")
-    if steps is None:
-        raise InputError(f"{args.ds_config}: no scheduler total_num_steps; pass --steps")
-    train_cfg = TrainConfig(steps=steps, seq_len=args.seq_len, mask_prob=args.mask_prob, seed=args.seed,
-                            save_every=args.save_every, log_every=args.log_every,
-                            keep_checkpoints=args.keep_checkpoints)
+    train_cfg = train_config(args, ds_config)
+    model, provenance = build_model(args, shards)
+    cfg = model.cfg
     if train_cfg.seq_len > cfg.max_positions:
         raise InputError(f"--seq-len {train_cfg.seq_len} exceeds the model's max_positions {cfg.max_positions}")
 
-    tokenizer = {"path": str(Path(args.data) / "spm.model"), "sha256": shards.tokenizer_sha256}
     description = {
         "stage": "pretrain", "variant": args.variant, "model": cfg.to_dict(), "data": str(Path(args.data).resolve()),
         "tokenizer_sha256": shards.tokenizer_sha256, "seed": args.seed, "seq_len": args.seq_len,
         "mask_prob": args.mask_prob, "global_batch": batch.global_batch, "ds_config": ds_config,
         "ds_config_path": str(args.ds_config), "train": train_cfg.to_dict(), "world_size": info.world_size,
+        "source": provenance.get("primary_sha256"),
     }
     if info.rank == 0:
         write_run_description(args.out, description, resume=args.resume)
     dist.barrier()
 
-    torch.manual_seed(args.seed)  # identical initial weights on every rank
-    model = MaskedLM(cfg)
     torch.manual_seed(args.seed * 1_000_003 + 1 + info.rank)  # dropout differs per rank, deterministically
     dataset = PackedDataset(shards, train_cfg.seq_len)
     stream = MLMBatchStream(dataset, micro_batch_size=batch.micro, world_size=info.world_size, rank=info.rank,
                             seed=args.seed, vocab_size=cfg.vocab_size, seq_len=train_cfg.seq_len,
                             mask_prob=train_cfg.mask_prob)
-    flop_stage = "pretrain_dual" if cfg.aux_head_layer is not None else "pretrain"
+    if args.variant == "minipost":  # A4: frozen copied layers and head, l_t trainable layers
+        flop_stage, trainable_layers = "minipost", args.new_layers
+    else:
+        flop_stage, trainable_layers = ("pretrain_dual" if cfg.aux_head_layer is not None else "pretrain"), 0
     stage = Stage(
         name=f"pretrain-{args.variant}",
         model=model,
         loss_fn=mlm_step,
-        flops_per_update=flops.per_update_flops(flop_stage, cfg, seq_len=train_cfg.seq_len,
-                                                batch=batch.global_batch, mask_prob=train_cfg.mask_prob),
-        meta={"variant": args.variant, "model_config": cfg.to_dict(), "tokenizer": tokenizer,
-              "num_parameters": model.num_parameters()},
+        flops_per_update=flops.per_update_flops(flop_stage, cfg, seq_len=train_cfg.seq_len, batch=batch.global_batch,
+                                                mask_prob=train_cfg.mask_prob, trainable_layers=trainable_layers),
+        meta={"variant": args.variant, "model_config": cfg.to_dict(), "num_parameters": model.num_parameters(),
+              **provenance},
     )
     if info.rank == 0:
+        trainable = sum(p.numel() for p in stage.trainable_parameters())
         print(f"[{stage.name}] {cfg.num_layers} layers, hidden {cfg.hidden_size}, vocab {cfg.vocab_size}, "
-              f"{model.num_parameters():,} parameters; {len(dataset):,} blocks of <= {train_cfg.seq_len} tokens; "
-              f"global batch {batch.global_batch} = {batch.micro} x {batch.accumulation} x {batch.world_size} ranks",
-              flush=True)
+              f"{model.num_parameters():,} parameters ({trainable:,} trainable); {len(dataset):,} blocks of <= "
+              f"{train_cfg.seq_len} tokens; global batch {batch.global_batch} = {batch.micro} x {batch.accumulation}"
+              f" x {batch.world_size} ranks", flush=True)
     result = train(stage, stream, ds_config=ds_config, ds_config_source=str(args.ds_config), train_cfg=train_cfg,
                    run_dir=args.out, resume=args.resume, batch=batch)
     return {"step": result.step, "tokens": result.tokens, "flops": result.flops,
@@ -121,15 +139,4 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
-    logging.getLogger("DeepSpeed").setLevel(logging.WARNING)
-    try:
-        summary = run(args)
-    except InputError as err:
-        print(f"error: {err}", file=sys.stderr, flush=True)
-        return 2
-    if dist.get_rank() == 0:
-        print(json.dumps(summary, sort_keys=True), flush=True)
-    dist.barrier()
-    dist.destroy_process_group()
-    return 0
+    return run_main(run, build_parser().parse_args(argv))

@@ -1,0 +1,54 @@
+"""Command-line pieces shared by the entry scripts: the training options every stage has, and error handling."""
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import sys
+from pathlib import Path
+from typing import Any, Callable
+
+from ds_minimodel.config import TrainConfig
+from ds_minimodel.engine import scheduler_total_steps
+from ds_minimodel.errors import InputError
+
+
+def add_training_args(p: argparse.ArgumentParser, *, save_every: int = 1000) -> None:
+    p.add_argument("--ds-config", type=Path, required=True, help="DeepSpeed JSON (see ds_configs/)")
+    p.add_argument("--data", type=Path, required=True, help="folder made by `python -m ds_minimodel.prepare`")
+    p.add_argument("--out", type=Path, required=True, help="run folder: checkpoints, metrics, TensorBoard logs")
+    p.add_argument("--steps", type=int, help="optimizer updates (default: the scheduler's total_num_steps)")
+    p.add_argument("--seq-len", type=int, default=512)
+    p.add_argument("--mask-prob", type=float, default=0.15)
+    p.add_argument("--seed", type=int, default=1)
+    p.add_argument("--save-every", type=int, default=save_every)
+    p.add_argument("--log-every", type=int, default=10)
+    p.add_argument("--keep-checkpoints", type=int, help="keep only the newest K checkpoints (default: all)")
+    p.add_argument("--resume", action="store_true", help="continue from the newest complete checkpoint in --out")
+    p.add_argument("--local_rank", "--local-rank", type=int, default=0, help=argparse.SUPPRESS)  # deepspeed launcher
+
+
+def train_config(args: argparse.Namespace, ds_config: dict[str, Any]) -> TrainConfig:
+    steps = args.steps or scheduler_total_steps(ds_config)
+    if steps is None:
+        raise InputError(f"{args.ds_config}: no scheduler total_num_steps; pass --steps")
+    return TrainConfig(steps=steps, seq_len=args.seq_len, mask_prob=args.mask_prob, seed=args.seed,
+                       save_every=args.save_every, log_every=args.log_every, keep_checkpoints=args.keep_checkpoints)
+
+
+def run_main(run: Callable[[argparse.Namespace], dict[str, Any]], args: argparse.Namespace) -> int:
+    """Run a stage; bad input exits 2 with one line naming the file and the problem, no traceback."""
+    import torch.distributed as dist
+
+    logging.getLogger("DeepSpeed").setLevel(logging.WARNING)
+    try:
+        summary = run(args)
+    except InputError as err:
+        print(f"error: {err}", file=sys.stderr, flush=True)
+        return 2
+    if dist.is_initialized():
+        if dist.get_rank() == 0:
+            print(json.dumps(summary, sort_keys=True, default=str), flush=True)
+        dist.barrier()
+        dist.destroy_process_group()
+    return 0
