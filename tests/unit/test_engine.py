@@ -1,0 +1,58 @@
+"""Batch arithmetic and DeepSpeed-config checks (no process group needed)."""
+import json
+
+import pytest
+
+from ds_minimodel.engine import BatchSizes, load_ds_config, resolve_batch
+from ds_minimodel.errors import InputError
+
+
+def test_derives_the_missing_batch_number():
+    assert resolve_batch({"train_batch_size": 2048, "train_micro_batch_size_per_gpu": 16}, 64,
+                         source="x") == BatchSizes(micro=16, accumulation=2, world_size=64)
+    assert resolve_batch({"train_batch_size": 2048, "gradient_accumulation_steps": 4}, 16,
+                         source="x") == BatchSizes(micro=32, accumulation=4, world_size=16)
+    sizes = resolve_batch({"train_micro_batch_size_per_gpu": 8, "gradient_accumulation_steps": 2}, 4, source="x")
+    assert sizes.global_batch == 64
+
+
+@pytest.mark.parametrize("config, world, message", [
+    ({"train_batch_size": 2048, "train_micro_batch_size_per_gpu": 16, "gradient_accumulation_steps": 2}, 48,
+     "train_batch_size 2048 != train_micro_batch_size_per_gpu 16 x gradient_accumulation_steps 2 x world size 48 "
+     "= 1536"),
+    ({"train_batch_size": 2048, "train_micro_batch_size_per_gpu": 24}, 8,
+     "train_batch_size 2048 is not divisible by train_micro_batch_size_per_gpu 24 x world size 8 = 192"),
+    ({"train_batch_size": 100, "gradient_accumulation_steps": 3}, 2,
+     "train_batch_size 100 is not divisible by gradient_accumulation_steps 3 x world size 2 = 6"),
+    ({"train_batch_size": 8}, 1, "give at least two of"),
+])
+def test_batch_disagreements_name_the_numbers(config, world, message):
+    with pytest.raises(InputError) as err:
+        resolve_batch(config, world, source="ds_configs/x.json")
+    assert "ds_configs/x.json" in str(err.value) and message in str(err.value)
+
+
+def test_ds_config_errors_name_the_file(tmp_path):
+    bad = tmp_path / "bad.json"
+    bad.write_text('{"train_batch_size": 32,, }')
+    with pytest.raises(InputError, match=f"{bad}: not valid JSON"):
+        load_ds_config(bad)
+    bad.write_text(json.dumps({"train_batch_size": "32"}))
+    with pytest.raises(InputError, match="train_batch_size must be a positive integer"):
+        load_ds_config(bad)
+    with pytest.raises(InputError, match="file not found"):
+        load_ds_config(tmp_path / "missing.json")
+
+
+@pytest.mark.parametrize("name", ["v100_fp16_zero1.json", "bf16_zero1.json", "cpu_fp32.json", "cpu_bf16_zero2.json"])
+def test_shipped_configs_parse_and_fit_their_clusters(name):
+    from pathlib import Path
+
+    config = load_ds_config(Path(__file__).resolve().parents[2] / "ds_configs" / name)
+    if name.startswith(("v100", "bf16")):  # the paper's global batch of 2,048 on 64 GPUs
+        assert resolve_batch(config, 64, source=name).global_batch == 2048
+        assert config["scheduler"]["params"]["total_num_steps"] == 125_000
+        assert config["scheduler"]["params"]["warmup_num_steps"] == 10_000
+        assert config["optimizer"]["params"]["lr"] == 7e-4
+    else:
+        assert resolve_batch(config, 2, source=name).global_batch == 32
