@@ -668,14 +668,90 @@ def mask_tokens(
     return inputs, labels
 
 
-class MLMBatchStream:
-    """The endless per-rank stream of masked micro-batches that the training loop consumes.
+class ShardedStream:
+    """An endless per-rank stream of micro-batches over any indexable dataset; subclasses say how to collate.
 
-    Epoch e visits the blocks in the order `default_rng([seed, e]).permutation(len(dataset))`. That global order
-    is cut into chunks of micro_batch_size x world_size samples and rank r takes slice [r*mbs, (r+1)*mbs) of each
-    chunk, so ranks are disjoint and one global position describes every rank; an epoch's last partial chunk is
-    dropped. Sample i of epoch e is masked with `default_rng([seed, e, i, 7])`, independent of rank and world size,
-    so a run resumed on a different number of ranks sees the same masked samples.
+    Epoch e visits the samples in the order `default_rng([seed, e]).permutation(n)`. That global order is cut into
+    chunks of micro_batch_size x world_size samples and rank r takes slice [r*mbs, (r+1)*mbs) of each chunk, so
+    ranks are disjoint and one global position describes every rank; an epoch's last partial chunk is dropped.
+    """
+
+    def __init__(self, num_samples: int, *, micro_batch_size: int, world_size: int, rank: int, seed: int,
+                 source: str, unit: str = "samples") -> None:
+        if not 0 <= rank < world_size:
+            raise InputError(f"rank {rank} is outside [0, world_size={world_size})")
+        if micro_batch_size < 1:
+            raise InputError(f"micro_batch_size must be at least 1, got {micro_batch_size}")
+        chunk = micro_batch_size * world_size
+        if num_samples < chunk:
+            raise InputError(
+                f"{source}: {num_samples} {unit}, but one step needs micro_batch_size x world_size = {chunk}; "
+                "use more data or smaller batches"
+            )
+        self.num_samples = num_samples
+        self.micro_batch_size = micro_batch_size
+        self.world_size = world_size
+        self.rank = rank
+        self.seed = seed
+        self.epoch = 0
+        self.offset = 0  # position in this epoch's permutation: samples all ranks have consumed this epoch
+        self.samples_consumed = 0  # over all ranks and epochs
+        self._permutation: tuple[int, np.ndarray] | None = None
+
+    @property
+    def samples_per_step(self) -> int:
+        return self.micro_batch_size * self.world_size
+
+    @property
+    def steps_per_epoch(self) -> int:
+        return self.num_samples // self.samples_per_step
+
+    def _order(self, epoch: int) -> np.ndarray:
+        if self._permutation is None or self._permutation[0] != epoch:
+            self._permutation = (epoch, np.random.default_rng([self.seed, epoch]).permutation(self.num_samples))
+        return self._permutation[1]
+
+    def __iter__(self) -> ShardedStream:
+        return self
+
+    def __next__(self) -> dict:
+        if self.offset + self.samples_per_step > self.num_samples:
+            self.epoch += 1
+            self.offset = 0
+        start = self.offset + self.rank * self.micro_batch_size
+        indices = self._order(self.epoch)[start : start + self.micro_batch_size]
+        batch = self._collate(indices)
+        self.offset += self.samples_per_step
+        self.samples_consumed += self.samples_per_step
+        return batch
+
+    def _collate(self, indices: np.ndarray) -> dict:
+        raise NotImplementedError
+
+    def state_dict(self) -> dict:
+        return {"epoch": self.epoch, "offset": self.offset, "samples_consumed": self.samples_consumed}
+
+    def load_state_dict(self, state: dict) -> None:
+        try:
+            epoch, offset, consumed = (int(state[key]) for key in ("epoch", "offset", "samples_consumed"))
+        except (KeyError, TypeError, ValueError):
+            raise InputError(f"data stream state {state!r} lacks integer epoch, offset and samples_consumed") from None
+        if offset % self.samples_per_step:
+            raise InputError(
+                f"data stream state has offset {offset} inside epoch {epoch}, which is not a multiple of "
+                f"micro_batch_size x world_size = {self.samples_per_step}; resume with a batch layout that "
+                "divides it (or from a checkpoint saved at an epoch start)"
+            )
+        if not 0 <= offset <= self.num_samples or epoch < 0:
+            raise InputError(f"data stream state {state!r} does not fit a dataset of {self.num_samples} samples")
+        self.epoch, self.offset, self.samples_consumed = epoch, offset, consumed
+
+
+class MLMBatchStream(ShardedStream):
+    """Masked micro-batches of packed blocks for MLM training (Steps 1, 1b and 2).
+
+    Sample i of epoch e is masked with `default_rng([seed, e, i, 7])`, independent of rank and world size, so a
+    run resumed on a different number of ranks sees the same masked samples.
     """
 
     def __init__(
@@ -690,59 +766,16 @@ class MLMBatchStream:
         seq_len: int,
         mask_prob: float = 0.15,
     ) -> None:
-        if not 0 <= rank < world_size:
-            raise InputError(f"rank {rank} is outside [0, world_size={world_size})")
-        if micro_batch_size < 1:
-            raise InputError(f"micro_batch_size must be at least 1, got {micro_batch_size}")
         if not 0.0 < mask_prob <= 1.0:
             raise InputError(f"mask_prob must be in (0, 1], got {mask_prob}")
         if dataset.seq_len > seq_len:
             raise InputError(f"the dataset packs blocks of {dataset.seq_len} tokens, longer than seq_len={seq_len}")
-        chunk = micro_batch_size * world_size
-        if len(dataset) < chunk:
-            raise InputError(
-                f"{dataset.shards.path}: {len(dataset)} blocks of {dataset.seq_len} tokens, but one step needs "
-                f"micro_batch_size x world_size = {chunk}; use a bigger corpus or smaller batches"
-            )
+        super().__init__(len(dataset), micro_batch_size=micro_batch_size, world_size=world_size, rank=rank,
+                         seed=seed, source=str(dataset.shards.path), unit=f"blocks of {dataset.seq_len} tokens")
         self.dataset = dataset
-        self.micro_batch_size = micro_batch_size
-        self.world_size = world_size
-        self.rank = rank
-        self.seed = seed
         self.vocab_size = vocab_size
         self.seq_len = seq_len
         self.mask_prob = mask_prob
-        self.epoch = 0
-        self.offset = 0  # position in this epoch's permutation: samples all ranks have consumed this epoch
-        self.samples_consumed = 0  # over all ranks and epochs
-        self._permutation: tuple[int, np.ndarray] | None = None
-
-    @property
-    def samples_per_step(self) -> int:
-        return self.micro_batch_size * self.world_size
-
-    @property
-    def steps_per_epoch(self) -> int:
-        return len(self.dataset) // self.samples_per_step
-
-    def _order(self, epoch: int) -> np.ndarray:
-        if self._permutation is None or self._permutation[0] != epoch:
-            self._permutation = (epoch, np.random.default_rng([self.seed, epoch]).permutation(len(self.dataset)))
-        return self._permutation[1]
-
-    def __iter__(self) -> MLMBatchStream:
-        return self
-
-    def __next__(self) -> dict:
-        if self.offset + self.samples_per_step > len(self.dataset):
-            self.epoch += 1
-            self.offset = 0
-        start = self.offset + self.rank * self.micro_batch_size
-        indices = self._order(self.epoch)[start : start + self.micro_batch_size]
-        batch = self._collate(indices)
-        self.offset += self.samples_per_step
-        self.samples_consumed += self.samples_per_step
-        return batch
 
     def _collate(self, indices: np.ndarray) -> dict:
         shape = (indices.size, self.seq_len)
@@ -765,20 +798,21 @@ class MLMBatchStream:
             "sample_index": torch.from_numpy(indices.astype(np.int64)),  # dataset indices, for logs and tests
         }
 
-    def state_dict(self) -> dict:
-        return {"epoch": self.epoch, "offset": self.offset, "samples_consumed": self.samples_consumed}
 
-    def load_state_dict(self, state: dict) -> None:
-        try:
-            epoch, offset, consumed = (int(state[key]) for key in ("epoch", "offset", "samples_consumed"))
-        except (KeyError, TypeError, ValueError):
-            raise InputError(f"data stream state {state!r} lacks integer epoch, offset and samples_consumed") from None
-        if offset % self.samples_per_step:
-            raise InputError(
-                f"data stream state has offset {offset} inside epoch {epoch}, which is not a multiple of "
-                f"micro_batch_size x world_size = {self.samples_per_step}; resume with a batch layout that "
-                "divides it (or from a checkpoint saved at an epoch start)"
-            )
-        if not 0 <= offset <= len(self.dataset) or epoch < 0:
-            raise InputError(f"data stream state {state!r} does not fit a dataset of {len(self.dataset)} blocks")
-        self.epoch, self.offset, self.samples_consumed = epoch, offset, consumed
+class ArrayStream(ShardedStream):
+    """Micro-batches of precomputed task features (Step 3), with the same order, sharding and resume rules."""
+
+    def __init__(self, arrays: dict[str, np.ndarray], *, micro_batch_size: int, world_size: int, rank: int,
+                 seed: int, source: str) -> None:
+        sizes = {name: len(a) for name, a in arrays.items()}
+        if len(set(sizes.values())) != 1:
+            raise ValueError(f"feature arrays of different lengths: {sizes}")
+        super().__init__(next(iter(sizes.values())), micro_batch_size=micro_batch_size, world_size=world_size,
+                         rank=rank, seed=seed, source=source)
+        self.arrays = arrays
+
+    def _collate(self, indices: np.ndarray) -> dict:
+        batch = {name: torch.from_numpy(np.ascontiguousarray(a[indices])) for name, a in self.arrays.items()}
+        if "attention_mask" in batch:
+            batch["num_tokens"] = int(batch["attention_mask"].sum())
+        return batch

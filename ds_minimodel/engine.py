@@ -87,7 +87,8 @@ def resolve_batch(ds_config: dict[str, Any], world_size: int, *, source: str) ->
 
 def scheduler_total_steps(ds_config: dict[str, Any]) -> int | None:
     params = (ds_config.get("scheduler") or {}).get("params") or {}
-    return params.get("total_num_steps")
+    total = params.get("total_num_steps")
+    return total if isinstance(total, int) else None  # "auto": filled in by the stage (finetuning)
 
 
 def uses_fp16(ds_config: dict[str, Any]) -> bool:
@@ -102,7 +103,8 @@ class DistInfo:
     local_rank: int
 
 
-def _free_port() -> int:
+def free_port() -> int:
+    """A TCP port free on this host now (for a rendezvous on loopback)."""
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
@@ -124,7 +126,7 @@ def init_distributed(timeout: datetime.timedelta = datetime.timedelta(minutes=10
     if "RANK" not in env and not mpi:
         env.update(RANK="0", WORLD_SIZE="1", LOCAL_RANK="0")
         env.setdefault("MASTER_ADDR", "127.0.0.1")
-        env.setdefault("MASTER_PORT", str(_free_port()))
+        env.setdefault("MASTER_PORT", str(free_port()))
     deepspeed.init_distributed(auto_mpi_discovery=mpi, timeout=timeout, verbose=False)
     return DistInfo(dist.get_rank(), dist.get_world_size(), int(env.get("LOCAL_RANK", 0)))
 

@@ -7,6 +7,8 @@ table has two extra leading rows (its position ids start at padding_idx + 1 = 2)
 """
 from __future__ import annotations
 
+from typing import Iterator
+
 import torch
 import torch.nn.functional as F
 from torch import nn
@@ -89,12 +91,11 @@ class MLMHead(nn.Module):
         return F.linear(self.norm(F.gelu(self.dense(hidden))), embedding, self.bias)
 
 
-class MaskedLM(nn.Module):
-    """RoBERTa MLM; with ``cfg.aux_head_layer = N`` also MiniJoint's second head on layer N's output.
+class Body(nn.Module):
+    """Embeddings + transformer layers: what every model here shares. Subclasses add heads.
 
-    ``forward`` returns ``{head name: logits}``. Only the positions in ``masked_positions`` are projected onto the
-    vocabulary (fairseq's ``masked_tokens``; the paper's FLOP formula A2 counts the head for a fraction p of tokens),
-    so each logits tensor is (n_masked, V). Without ``masked_positions`` every position is projected: (B, S, V).
+    Parameter names (``embeddings.*``, ``layers.N.*``) are the same in every subclass, so a pretrained MLM's body
+    loads into a task model by name.
     """
 
     def __init__(self, cfg: ModelConfig) -> None:
@@ -102,10 +103,6 @@ class MaskedLM(nn.Module):
         self.cfg = cfg
         self.embeddings = Embeddings(cfg)
         self.layers = nn.ModuleList(EncoderLayer(cfg) for _ in range(cfg.num_layers))
-        self.heads = nn.ModuleDict({MAIN_HEAD: MLMHead(cfg)})
-        if cfg.aux_head_layer is not None:
-            self.heads[AUX_HEAD] = MLMHead(cfg)
-        self.apply(self._init_weights)
 
     def _init_weights(self, module: nn.Module) -> None:
         # BERT/RoBERTa initialisation: N(0, 0.02) weights, zero biases, LayerNorm at identity.
@@ -116,6 +113,40 @@ class MaskedLM(nn.Module):
         elif isinstance(module, nn.LayerNorm):
             nn.init.ones_(module.weight)
             nn.init.zeros_(module.bias)
+
+    def hidden_states(self, input_ids: torch.Tensor, attention_mask: torch.Tensor | None) -> Iterator[torch.Tensor]:
+        """Yields each layer's output (B, S, h), bottom to top. attention_mask: (B, S) bool, True at real tokens."""
+        # SDPA's boolean mask is True where attention is allowed: (B, 1, 1, S) broadcasts over heads and queries.
+        # No mask at all when nothing is padded lets SDPA pick its fused (flash) kernel on GPU.
+        attn_mask = None
+        if attention_mask is not None and attention_mask.dtype != torch.bool:
+            # A float 0/1 mask (HF style) would be ADDED to the attention scores by SDPA and mask nothing.
+            raise TypeError(f"attention_mask must be bool (True at real tokens), got {attention_mask.dtype}")
+        if attention_mask is not None and not bool(attention_mask.all()):
+            attn_mask = attention_mask[:, None, None, :]
+        x = self.embeddings(input_ids)
+        for layer in self.layers:
+            x = layer(x, attn_mask)
+            yield x
+
+    def num_parameters(self) -> int:
+        return sum(p.numel() for p in self.parameters())
+
+
+class MaskedLM(Body):
+    """RoBERTa MLM; with ``cfg.aux_head_layer = N`` also MiniJoint's second head on layer N's output.
+
+    ``forward`` returns ``{head name: logits}``. Only the positions in ``masked_positions`` are projected onto the
+    vocabulary (fairseq's ``masked_tokens``; the paper's FLOP formula A2 counts the head for a fraction p of tokens),
+    so each logits tensor is (n_masked, V). Without ``masked_positions`` every position is projected: (B, S, V).
+    """
+
+    def __init__(self, cfg: ModelConfig) -> None:
+        super().__init__(cfg)
+        self.heads = nn.ModuleDict({MAIN_HEAD: MLMHead(cfg)})
+        if cfg.aux_head_layer is not None:
+            self.heads[AUX_HEAD] = MLMHead(cfg)
+        self.apply(self._init_weights)
 
     def head_layers(self) -> dict[str, int]:
         """Which layer's output feeds each head (1-based)."""
@@ -131,23 +162,40 @@ class MaskedLM(nn.Module):
         masked_positions: torch.Tensor | None = None,
     ) -> dict[str, torch.Tensor]:
         """input_ids (B, S); attention_mask (B, S) bool, True at real tokens; masked_positions (B, S) bool."""
-        # SDPA's boolean mask is True where attention is allowed: (B, 1, 1, S) broadcasts over heads and queries.
-        # No mask at all when nothing is padded lets SDPA pick its fused (flash) kernel on GPU.
-        attn_mask = None
-        if attention_mask is not None and attention_mask.dtype != torch.bool:
-            # A float 0/1 mask (HF style) would be ADDED to the attention scores by SDPA and mask nothing.
-            raise TypeError(f"attention_mask must be bool (True at real tokens), got {attention_mask.dtype}")
-        if attention_mask is not None and not bool(attention_mask.all()):
-            attn_mask = attention_mask[:, None, None, :]
         wanted = {layer: name for name, layer in self.head_layers().items()}
         logits = {}
-        x = self.embeddings(input_ids)
-        for depth, layer in enumerate(self.layers, start=1):
-            x = layer(x, attn_mask)
+        for depth, x in enumerate(self.hidden_states(input_ids, attention_mask), start=1):
             if depth in wanted:
                 selected = x if masked_positions is None else x[masked_positions]  # (n_masked, h)
                 logits[wanted[depth]] = self.heads[wanted[depth]](selected, self.embeddings.tokens.weight)
         return logits
 
-    def num_parameters(self) -> int:
-        return sum(p.numel() for p in self.parameters())
+
+TASK_KINDS = ("sequence", "token", "span")
+
+
+class TaskModel(Body):
+    """The body with a task head for Step 3 (finetuning) and Step 4 (zero-shot evaluation).
+
+    - ``sequence``: RoBERTa's classification head on the ``<s>`` token (dropout, dense, tanh, dropout, projection):
+      (B, num_labels) logits, for XNLI, PAWS-X and generic text (pair) classification.
+    - ``token``: dropout + projection at every position: (B, S, num_labels), for POS tagging.
+    - ``span``: start and end logits at every position: (B, S, 2), for extractive QA (SQuAD, MLQA, XQuAD).
+    """
+
+    def __init__(self, cfg: ModelConfig, kind: str, num_labels: int) -> None:
+        super().__init__(cfg)
+        if kind not in TASK_KINDS:
+            raise ValueError(f"unknown task kind {kind!r}; known: {', '.join(TASK_KINDS)}")
+        self.kind, self.num_labels = kind, num_labels
+        self.dropout = nn.Dropout(cfg.dropout)
+        if kind == "sequence":
+            self.dense = nn.Linear(cfg.hidden_size, cfg.hidden_size)
+        self.out = nn.Linear(cfg.hidden_size, 2 if kind == "span" else num_labels)
+        self.apply(self._init_weights)
+
+    def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor | None = None) -> torch.Tensor:
+        *_, x = self.hidden_states(input_ids, attention_mask)  # last layer's output (B, S, h)
+        if self.kind == "sequence":
+            x = torch.tanh(self.dense(self.dropout(x[:, 0])))  # the <s> position
+        return self.out(self.dropout(x))

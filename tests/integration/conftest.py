@@ -9,6 +9,8 @@ from pathlib import Path
 
 import pytest
 
+from ds_minimodel.engine import free_port
+
 REPO = Path(__file__).resolve().parents[2]
 DEMO = REPO / "demo_data"
 _RANK_VARS = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT", "LOCAL_SIZE", "CROSS_RANK",
@@ -31,15 +33,7 @@ def run_cmd(cmd: list[str], *, timeout: float = 300, check: bool = True, **kwarg
 
 def deepspeed_cmd(num_ranks: int, script: str, *args: str) -> list[str]:
     launcher = shutil.which("deepspeed", path=str(Path(sys.executable).parent)) or "deepspeed"
-    return [launcher, "--num_gpus", str(num_ranks), "--master_port", str(_free_port()), script, *args]
-
-
-def _free_port() -> int:
-    import socket
-
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+    return [launcher, "--num_gpus", str(num_ranks), "--master_port", str(free_port()), script, *args]
 
 
 @pytest.fixture(scope="session")
