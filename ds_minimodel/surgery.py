@@ -249,7 +249,7 @@ def swap_embeddings(model: MaskedLM, embeddings: torch.Tensor, bias: torch.Tenso
     tokens.weight = nn.Parameter(embeddings.detach().to(device=old.device, dtype=old.dtype, copy=True),
                                  requires_grad=old.requires_grad)
     tokens.num_embeddings = vocab
-    for head in model.heads.values():
+    for head in getattr(model, "heads", {}).values():  # a task model (Steps 3-4) has no MLM head
         old_bias = head.bias
         head.bias = nn.Parameter(bias.detach().to(device=old_bias.device, dtype=old_bias.dtype, copy=True),
                                  requires_grad=old_bias.requires_grad)
@@ -314,6 +314,24 @@ def load_embeddings(folder: Path) -> tuple[torch.Tensor, torch.Tensor, dict[str,
     return emb, bias, meta
 
 
+def swap_checked(model: nn.Module, model_meta: dict[str, Any], model_folder: Path, embeddings_folder: Path
+                 ) -> dict[str, Any]:
+    """Swap the embeddings saved in ``embeddings_folder`` into ``model`` (an MLM or a finetuned task model, whose
+    meta is ``model_meta``), after checking they belong to its lineage and width. Returns the embeddings' meta."""
+    emb, bias, emb_meta = load_embeddings(embeddings_folder)
+    body_lineage = lineage(model_meta)
+    if emb_meta["primary_sha256"] != body_lineage:
+        raise InputError(
+            f"{embeddings_folder}: embeddings were trained over a body of another lineage than {model_folder} "
+            f"(primary_sha256 {emb_meta['primary_sha256'][:12]}... vs the model's {body_lineage[:12]}...); "
+            "plug them into the primary model (or a descendant) they were trained against")
+    if emb_meta["hidden_size"] != model.cfg.hidden_size:
+        raise InputError(f"{embeddings_folder}: hidden size {emb_meta['hidden_size']} does not match the "
+                         f"hidden size {model.cfg.hidden_size} of {model_folder}")
+    swap_embeddings(model, emb, bias)
+    return emb_meta
+
+
 def plug_embeddings(model_folder: Path, embeddings_folder: Path,
                     out_folder: Path | None = None) -> tuple[MaskedLM, dict[str, Any]]:
     """Load the body in ``model_folder`` and swap in the embeddings from ``embeddings_folder`` (Steps 3-4).
@@ -326,17 +344,8 @@ def plug_embeddings(model_folder: Path, embeddings_folder: Path,
     """
     model_folder, embeddings_folder = Path(model_folder), Path(embeddings_folder)
     model, model_meta = load_model(model_folder)
-    emb, bias, emb_meta = load_embeddings(embeddings_folder)
+    emb_meta = swap_checked(model, model_meta, model_folder, embeddings_folder)
     body_lineage = lineage(model_meta)
-    if emb_meta["primary_sha256"] != body_lineage:
-        raise InputError(
-            f"{embeddings_folder}: embeddings were trained over a body of another lineage than {model_folder} "
-            f"(primary_sha256 {emb_meta['primary_sha256'][:12]}... vs the model's {body_lineage[:12]}...); "
-            "plug them into the primary model (or a descendant) they were trained against")
-    if emb_meta["hidden_size"] != model.cfg.hidden_size:
-        raise InputError(f"{embeddings_folder}: hidden size {emb_meta['hidden_size']} does not match the "
-                         f"hidden size {model.cfg.hidden_size} of {model_folder}")
-    swap_embeddings(model, emb, bias)
     meta = {
         "kind": PLUGGED_KIND,
         "model_config": model.cfg.to_dict(),
@@ -377,6 +386,14 @@ def extract_minijoint_folder(source: Path, out: Path) -> dict[str, Any]:
     return save_model_folder(out, mini.state_dict(), mini_meta)
 
 
+def export_embeddings(model_folder: Path, out: Path) -> dict[str, Any]:
+    """``export-embeddings``: a model's own token embeddings and output bias as an embeddings folder."""
+    model, meta = load_model(model_folder)
+    emb, bias = extract_embeddings(model)
+    return save_embeddings(out, emb, bias, {"primary_sha256": lineage(meta), "tokenizer": meta["tokenizer"],
+                                            "exported_from": str(Path(model_folder).resolve())})
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="python -m ds_minimodel.surgery", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -388,6 +405,10 @@ def build_parser() -> argparse.ArgumentParser:
     pl.add_argument("--model", type=Path, required=True, help="model folder (the body)")
     pl.add_argument("--embeddings", type=Path, required=True, help="embeddings folder (save_embeddings)")
     pl.add_argument("--out", type=Path, required=True, help="model folder to write")
+    xe = sub.add_parser("export-embeddings", help="save a model's own (source-language) embeddings as an "
+                                                  "embeddings folder, to swap back in after finetuning")
+    xe.add_argument("--model", type=Path, required=True, help="checkpoint or model folder")
+    xe.add_argument("--out", type=Path, required=True, help="embeddings folder to write")
     return p
 
 
@@ -396,6 +417,8 @@ def main(argv: list[str] | None = None) -> int:
     try:
         if args.command == "extract-mini":
             meta = extract_minijoint_folder(args.source, args.out)
+        elif args.command == "export-embeddings":
+            meta = export_embeddings(args.model, args.out)
         else:
             _, meta = plug_embeddings(args.model, args.embeddings, args.out)
     except InputError as err:

@@ -1,0 +1,61 @@
+"""Step 4: zero-shot transfer. Swap a language's embeddings (and tokenizer) into a finetuned task model and score
+it on that language's test set (``python -m ds_minimodel.evaluate``).
+
+Evaluating every saved Step-2 checkpoint gives the training curves behind the paper's Figure 3 and Table 3.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+from ds_minimodel.errors import InputError
+from ds_minimodel.finetune import load_task_model
+from ds_minimodel.surgery import swap_checked
+from ds_minimodel.task import featurize, predict, read_examples, score
+from ds_minimodel.tokenizer import Tokenizer
+
+
+def zero_shot(task_folder: Path, embeddings_folder: Path | None, test_file: Path, lang: str,
+              *, batch_size: int = 64) -> dict[str, Any]:
+    """Scores of the task model in ``task_folder`` on ``test_file`` with the embeddings of ``embeddings_folder``
+    swapped in (None: the model's own source-language embeddings)."""
+    model, spec, meta = load_task_model(task_folder)
+    tokenizer_ref = meta["tokenizer"]
+    record: dict[str, Any] = {"task": spec.name, "lang": lang, "test_file": str(test_file),
+                              "task_model": str(task_folder), "seed": meta.get("seed")}
+    if embeddings_folder is not None:
+        emb_meta = swap_checked(model, meta, Path(task_folder), Path(embeddings_folder))
+        tokenizer_ref = emb_meta["tokenizer"]
+        record.update(embeddings=str(embeddings_folder), system=emb_meta.get("system"),
+                      step2_update=emb_meta.get("step"), step2_flops=emb_meta.get("flops"))
+    tokenizer = Tokenizer.load(tokenizer_ref["path"])
+    if tokenizer.sha256 != tokenizer_ref["sha256"]:
+        raise InputError(f"{tokenizer_ref['path']}: tokenizer changed since the embeddings were trained")
+    examples = read_examples(spec.format, test_file, labels=spec.labels or None, language=lang)
+    features = featurize(spec, examples, tokenizer)
+    logits = predict(model, features.arrays, batch_size=batch_size)
+    return {**record, "n": len(examples), **score(spec, examples, features, logits, lang)}
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--task-model", type=Path, required=True, help="finetuned model folder (Step 3)")
+    p.add_argument("--embeddings", type=Path, nargs="*", default=[],
+                   help="embeddings folders (Step-2 checkpoints); none: the model's own embeddings")
+    p.add_argument("--test", type=Path, required=True)
+    p.add_argument("--lang", required=True)
+    args = p.parse_args(argv)
+    try:
+        for emb in args.embeddings or [None]:
+            print(json.dumps(zero_shot(args.task_model, emb, args.test, args.lang), sort_keys=True), flush=True)
+    except InputError as err:
+        print(f"error: {err}", file=sys.stderr, flush=True)
+        return 2
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,149 @@
+"""Step 3: finetune the primary model's body on a source-language task with its token embeddings frozen
+(``python -m ds_minimodel.finetune``).
+
+Freezing the (tied) token embeddings keeps the body's input space the one the Step-2 embeddings of every target
+language were trained to match, so those embeddings can be swapped in afterwards (Step 4). Paper defaults: peak
+learning rate 1e-5 for classification and 3e-5 for QA, warm-up 6% of the updates, linear decay, 3 epochs, 5 seeds.
+The DeepSpeed JSON may give the scheduler's ``total_num_steps`` and ``warmup_num_steps`` as ``"auto"``: they are
+then derived from --epochs, the training set size and --warmup-ratio.
+"""
+from __future__ import annotations
+
+import argparse
+import copy
+from pathlib import Path
+from typing import Any
+
+import torch
+import torch.distributed as dist
+
+from ds_minimodel import checkpoint, flops
+from ds_minimodel.cli import run_main
+from ds_minimodel.config import ModelConfig, TrainConfig, write_json
+from ds_minimodel.data import ArrayStream
+from ds_minimodel.engine import Stage, init_distributed, load_ds_config, resolve_batch, train, write_run_description
+from ds_minimodel.errors import InputError
+from ds_minimodel.model import TaskModel
+from ds_minimodel.task import KIND_OF_FORMAT, TaskSpec, featurize, predict, read_examples, score, task_labels, \
+    task_loss
+from ds_minimodel.tokenizer import Tokenizer
+
+TASK_KIND = "task-model"
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--model", type=Path, required=True, help="the primary model: a Step-1 checkpoint or model folder")
+    p.add_argument("--task", required=True, help="task name for run names and results, e.g. xnli, lohelp")
+    p.add_argument("--format", choices=sorted(KIND_OF_FORMAT), required=True)
+    p.add_argument("--train", type=Path, required=True, help="source-language training file")
+    p.add_argument("--dev", type=Path, help="source-language dev file, scored after training")
+    p.add_argument("--language", default="en", help="language of --train/--dev (XNLI files hold several)")
+    p.add_argument("--ds-config", type=Path, required=True)
+    p.add_argument("--out", type=Path, required=True)
+    p.add_argument("--epochs", type=float, default=3.0)
+    p.add_argument("--warmup-ratio", type=float, default=0.06)
+    p.add_argument("--max-len", type=int, default=128, help="tokens per input (paper QA: 384)")
+    p.add_argument("--doc-stride", type=int, default=128, help="QA: overlap of context windows")
+    p.add_argument("--seed", type=int, default=1)
+    p.add_argument("--log-every", type=int, default=10)
+    p.add_argument("--save-every", type=int, default=1_000_000, help="updates between checkpoints (default: end)")
+    p.add_argument("--resume", action="store_true")
+    p.add_argument("--local_rank", "--local-rank", type=int, default=0, help=argparse.SUPPRESS)
+    return p
+
+
+def with_schedule(ds_config: dict[str, Any], steps: int, warmup_ratio: float) -> dict[str, Any]:
+    """Fill "auto" scheduler lengths from the run's update count."""
+    config = copy.deepcopy(ds_config)
+    params = (config.get("scheduler") or {}).get("params") or {}
+    if params.get("total_num_steps") == "auto":
+        params["total_num_steps"] = steps
+    if params.get("warmup_num_steps") == "auto":
+        params["warmup_num_steps"] = max(1, round(warmup_ratio * steps))
+    return config
+
+
+def build_task_model(primary_folder: Path, spec: TaskSpec, seed: int) -> tuple[TaskModel, dict[str, Any]]:
+    """The primary's body (embeddings and layers, MLM heads dropped) with a freshly initialised task head."""
+    mlm, meta = checkpoint.load_model(primary_folder)
+    cfg = mlm.cfg.replace(aux_head_layer=None)
+    with torch.random.fork_rng():
+        torch.manual_seed(seed)  # the head's initialisation is part of what a finetuning seed varies
+        model = TaskModel(cfg, spec.kind, spec.num_labels)
+    body = {k: v for k, v in mlm.state_dict().items() if k.startswith(("embeddings.", "layers."))}
+    missing = model.load_state_dict(body, strict=False).missing_keys
+    assert all(not k.startswith(("embeddings.", "layers.")) for k in missing), missing
+    model.embeddings.tokens.weight.requires_grad_(False)
+    return model, meta
+
+
+def load_task_model(folder: Path) -> tuple[TaskModel, TaskSpec, dict[str, Any]]:
+    meta = checkpoint.load_meta(folder)
+    if meta.get("kind") != TASK_KIND:
+        raise InputError(f"{Path(folder) / checkpoint.META}: not a finetuned task model (kind {meta.get('kind')!r})")
+    spec = TaskSpec(**meta["task"])
+    model = TaskModel(ModelConfig.from_dict(meta["model_config"], source=str(folder)), spec.kind, spec.num_labels)
+    try:
+        model.load_state_dict(checkpoint.load_weights(folder))
+    except RuntimeError as err:
+        raise InputError(f"{Path(folder) / checkpoint.WEIGHTS}: {err}") from None
+    return model, spec, meta
+
+
+def run(args: argparse.Namespace) -> dict[str, Any]:
+    ds_config = load_ds_config(args.ds_config)
+    info = init_distributed()
+    batch = resolve_batch(ds_config, info.world_size, source=str(args.ds_config))
+    primary_meta = checkpoint.load_meta(args.model)
+    tokenizer = Tokenizer.load(primary_meta["tokenizer"]["path"])
+    examples = read_examples(args.format, args.train, language=args.language, training=True)
+    spec = TaskSpec(name=args.task, format=args.format, labels=task_labels(args.format, examples),
+                    max_len=args.max_len, doc_stride=args.doc_stride)
+    features = featurize(spec, examples, tokenizer)
+    rows = len(features.arrays["input_ids"])
+    steps = max(1, int(args.epochs * (rows // batch.global_batch)))
+    ds_config = with_schedule(ds_config, steps, args.warmup_ratio)
+    train_cfg = TrainConfig(steps=steps, seq_len=args.max_len, seed=args.seed, save_every=args.save_every,
+                            log_every=args.log_every)
+    model, primary_meta = build_task_model(args.model, spec, args.seed)
+    description = {"stage": "finetune", "variant": spec.kind, "model": model.cfg.to_dict(),
+                   "data": str(Path(args.train).resolve()), "tokenizer_sha256": tokenizer.sha256, "seed": args.seed,
+                   "seq_len": args.max_len, "global_batch": batch.global_batch, "task": spec.to_dict(),
+                   "source": checkpoint.lineage(primary_meta), "ds_config": ds_config, "train": train_cfg.to_dict()}
+    if info.rank == 0:
+        write_run_description(args.out, description, resume=args.resume)
+        print(f"[finetune-{spec.name}] {len(examples):,} examples ({rows:,} model inputs), {len(spec.labels)} labels;"
+              f" {steps} updates of {batch.global_batch}; token embeddings frozen", flush=True)
+    dist.barrier()
+    torch.manual_seed(args.seed * 1_000_003 + 1 + info.rank)
+    stream = ArrayStream(features.arrays, micro_batch_size=batch.micro, world_size=info.world_size, rank=info.rank,
+                         seed=args.seed, source=str(args.train))
+    stage = Stage(
+        name=f"finetune-{spec.name}-seed{args.seed}", model=model, loss_fn=task_loss,
+        # The body's forward and backward (3 x l x FLOP_layer per sequence, appendix A.1); the small task head and
+        # the frozen embeddings' missing weight gradient are left out, as the paper leaves out minor terms.
+        flops_per_update=3 * model.cfg.num_layers * flops.layer_forward(h=model.cfg.hidden_size, s=args.max_len)
+        * batch.global_batch,
+        meta={"kind": TASK_KIND, "task": spec.to_dict(), "model_config": model.cfg.to_dict(),
+              "tokenizer": primary_meta["tokenizer"], "primary_sha256": checkpoint.lineage(primary_meta),
+              "finetuned_from": str(Path(args.model).resolve()), "seed": args.seed},
+    )
+    result = train(stage, stream, ds_config=ds_config, ds_config_source=str(args.ds_config), train_cfg=train_cfg,
+                   run_dir=args.out, resume=args.resume, batch=batch)
+    summary = {"step": result.step, "checkpoint": str(result.checkpoint), **result.last_metrics}
+    if args.dev is not None and info.rank == 0:
+        dev = read_examples(args.format, args.dev, labels=spec.labels or None, language=args.language)
+        dev_features = featurize(spec, dev, tokenizer)
+        scores = score(spec, dev, dev_features, predict(result.engine.module, dev_features.arrays), args.language)
+        write_json(Path(args.out) / "dev_scores.json", {"language": args.language, "file": str(args.dev), **scores})
+        summary["dev"] = scores
+    return summary
+
+
+def main(argv: list[str] | None = None) -> int:
+    return run_main(run, build_parser().parse_args(argv))
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,303 @@
+"""The whole method from one config: prepare data, Step 1 (and 1b), Step 2 per target language, Step 3 per task and
+seed, Step 4 for every saved Step-2 checkpoint, then results as JSON, CSV and a table shaped like the paper's Table 2.
+
+    python -m ds_minimodel.pipeline --config configs/demo.json
+
+Steps whose outputs exist are skipped; a step whose run folder exists but did not finish is resumed. Training
+steps run as separate processes through the ``deepspeed`` launcher (``ranks`` per node); Step 4 runs in process.
+Relative paths in the config are taken from the current directory.
+"""
+from __future__ import annotations
+
+import argparse
+import csv
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from ds_minimodel import checkpoint, flops
+from ds_minimodel.config import _from_dict, read_json, write_json
+from ds_minimodel.engine import free_port
+from ds_minimodel.errors import InputError
+
+SYSTEMS = ("bl_base", "bl_small", "minijoint", "minipost")
+PRIMARY_OF = {"bl_base": "base", "bl_small": "small", "minijoint": "minijoint", "minipost": "base"}
+
+
+@dataclass(frozen=True, kw_only=True)
+class StageSettings:
+    ds_config: str
+    """DeepSpeed JSON of this stage."""
+    steps: int
+    """Optimizer updates."""
+    save_every: int
+    """Checkpoint cadence (Step 2: every checkpoint is evaluated in Step 4)."""
+    log_every: int = 10
+
+
+@dataclass(frozen=True, kw_only=True)
+class FinetuneSettings:
+    ds_config: str
+    epochs: float = 3.0
+    seeds: list = field(default_factory=lambda: [1, 2, 3, 4, 5])
+    max_len: int = 128
+    warmup_ratio: float = 0.06
+
+
+@dataclass(frozen=True, kw_only=True)
+class CorpusSettings:
+    lang: str
+    corpus: str
+
+
+@dataclass(frozen=True, kw_only=True)
+class TaskSettings:
+    name: str
+    format: str
+    train: str
+    """Source-language training file."""
+    dev: dict = field(default_factory=dict)
+    """{language: file} scored with the source embeddings after Step 3."""
+    test: dict = field(default_factory=dict)
+    """{language: file} scored zero-shot in Step 4 with each target language's embeddings."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class PipelineConfig:
+    out: str
+    source: dict
+    targets: list
+    tasks: list
+    step1: dict
+    step2: dict
+    step3: dict
+    step1b: dict | None = None
+    systems: list = field(default_factory=lambda: list(SYSTEMS))
+    preset: str = "base"
+    seq_len: int = 512
+    vocab_size: int = 50_000
+    ranks: int = 1
+    aux_layer: int = 4
+    small_layers: int = 4
+    keep_layers: int = 4
+    new_layers: int = 2
+    seed: int = 1
+
+    @classmethod
+    def load(cls, path: Path) -> PipelineConfig:
+        source = str(path)
+        raw = read_json(path)
+        cfg = _from_dict(cls, raw, source)
+        unknown = sorted(set(cfg.systems) - set(SYSTEMS))
+        if unknown or not cfg.systems:
+            raise InputError(f"{source}: systems must be a non-empty subset of {', '.join(SYSTEMS)}; got {cfg.systems}")
+        if "minipost" in cfg.systems and cfg.step1b is None:
+            raise InputError(f"{source}: minipost needs a step1b section")
+        return cfg
+
+    def parsed(self, source: str) -> dict[str, Any]:
+        """The nested sections as typed settings (each checked for unknown keys and types)."""
+        return {
+            "source": _from_dict(CorpusSettings, self.source, f"{source}: source"),
+            "targets": [_from_dict(CorpusSettings, t, f"{source}: targets[{i}]") for i, t in enumerate(self.targets)],
+            "tasks": [_from_dict(TaskSettings, t, f"{source}: tasks[{i}]") for i, t in enumerate(self.tasks)],
+            "step1": _from_dict(StageSettings, self.step1, f"{source}: step1"),
+            "step1b": None if self.step1b is None else _from_dict(StageSettings, self.step1b, f"{source}: step1b"),
+            "step2": _from_dict(StageSettings, self.step2, f"{source}: step2"),
+            "step3": _from_dict(FinetuneSettings, self.step3, f"{source}: step3"),
+        }
+
+
+# ----------------------------------------------------------------------------------------------- running steps
+def launch(script: str, args: list[str], ranks: int) -> None:
+    """Run a training entry point on ``ranks`` local processes; a failure stops the pipeline with its exit code."""
+    if ranks == 1:
+        cmd = [sys.executable, script, *args]
+    else:
+        launcher = shutil.which("deepspeed") or str(Path(sys.executable).parent / "deepspeed")
+        cmd = [launcher, "--num_gpus", str(ranks), "--master_port", str(free_port()), script, *args]
+    print("$ " + " ".join(cmd), flush=True)
+    env = {k: v for k, v in os.environ.items() if k not in ("RANK", "WORLD_SIZE", "LOCAL_RANK")}
+    proc = subprocess.run(cmd, env=env)
+    if proc.returncode:
+        raise SystemExit(f"pipeline: {script} exited with {proc.returncode}")
+
+
+def finished(run_dir: Path) -> bool:
+    """A run is done when its newest complete checkpoint is at the step count its run.json asked for."""
+    run_file, latest = run_dir / checkpoint.RUN, checkpoint.latest_checkpoint(run_dir)
+    if not run_file.is_file() or latest is None:
+        return False
+    return checkpoint.load_meta(latest).get("step") == read_json(run_file)["train"]["steps"]
+
+
+def train_step(script: str, run_dir: Path, args: list[str], ranks: int) -> None:
+    if finished(run_dir):
+        print(f"[pipeline] {run_dir}: done, skipped", flush=True)
+        return
+    resume = ["--resume"] if (run_dir / checkpoint.RUN).is_file() else []
+    launch(script, [*args, "--out", str(run_dir), *resume], ranks)
+
+
+def stage_args(s: StageSettings) -> list[str]:
+    return ["--ds-config", s.ds_config, "--steps", str(s.steps), "--save-every", str(s.save_every),
+            "--log-every", str(s.log_every)]
+
+
+def run_pipeline(cfg: PipelineConfig, source_path: str) -> dict[str, Any]:
+    from ds_minimodel.prepare import prepare
+
+    sections = cfg.parsed(source_path)
+    out = Path(cfg.out)
+    out.mkdir(parents=True, exist_ok=True)
+    data = {}
+    for corpus in [sections["source"], *sections["targets"]]:
+        data[corpus.lang] = out / "data" / corpus.lang
+        prepare(Path(corpus.corpus), data[corpus.lang], vocab_size=cfg.vocab_size)
+
+    # Step 1 (and 1b): the primaries the chosen systems need.
+    common = ["--preset", cfg.preset, "--seq-len", str(cfg.seq_len), "--seed", str(cfg.seed),
+              "--data", str(data[sections["source"].lang])]
+    step1 = {}
+    for variant in sorted({PRIMARY_OF[s] for s in cfg.systems}):
+        run_dir = out / "step1" / variant
+        train_step("run_pretrain.py", run_dir, ["--variant", variant, "--aux-layer", str(cfg.aux_layer),
+                                                "--small-layers", str(cfg.small_layers), *common,
+                                                *stage_args(sections["step1"])], cfg.ranks)
+        step1[variant] = checkpoint.latest_checkpoint(run_dir)
+    bodies = {"bl_base": step1.get("base"), "bl_small": step1.get("small"), "minijoint": step1.get("minijoint")}
+    if "minipost" in cfg.systems:
+        run_dir = out / "step1b" / "minipost"
+        train_step("run_pretrain.py", run_dir, ["--variant", "minipost", "--from", str(step1["base"]),
+                                                "--keep-layers", str(cfg.keep_layers), "--new-layers",
+                                                str(cfg.new_layers), *common, *stage_args(sections["step1b"])],
+                   cfg.ranks)
+        bodies["minipost"] = checkpoint.latest_checkpoint(run_dir)
+
+    # Step 2: every system x target language; every checkpoint is kept for Step 4.
+    step2: dict[tuple[str, str], Path] = {}
+    for target in sections["targets"]:
+        for system in cfg.systems:
+            run_dir = out / "step2" / target.lang / system
+            train_step("run_adapt.py", run_dir, ["--system", system, "--body", str(bodies[system]), "--data",
+                                                 str(data[target.lang]), "--lang", target.lang, "--seq-len",
+                                                 str(cfg.seq_len), "--seed", str(cfg.seed),
+                                                 *stage_args(sections["step2"])], cfg.ranks)
+            step2[(target.lang, system)] = run_dir
+
+    # Step 3: each primary x task x seed, English embeddings frozen.
+    ft: FinetuneSettings = sections["step3"]
+    step3: dict[tuple[str, str, int], Path] = {}
+    dev_scores = []
+    for task in sections["tasks"]:
+        for variant in sorted({PRIMARY_OF[s] for s in cfg.systems}):
+            for seed in ft.seeds:
+                run_dir = out / "step3" / task.name / variant / f"seed{seed}"
+                dev = task.dev.get(sections["source"].lang)
+                train_step("run_finetune.py", run_dir,
+                           ["--model", str(step1[variant]), "--task", task.name, "--format", task.format,
+                            "--train", task.train, *(["--dev", dev] if dev else []), "--language",
+                            sections["source"].lang, "--ds-config", ft.ds_config, "--epochs", str(ft.epochs),
+                            "--warmup-ratio", str(ft.warmup_ratio), "--max-len", str(ft.max_len), "--seed",
+                            str(seed)], cfg.ranks)
+                step3[(task.name, variant, seed)] = checkpoint.latest_checkpoint(run_dir)
+                if (run_dir / "dev_scores.json").is_file():
+                    dev_scores.append({"task": task.name, "primary": variant, "seed": seed,
+                                       **read_json(run_dir / "dev_scores.json")})
+
+    # Step 4: zero-shot, every Step-2 checkpoint of every system, every seed.
+    from ds_minimodel.evaluate import zero_shot
+
+    results = []
+    for task in sections["tasks"]:
+        for (lang, system), run_dir in step2.items():
+            if lang not in task.test:
+                continue
+            for ckpt in checkpoint.complete_checkpoints(run_dir):
+                for seed in ft.seeds:
+                    record = zero_shot(step3[(task.name, PRIMARY_OF[system], seed)], ckpt, Path(task.test[lang]),
+                                       lang)
+                    record.update(v100_days=flops.to_gpu_days(record["step2_flops"]))
+                    results.append(record)
+                    print(f"[step4] {task.name} {lang} {system} update {record['step2_update']} seed {seed}: "
+                          + ", ".join(f"{k} {record[k]:.1f}" for k in ("accuracy", "macro_f1", "f1") if k in record),
+                          flush=True)
+    return write_results(out, results, dev_scores)
+
+
+# ----------------------------------------------------------------------------------------------- results
+def write_results(out: Path, results: list[dict[str, Any]], dev_scores: list[dict[str, Any]]) -> dict[str, Any]:
+    write_json(out / "results.json", {"zero_shot": results, "source_dev": dev_scores})
+    if results:
+        keys = sorted({k for r in results for k in r})
+        with open(out / "results.csv", "w", newline="", encoding="utf-8") as f:
+            writer = csv.DictWriter(f, fieldnames=keys)
+            writer.writeheader()
+            writer.writerows(results)
+    table = final_table(results)
+    (out / "table.txt").write_text(table + "\n", encoding="utf-8")
+    return {"results": str(out / "results.json"), "csv": str(out / "results.csv"), "table": table}
+
+
+def final_table(results: list[dict[str, Any]]) -> str:
+    """Paper's Table 2 shape: per system, Step-2 cost and the final checkpoint's score per language (mean +- std
+    over finetuning seeds) for each task, with the average over languages."""
+    metric_of = lambda r: "accuracy" if "accuracy" in r else "f1"  # noqa: E731
+    final: dict[tuple[str, str, str], list[float]] = {}
+    cost: dict[str, tuple[float, float]] = {}
+    last_update: dict[tuple[str, str, str], int] = {}
+    for r in results:
+        key = (r["task"], r["system"], r["lang"])
+        last_update[key] = max(last_update.get(key, -1), r["step2_update"])
+    for r in results:
+        key = (r["task"], r["system"], r["lang"])
+        if r["step2_update"] == last_update[key]:
+            final.setdefault(key, []).append(r[metric_of(r)])
+            cost[r["system"]] = (r["step2_flops"] / flops.EFLOP, r["v100_days"])
+    tasks = sorted({k[0] for k in final})
+    langs = sorted({k[2] for k in final})
+    lines = []
+    for task in tasks:
+        header = f"{'system':<10} {'EFLOPs':>10} {'V100-days':>10} " + " ".join(f"{lang:>12}" for lang in langs)
+        lines += [f"{task} (final Step-2 checkpoint, mean +- std over seeds)", header + f" {'avg':>8}"]
+        for system in [s for s in SYSTEMS if any(k[1] == s for k in final)]:
+            cells, means = [], []
+            for lang in langs:
+                scores = final.get((task, system, lang), [])
+                if scores:
+                    mean = statistics.mean(scores)
+                    std = statistics.stdev(scores) if len(scores) > 1 else 0.0
+                    cells.append(f"{mean:6.1f}+-{std:4.1f}")
+                    means.append(mean)
+                else:
+                    cells.append(f"{'-':>12}")
+            eflops, days = cost.get(system, (float("nan"), float("nan")))
+            avg = f"{statistics.mean(means):8.1f}" if means else f"{'-':>8}"
+            lines.append(f"{system:<10} {eflops:10.3g} {days:10.3g} " + " ".join(cells) + f" {avg}")
+        lines.append("")
+    return "\n".join(lines).rstrip()
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--config", type=Path, required=True)
+    args = p.parse_args(argv)
+    try:
+        cfg = PipelineConfig.load(args.config)
+        summary = run_pipeline(cfg, str(args.config))
+    except InputError as err:
+        print(f"error: {err}", file=sys.stderr, flush=True)
+        return 2
+    print("\n" + summary["table"])
+    print(f"\nresults: {summary['results']} and {summary['csv']}")
+    print(f"TensorBoard: tensorboard --logdir {cfg.out}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
