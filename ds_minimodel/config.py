@@ -70,7 +70,7 @@ class ModelConfig:
 
     @classmethod
     def from_dict(cls, data: dict[str, Any], *, source: str = "model config") -> ModelConfig:
-        return _from_dict(cls, data, source)
+        return dataclass_from_dict(cls, data, source)
 
 
 # Named sizes (STYLE habit 3). `tiny` keeps the paper's structure (12 layers, N=4 fits) at a width that trains a step
@@ -123,10 +123,10 @@ class TrainConfig:
 
     @classmethod
     def from_dict(cls, data: dict[str, Any], *, source: str = "train config") -> TrainConfig:
-        return _from_dict(cls, data, source)
+        return dataclass_from_dict(cls, data, source)
 
 
-def _from_dict(cls: type, data: Any, source: str) -> Any:
+def dataclass_from_dict(cls: type, data: Any, source: str) -> Any:
     """Build a dataclass from JSON data, refusing unknown keys and wrong types with the file named."""
     if not isinstance(data, dict):
         raise InputError(f"{source}: expected a JSON object, got {type(data).__name__}")

@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from ds_minimodel import checkpoint, flops
-from ds_minimodel.config import _from_dict, read_json, write_json
+from ds_minimodel.config import dataclass_from_dict, read_json, write_json
 from ds_minimodel.engine import free_port
 from ds_minimodel.errors import InputError
 
@@ -92,7 +92,7 @@ class PipelineConfig:
     def load(cls, path: Path) -> PipelineConfig:
         source = str(path)
         raw = read_json(path)
-        cfg = _from_dict(cls, raw, source)
+        cfg = dataclass_from_dict(cls, raw, source)
         unknown = sorted(set(cfg.systems) - set(SYSTEMS))
         if unknown or not cfg.systems:
             raise InputError(f"{source}: systems must be a non-empty subset of {', '.join(SYSTEMS)}; got {cfg.systems}")
@@ -102,14 +102,17 @@ class PipelineConfig:
 
     def parsed(self, source: str) -> dict[str, Any]:
         """The nested sections as typed settings (each checked for unknown keys and types)."""
+        def typed(cls: type, data: Any, where: str) -> Any:
+            return dataclass_from_dict(cls, data, f"{source}: {where}")
+
         return {
-            "source": _from_dict(CorpusSettings, self.source, f"{source}: source"),
-            "targets": [_from_dict(CorpusSettings, t, f"{source}: targets[{i}]") for i, t in enumerate(self.targets)],
-            "tasks": [_from_dict(TaskSettings, t, f"{source}: tasks[{i}]") for i, t in enumerate(self.tasks)],
-            "step1": _from_dict(StageSettings, self.step1, f"{source}: step1"),
-            "step1b": None if self.step1b is None else _from_dict(StageSettings, self.step1b, f"{source}: step1b"),
-            "step2": _from_dict(StageSettings, self.step2, f"{source}: step2"),
-            "step3": _from_dict(FinetuneSettings, self.step3, f"{source}: step3"),
+            "source": typed(CorpusSettings, self.source, "source"),
+            "targets": [typed(CorpusSettings, t, f"targets[{i}]") for i, t in enumerate(self.targets)],
+            "tasks": [typed(TaskSettings, t, f"tasks[{i}]") for i, t in enumerate(self.tasks)],
+            "step1": typed(StageSettings, self.step1, "step1"),
+            "step1b": None if self.step1b is None else typed(StageSettings, self.step1b, "step1b"),
+            "step2": typed(StageSettings, self.step2, "step2"),
+            "step3": typed(FinetuneSettings, self.step3, "step3"),
         }
 
 
