@@ -34,7 +34,7 @@ from ds_minimodel.losses import mlm_step
 from ds_minimodel.model import MaskedLM
 from ds_minimodel.surgery import extract_embeddings, extract_minijoint, freeze_for_adaptation, overlap_init, \
     swap_embeddings
-from ds_minimodel.tokenizer import Tokenizer
+from ds_minimodel.tokenizer import load_tokenizer
 
 SYSTEMS = ("bl_base", "bl_small", "minijoint", "minipost")
 
@@ -70,16 +70,6 @@ def load_body(system: str, folder: Path) -> tuple[MaskedLM, dict[str, Any]]:
     if system in ("bl_base", "bl_small") and kind in ("minijoint-mini", "minipost-mini"):
         raise InputError(f"{folder}: a {kind} model; --system {system} trains over a pretrained model's body")
     return model, meta
-
-
-def load_tokenizer(ref: dict[str, Any] | None, owner: Path) -> Tokenizer:
-    """The tokenizer a checkpoint refers to, checked against the hash it recorded."""
-    if not ref or "path" not in ref:
-        raise InputError(f"{owner}: records no tokenizer")
-    tokenizer = Tokenizer.load(ref["path"])
-    if ref.get("sha256") and tokenizer.sha256 != ref["sha256"]:
-        raise InputError(f"{ref['path']}: tokenizer changed since {owner} was trained (hash differs)")
-    return tokenizer
 
 
 def disable_dropout(model: nn.Module) -> None:

@@ -4,13 +4,12 @@ from __future__ import annotations
 import argparse
 import json
 import logging
-import sys
 from pathlib import Path
 from typing import Any, Callable
 
 from ds_minimodel.config import TrainConfig
 from ds_minimodel.engine import scheduler_total_steps
-from ds_minimodel.errors import InputError
+from ds_minimodel.errors import InputError, report
 
 
 def add_training_args(p: argparse.ArgumentParser, *, save_every: int = 1000) -> None:
@@ -44,8 +43,7 @@ def run_main(run: Callable[[argparse.Namespace], dict[str, Any]], args: argparse
     try:
         summary = run(args)
     except InputError as err:
-        print(f"error: {err}", file=sys.stderr, flush=True)
-        return 2
+        return report(err)
     if dist.is_initialized():
         if dist.get_rank() == 0:
             print(json.dumps(summary, sort_keys=True, default=str), flush=True)

@@ -66,18 +66,19 @@ def resolve_batch(ds_config: dict[str, Any], world_size: int, *, source: str) ->
     given = sum(v is not None for v in (total, micro, accum))
     if given < 2:
         raise InputError(f"{source}: give at least two of {', '.join(BATCH_KEYS)}")
+    def derive(given_name: str, given: int) -> int:
+        """train_batch_size / (given x world size), which must divide exactly."""
+        derived, rest = divmod(total, given * world_size)
+        if rest or derived == 0:
+            raise InputError(
+                f"{source}: train_batch_size {total} is not divisible by {given_name} {given} "
+                f"x world size {world_size} = {given * world_size}")
+        return derived
+
     if micro is None:
-        micro, rest = divmod(total, accum * world_size)
-        if rest or micro == 0:
-            raise InputError(
-                f"{source}: train_batch_size {total} is not divisible by gradient_accumulation_steps {accum} "
-                f"x world size {world_size} = {accum * world_size}")
+        micro = derive("gradient_accumulation_steps", accum)
     elif accum is None:
-        accum, rest = divmod(total, micro * world_size)
-        if rest or accum == 0:
-            raise InputError(
-                f"{source}: train_batch_size {total} is not divisible by train_micro_batch_size_per_gpu {micro} "
-                f"x world size {world_size} = {micro * world_size}")
+        accum = derive("train_micro_batch_size_per_gpu", micro)
     elif total is not None and total != micro * accum * world_size:
         raise InputError(
             f"{source}: train_batch_size {total} != train_micro_batch_size_per_gpu {micro} x "

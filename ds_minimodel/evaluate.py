@@ -11,11 +11,11 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from ds_minimodel.errors import InputError
+from ds_minimodel.errors import InputError, report
 from ds_minimodel.finetune import load_task_model
 from ds_minimodel.surgery import swap_checked
 from ds_minimodel.task import featurize, predict, read_examples, score
-from ds_minimodel.tokenizer import Tokenizer
+from ds_minimodel.tokenizer import load_tokenizer
 
 
 def zero_shot(task_folder: Path, embeddings_folder: Path | None, test_file: Path, lang: str,
@@ -31,9 +31,7 @@ def zero_shot(task_folder: Path, embeddings_folder: Path | None, test_file: Path
         tokenizer_ref = emb_meta["tokenizer"]
         record.update(embeddings=str(embeddings_folder), system=emb_meta.get("system"),
                       step2_update=emb_meta.get("step"), step2_flops=emb_meta.get("flops"))
-    tokenizer = Tokenizer.load(tokenizer_ref["path"])
-    if tokenizer.sha256 != tokenizer_ref["sha256"]:
-        raise InputError(f"{tokenizer_ref['path']}: tokenizer changed since the embeddings were trained")
+    tokenizer = load_tokenizer(tokenizer_ref, embeddings_folder or task_folder)
     examples = read_examples(spec.format, test_file, labels=spec.labels or None, language=lang)
     features = featurize(spec, examples, tokenizer)
     logits = predict(model, features.arrays, batch_size=batch_size)
@@ -52,8 +50,7 @@ def main(argv: list[str] | None = None) -> int:
         for emb in args.embeddings or [None]:
             print(json.dumps(zero_shot(args.task_model, emb, args.test, args.lang), sort_keys=True), flush=True)
     except InputError as err:
-        print(f"error: {err}", file=sys.stderr, flush=True)
-        return 2
+        return report(err)
     return 0
 
 

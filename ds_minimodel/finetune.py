@@ -26,7 +26,7 @@ from ds_minimodel.errors import InputError
 from ds_minimodel.model import TaskModel
 from ds_minimodel.task import KIND_OF_FORMAT, TaskSpec, featurize, predict, read_examples, score, task_labels, \
     task_loss
-from ds_minimodel.tokenizer import Tokenizer
+from ds_minimodel.tokenizer import load_tokenizer
 
 TASK_KIND = "task-model"
 
@@ -96,7 +96,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     info = init_distributed()
     batch = resolve_batch(ds_config, info.world_size, source=str(args.ds_config))
     primary_meta = checkpoint.load_meta(args.model)
-    tokenizer = Tokenizer.load(primary_meta["tokenizer"]["path"])
+    tokenizer = load_tokenizer(primary_meta.get("tokenizer"), args.model)
     examples = read_examples(args.format, args.train, language=args.language, training=True)
     spec = TaskSpec(name=args.task, format=args.format, labels=task_labels(args.format, examples),
                     max_len=args.max_len, doc_stride=args.doc_stride)

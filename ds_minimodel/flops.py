@@ -25,7 +25,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ds_minimodel.config import ModelConfig, get_preset
-from ds_minimodel.errors import InputError
+from ds_minimodel.errors import InputError, report
 
 V100_TFLOPS = 30.0
 """Sustained V100 throughput the paper assumes (section 3), TFLOP/s."""
@@ -739,8 +739,7 @@ def main(argv: list[str] | None = None) -> int:
             seq_len = args.seq_len if args.seq_len is not None else min(128, cfg.max_positions)
             run_check(cfg, seq_len=seq_len, batch=args.batch, mask_prob=args.mask_prob, seed=args.seed)
     except InputError as err:
-        print(f"error: {err}", file=sys.stderr)
-        return 2
+        return report(err)
     return 0
 
 

@@ -23,7 +23,7 @@ from typing import Any
 from ds_minimodel import checkpoint, flops
 from ds_minimodel.config import dataclass_from_dict, read_json, write_json
 from ds_minimodel.engine import free_port
-from ds_minimodel.errors import InputError
+from ds_minimodel.errors import InputError, report
 
 SYSTEMS = ("bl_base", "bl_small", "minijoint", "minipost")
 PRIMARY_OF = {"bl_base": "base", "bl_small": "small", "minijoint": "minijoint", "minipost": "base"}
@@ -294,8 +294,7 @@ def main(argv: list[str] | None = None) -> int:
         cfg = PipelineConfig.load(args.config)
         summary = run_pipeline(cfg, str(args.config))
     except InputError as err:
-        print(f"error: {err}", file=sys.stderr, flush=True)
-        return 2
+        return report(err)
     print("\n" + summary["table"])
     print(f"\nresults: {summary['results']} and {summary['csv']}")
     print(f"TensorBoard: tensorboard --logdir {cfg.out}")

@@ -17,7 +17,7 @@ import sys
 from pathlib import Path
 
 from ds_minimodel.data import prepare_corpus
-from ds_minimodel.errors import InputError
+from ds_minimodel.errors import InputError, report
 from ds_minimodel.tokenizer import (
     MODEL_TYPES,
     Tokenizer,
@@ -122,8 +122,7 @@ def main(argv: list[str] | None = None) -> int:
                 force=args.force, progress=not args.no_progress,
                 **{name: value for name, value in training.items() if value is not None})
     except InputError as err:
-        print(f"error: {err}", file=sys.stderr)
-        return 2
+        return report(err)
     return 0
 
 

@@ -30,7 +30,7 @@ from torch import nn
 from ds_minimodel import checkpoint
 from ds_minimodel.checkpoint import lineage, load_model, load_meta, load_weights, save_model_folder, weights_sha256
 from ds_minimodel.config import ModelConfig
-from ds_minimodel.errors import InputError
+from ds_minimodel.errors import InputError, report
 from ds_minimodel.model import AUX_HEAD, MAIN_HEAD, EncoderLayer, MaskedLM
 from ds_minimodel.tokenizer import NUM_SPECIAL, SPECIAL_PIECES
 
@@ -422,8 +422,7 @@ def main(argv: list[str] | None = None) -> int:
         else:
             _, meta = plug_embeddings(args.model, args.embeddings, args.out)
     except InputError as err:
-        print(f"error: {err}", file=sys.stderr, flush=True)
-        return 2
+        return report(err)
     print(json.dumps({"out": str(args.out), "kind": meta["kind"], "weights_sha256": meta["weights_sha256"],
                       "primary_sha256": meta["primary_sha256"]}, sort_keys=True), flush=True)
     return 0

@@ -340,3 +340,14 @@ class Tokenizer:
 
     def __repr__(self) -> str:
         return f"Tokenizer({str(self.path)!r}, vocab_size={self.vocab_size}, sha256={self.sha256[:12]}...)"
+
+
+def load_tokenizer(ref: dict | None, owner: str | Path) -> Tokenizer:
+    """The tokenizer a checkpoint or data folder refers to ({"path", "sha256"}), checked against the recorded hash,
+    so a tokenizer replaced on disk is never silently paired with embeddings trained on another."""
+    if not ref or "path" not in ref:
+        raise InputError(f"{owner}: records no tokenizer")
+    tokenizer = Tokenizer.load(ref["path"])
+    if ref.get("sha256") and tokenizer.sha256 != ref["sha256"]:
+        raise InputError(f"{ref['path']}: tokenizer changed since {owner} was written (hash differs)")
+    return tokenizer
