@@ -4,8 +4,9 @@ from __future__ import annotations
 import argparse
 import json
 import logging
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 from ds_minimodel.config import TrainConfig
 from ds_minimodel.engine import scheduler_total_steps
@@ -22,6 +23,8 @@ def add_training_args(p: argparse.ArgumentParser, *, save_every: int = 1000) -> 
     p.add_argument("--seed", type=int, default=1)
     p.add_argument("--save-every", type=int, default=save_every)
     p.add_argument("--log-every", type=int, default=10)
+    p.add_argument("--warmup-ratio", type=float, default=0.08,
+                   help='warm-up share where the scheduler says "auto" (paper: 10,000 of 125,000 updates)')
     p.add_argument("--keep-checkpoints", type=int, help="keep only the newest K checkpoints (default: all)")
     p.add_argument("--resume", action="store_true", help="continue from the newest complete checkpoint in --out")
     p.add_argument("--local_rank", "--local-rank", type=int, default=0, help=argparse.SUPPRESS)  # deepspeed launcher
@@ -30,9 +33,10 @@ def add_training_args(p: argparse.ArgumentParser, *, save_every: int = 1000) -> 
 def train_config(args: argparse.Namespace, ds_config: dict[str, Any]) -> TrainConfig:
     steps = args.steps or scheduler_total_steps(ds_config)
     if steps is None:
-        raise InputError(f"{args.ds_config}: no scheduler total_num_steps; pass --steps")
+        raise InputError(f"{args.ds_config}: the scheduler's total_num_steps is not a number; pass --steps")
     return TrainConfig(steps=steps, seq_len=args.seq_len, mask_prob=args.mask_prob, seed=args.seed,
-                       save_every=args.save_every, log_every=args.log_every, keep_checkpoints=args.keep_checkpoints)
+                       save_every=args.save_every, log_every=args.log_every, keep_checkpoints=args.keep_checkpoints,
+                       warmup_ratio=args.warmup_ratio)
 
 
 def run_main(run: Callable[[argparse.Namespace], dict[str, Any]], args: argparse.Namespace) -> int:

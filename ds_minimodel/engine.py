@@ -12,9 +12,10 @@ import math
 import os
 import socket
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import torch
 import torch.distributed as dist
@@ -89,7 +90,20 @@ def resolve_batch(ds_config: dict[str, Any], world_size: int, *, source: str) ->
 def scheduler_total_steps(ds_config: dict[str, Any]) -> int | None:
     params = (ds_config.get("scheduler") or {}).get("params") or {}
     total = params.get("total_num_steps")
-    return total if isinstance(total, int) else None  # "auto": filled in by the stage (finetuning)
+    return total if isinstance(total, int) else None  # "auto": the run's own update count (fill_schedule)
+
+
+def fill_schedule(ds_config: dict[str, Any], steps: int, warmup_ratio: float) -> dict[str, Any]:
+    """A copy of the config with the scheduler's ``"auto"`` lengths filled in: ``total_num_steps`` becomes the run's
+    update count and ``warmup_num_steps`` that times ``warmup_ratio`` (at least 1), so one JSON serves runs of any
+    length, as HF Trainer's ``"auto"`` values do."""
+    config = copy.deepcopy(ds_config)
+    params = (config.get("scheduler") or {}).get("params") or {}
+    if params.get("total_num_steps") == "auto":
+        params["total_num_steps"] = steps
+    if params.get("warmup_num_steps") == "auto":
+        params["warmup_num_steps"] = max(1, round(warmup_ratio * steps))
+    return config
 
 
 def uses_fp16(ds_config: dict[str, Any]) -> bool:
@@ -200,7 +214,7 @@ def train(
         raise InputError(
             f"{ds_config_source}: the run asks for {train_cfg.steps} updates but the scheduler's total_num_steps is "
             f"{total_steps} (the learning rate would be 0 after it); lower --steps or raise total_num_steps")
-    config = copy.deepcopy(ds_config)
+    config = fill_schedule(ds_config, train_cfg.steps, train_cfg.warmup_ratio)
     config.update(train_batch_size=batch.global_batch, train_micro_batch_size_per_gpu=batch.micro,
                   gradient_accumulation_steps=batch.accumulation)
     engine, _, _, _ = deepspeed.initialize(model=stage.model, model_parameters=stage.trainable_parameters(),

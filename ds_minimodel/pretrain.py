@@ -33,7 +33,7 @@ def build_parser() -> argparse.ArgumentParser:
                         "after layer --aux-layer, loss = mean of both heads; minipost: Step 1b over --from")
     p.add_argument("--aux-layer", type=int, default=4, help="MiniJoint: layer N the second head reads (paper N=4)")
     p.add_argument("--small-layers", type=int, default=4, help="BL_SMALL's depth")
-    p.add_argument("--preset", default="base", help="model size preset: tiny, base, small")
+    p.add_argument("--preset", default="base", help="model size preset: tiny, demo, base, small")
     p.add_argument("--model-config", type=Path, help="JSON object of ModelConfig fields overriding the preset")
     p.add_argument("--from", dest="from_", type=Path,
                    help="MiniPost: checkpoint or model folder of the pretrained primary model to cut from")

@@ -24,9 +24,15 @@ def read_metrics(run_dir: Path) -> list[dict]:
 
 
 def test_minijoint_two_ranks_both_heads_learn(en_data, tmp_path):
+    # A fixed schedule (20 warm-up updates of 1,000) rather than the shipped "auto" one, which would decay the rate
+    # to 0 over these 40 updates: the question here is whether both heads learn, not how a short schedule ends.
+    config = json.loads((REPO / "ds_configs/cpu_fp32.json").read_text())
+    config["scheduler"]["params"].update(warmup_num_steps=20, total_num_steps=1000)
+    ds_config = tmp_path / "ds.json"
+    ds_config.write_text(json.dumps(config))
     out = tmp_path / "minijoint"
-    run_cmd(pretrain_cmd(2, "--variant", "minijoint", *TINY, "--data", str(en_data), "--out", str(out),
-                         "--steps", "40", "--log-every", "5", "--save-every", "20"))
+    run_cmd(pretrain_cmd(2, "--variant", "minijoint", *TINY, "--ds-config", str(ds_config), "--data", str(en_data),
+                         "--out", str(out), "--steps", "40", "--log-every", "5", "--save-every", "20"))
     records = read_metrics(out)
     assert [r["step"] for r in records] == list(range(5, 41, 5))
     for head in ("loss_main", "loss_aux"):

@@ -36,8 +36,8 @@ def test_tiny_preset_keeps_the_papers_depth_at_a_small_width() -> None:
 def test_unknown_preset_is_an_input_error_listing_the_known_names() -> None:
     with pytest.raises(InputError, match="'huge'") as err:
         get_preset("huge")
-    assert "base, small, tiny" in str(err.value)
-    assert set(PRESETS) == {"base", "small", "tiny"}
+    assert "base, demo, small, tiny" in str(err.value)
+    assert set(PRESETS) == {"base", "demo", "small", "tiny"}
     assert issubclass(InputError, ValueError)
 
 

@@ -56,3 +56,17 @@ def test_shipped_configs_parse_and_fit_their_clusters(name):
         assert config["optimizer"]["params"]["lr"] == 7e-4
     else:
         assert resolve_batch(config, 2, source=name).global_batch == 32
+
+
+def test_auto_schedule_lengths_follow_the_run():
+    from ds_minimodel.engine import fill_schedule
+
+    config = {"scheduler": {"type": "WarmupDecayLR", "params": {"warmup_num_steps": "auto",
+                                                               "total_num_steps": "auto", "warmup_max_lr": 1e-3}}}
+    filled = fill_schedule(config, 1500, 0.08)
+    assert filled["scheduler"]["params"] == {"warmup_num_steps": 120, "total_num_steps": 1500, "warmup_max_lr": 1e-3}
+    assert config["scheduler"]["params"]["total_num_steps"] == "auto"  # the caller's dict is not changed
+    assert fill_schedule(config, 10, 0.01)["scheduler"]["params"]["warmup_num_steps"] == 1  # never 0
+    fixed = {"scheduler": {"params": {"warmup_num_steps": 10_000, "total_num_steps": 125_000}}}
+    assert fill_schedule(fixed, 50, 0.5) == fixed
+    assert fill_schedule({}, 50, 0.5) == {}
