@@ -64,7 +64,7 @@ def _token_dtype(vocab_size: int) -> np.dtype:
     return np.dtype(np.uint16) if vocab_size <= 65535 else np.dtype(np.uint32)
 
 
-def _file_sha256(path: Path) -> str:
+def file_sha256(path: Path) -> str:
     digest = hashlib.sha256()
     with path.open("rb") as f:
         while block := f.read(8 << 20):
@@ -329,7 +329,7 @@ def _existing_matches(meta: dict, corpus: Path, tokenizer: Tokenizer) -> str | N
         return f"format version {meta.get('format_version')} (this code writes {FORMAT_VERSION})"
     if meta.get("tokenizer_sha256") != tokenizer.sha256:
         return f"tokenizer {meta.get('tokenizer')} (sha256 {str(meta.get('tokenizer_sha256'))[:12]}...)"
-    if meta.get("corpus_bytes") != corpus.stat().st_size or meta.get("corpus_sha256") != _file_sha256(corpus):
+    if meta.get("corpus_bytes") != corpus.stat().st_size or meta.get("corpus_sha256") != file_sha256(corpus):
         return f"corpus {meta.get('corpus')} (sha256 {str(meta.get('corpus_sha256'))[:12]}...)"
     return None
 

@@ -14,14 +14,14 @@ from typing import Any
 from ds_minimodel.errors import InputError, report
 from ds_minimodel.finetune import load_task_model
 from ds_minimodel.surgery import swap_checked
-from ds_minimodel.task import featurize, predict, read_examples, score
+from ds_minimodel.task import KIND_OF_FORMAT, featurize, predict, read_eval_examples, score
 from ds_minimodel.tokenizer import load_tokenizer
 
 
 def zero_shot(task_folder: Path, embeddings_folder: Path | None, test_file: Path, lang: str,
-              *, batch_size: int = 64) -> dict[str, Any]:
-    """Scores of the task model in ``task_folder`` on ``test_file`` with the embeddings of ``embeddings_folder``
-    swapped in (None: the model's own source-language embeddings)."""
+              *, test_format: str | None = None, batch_size: int = 64) -> dict[str, Any]:
+    """Scores of the task model in ``task_folder`` on ``test_file`` (in ``test_format``, default the training
+    format) with the embeddings of ``embeddings_folder`` swapped in (None: the model's own embeddings)."""
     model, spec, meta = load_task_model(task_folder)
     tokenizer_ref = meta["tokenizer"]
     record: dict[str, Any] = {"task": spec.name, "lang": lang, "test_file": str(test_file),
@@ -32,7 +32,7 @@ def zero_shot(task_folder: Path, embeddings_folder: Path | None, test_file: Path
         record.update(embeddings=str(embeddings_folder), system=emb_meta.get("system"),
                       step2_update=emb_meta.get("step"), step2_flops=emb_meta.get("flops"))
     tokenizer = load_tokenizer(tokenizer_ref, embeddings_folder or task_folder)
-    examples = read_examples(spec.format, test_file, labels=spec.labels or None, language=lang)
+    examples = read_eval_examples(spec, test_format, test_file, lang)
     features = featurize(spec, examples, tokenizer)
     logits = predict(model, features.arrays, batch_size=batch_size)
     return {**record, "n": len(examples), **score(spec, examples, features, logits, lang)}
@@ -45,10 +45,13 @@ def main(argv: list[str] | None = None) -> int:
                    help="embeddings folders (Step-2 checkpoints); none: the model's own embeddings")
     p.add_argument("--test", type=Path, required=True)
     p.add_argument("--lang", required=True)
+    p.add_argument("--format", choices=sorted(KIND_OF_FORMAT),
+                   help="format of --test when it differs from the training format (e.g. xnli after multinli)")
     args = p.parse_args(argv)
     try:
         for emb in args.embeddings or [None]:
-            print(json.dumps(zero_shot(args.task_model, emb, args.test, args.lang), sort_keys=True), flush=True)
+            print(json.dumps(zero_shot(args.task_model, emb, args.test, args.lang,
+                                                  test_format=args.format), sort_keys=True), flush=True)
     except InputError as err:
         return report(err)
     return 0

@@ -10,7 +10,6 @@ then derived from --epochs, the training set size and --warmup-ratio.
 from __future__ import annotations
 
 import argparse
-import copy
 from pathlib import Path
 from typing import Any
 
@@ -24,8 +23,8 @@ from ds_minimodel.data import ArrayStream
 from ds_minimodel.engine import Stage, init_distributed, load_ds_config, resolve_batch, train, write_run_description
 from ds_minimodel.errors import InputError
 from ds_minimodel.model import TaskModel
-from ds_minimodel.task import KIND_OF_FORMAT, TaskSpec, featurize, predict, read_examples, score, task_labels, \
-    task_loss
+from ds_minimodel.task import KIND_OF_FORMAT, TaskSpec, featurize, predict, read_eval_examples, read_examples, \
+    score, task_labels, task_loss
 from ds_minimodel.tokenizer import load_tokenizer
 
 TASK_KIND = "task-model"
@@ -38,6 +37,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--format", choices=sorted(KIND_OF_FORMAT), required=True)
     p.add_argument("--train", type=Path, required=True, help="source-language training file")
     p.add_argument("--dev", type=Path, help="source-language dev file, scored after training")
+    p.add_argument("--dev-format", choices=sorted(KIND_OF_FORMAT),
+                   help="format of --dev when it differs from --format (XNLI: train on multinli, dev in xnli)")
     p.add_argument("--language", default="en", help="language of --train/--dev (XNLI files hold several)")
     p.add_argument("--ds-config", type=Path, required=True)
     p.add_argument("--out", type=Path, required=True)
@@ -51,17 +52,6 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--resume", action="store_true")
     p.add_argument("--local_rank", "--local-rank", type=int, default=0, help=argparse.SUPPRESS)
     return p
-
-
-def with_schedule(ds_config: dict[str, Any], steps: int, warmup_ratio: float) -> dict[str, Any]:
-    """Fill "auto" scheduler lengths from the run's update count."""
-    config = copy.deepcopy(ds_config)
-    params = (config.get("scheduler") or {}).get("params") or {}
-    if params.get("total_num_steps") == "auto":
-        params["total_num_steps"] = steps
-    if params.get("warmup_num_steps") == "auto":
-        params["warmup_num_steps"] = max(1, round(warmup_ratio * steps))
-    return config
 
 
 def build_task_model(primary_folder: Path, spec: TaskSpec, seed: int) -> tuple[TaskModel, dict[str, Any]]:
@@ -103,9 +93,8 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     features = featurize(spec, examples, tokenizer)
     rows = len(features.arrays["input_ids"])
     steps = max(1, int(args.epochs * (rows // batch.global_batch)))
-    ds_config = with_schedule(ds_config, steps, args.warmup_ratio)
     train_cfg = TrainConfig(steps=steps, seq_len=args.max_len, seed=args.seed, save_every=args.save_every,
-                            log_every=args.log_every)
+                            log_every=args.log_every, warmup_ratio=args.warmup_ratio)
     model, primary_meta = build_task_model(args.model, spec, args.seed)
     description = {"stage": "finetune", "variant": spec.kind, "model": model.cfg.to_dict(),
                    "data": str(Path(args.train).resolve()), "tokenizer_sha256": tokenizer.sha256, "seed": args.seed,
@@ -133,7 +122,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
                    run_dir=args.out, resume=args.resume, batch=batch)
     summary = {"step": result.step, "checkpoint": str(result.checkpoint), **result.last_metrics}
     if args.dev is not None and info.rank == 0:
-        dev = read_examples(args.format, args.dev, labels=spec.labels or None, language=args.language)
+        dev = read_eval_examples(spec, args.dev_format, args.dev, args.language)
         dev_features = featurize(spec, dev, tokenizer)
         scores = score(spec, dev, dev_features, predict(result.engine.module, dev_features.arrays), args.language)
         write_json(Path(args.out) / "dev_scores.json", {"language": args.language, "file": str(args.dev), **scores})

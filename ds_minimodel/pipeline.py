@@ -22,8 +22,10 @@ from typing import Any
 
 from ds_minimodel import checkpoint, flops
 from ds_minimodel.config import dataclass_from_dict, read_json, write_json
+from ds_minimodel.data import file_sha256
 from ds_minimodel.engine import free_port
 from ds_minimodel.errors import InputError, report
+from ds_minimodel.evaluate import zero_shot
 
 SYSTEMS = ("bl_base", "bl_small", "minijoint", "minipost")
 PRIMARY_OF = {"bl_base": "base", "bl_small": "small", "minijoint": "minijoint", "minipost": "base"}
@@ -65,6 +67,8 @@ class TaskSettings:
     """{language: file} scored with the source embeddings after Step 3."""
     test: dict = field(default_factory=dict)
     """{language: file} scored zero-shot in Step 4 with each target language's embeddings."""
+    eval_format: str | None = None
+    """Format of the dev and test files when it differs from ``format`` (XNLI: train ``multinli``, eval ``xnli``)."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -204,7 +208,8 @@ def run_pipeline(cfg: PipelineConfig, source_path: str) -> dict[str, Any]:
                 dev = task.dev.get(sections["source"].lang)
                 train_step("run_finetune.py", run_dir,
                            ["--model", str(step1[variant]), "--task", task.name, "--format", task.format,
-                            "--train", task.train, *(["--dev", dev] if dev else []), "--language",
+                            "--train", task.train, *(["--dev", dev] if dev else []),
+                            *(["--dev-format", task.eval_format] if task.eval_format else []), "--language",
                             sections["source"].lang, "--ds-config", ft.ds_config, "--epochs", str(ft.epochs),
                             "--warmup-ratio", str(ft.warmup_ratio), "--max-len", str(ft.max_len), "--seed",
                             str(seed)], cfg.ranks)
@@ -214,8 +219,6 @@ def run_pipeline(cfg: PipelineConfig, source_path: str) -> dict[str, Any]:
                                        **read_json(run_dir / "dev_scores.json")})
 
     # Step 4: zero-shot, every Step-2 checkpoint of every system, every seed.
-    from ds_minimodel.evaluate import zero_shot
-
     results = []
     for task in sections["tasks"]:
         for (lang, system), run_dir in step2.items():
@@ -223,9 +226,9 @@ def run_pipeline(cfg: PipelineConfig, source_path: str) -> dict[str, Any]:
                 continue
             for ckpt in checkpoint.complete_checkpoints(run_dir):
                 for seed in ft.seeds:
-                    record = zero_shot(step3[(task.name, PRIMARY_OF[system], seed)], ckpt, Path(task.test[lang]),
-                                       lang)
-                    record.update(v100_days=flops.to_gpu_days(record["step2_flops"]))
+                    task_model = step3[(task.name, PRIMARY_OF[system], seed)]
+                    cache = out / "step4" / task.name / lang / system / f"seed{seed}" / f"{ckpt.name}.json"
+                    record = scored(cache, task_model, ckpt, Path(task.test[lang]), lang, task.eval_format)
                     results.append(record)
                     print(f"[step4] {task.name} {lang} {system} update {record['step2_update']} seed {seed}: "
                           + ", ".join(f"{k} {record[k]:.1f}" for k in ("accuracy", "macro_f1", "f1") if k in record),
@@ -233,57 +236,69 @@ def run_pipeline(cfg: PipelineConfig, source_path: str) -> dict[str, Any]:
     return write_results(out, results, dev_scores)
 
 
+def scored(cache: Path, task_model: Path, embeddings: Path, test_file: Path, lang: str, test_format: str | None
+           ) -> dict[str, Any]:
+    """Step 4 for one (finetuned model, Step-2 checkpoint, test file), kept in ``cache`` and reused while the
+    inputs it names are unchanged (weights hashes), so a re-run only scores what is new."""
+    inputs = {"task_model_sha256": checkpoint.load_meta(task_model)["weights_sha256"],
+              "embeddings_sha256": checkpoint.load_meta(embeddings)["weights_sha256"],
+              "test_file": str(test_file.resolve()), "test_sha256": file_sha256(test_file),
+              "test_format": test_format}
+    if cache.is_file():
+        kept = read_json(cache)
+        if kept.get("inputs") == inputs:
+            return kept["record"]
+    record = zero_shot(task_model, embeddings, test_file, lang, test_format=test_format)
+    record.update(v100_days=flops.to_gpu_days(record["step2_flops"]))
+    cache.parent.mkdir(parents=True, exist_ok=True)
+    write_json(cache, {"inputs": inputs, "record": record})
+    return record
+
+
 # ----------------------------------------------------------------------------------------------- results
+def main_metric(record: dict[str, Any]) -> str:
+    """The paper's headline metric: accuracy for classification and tagging, F1 for QA."""
+    return "accuracy" if "accuracy" in record else "f1"
+
+
+def over_seeds(results: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Mean and sample standard deviation over finetuning seeds of the main metric, per task, system, language
+    and Step-2 checkpoint (one row per point of the paper's Figure 3 curves)."""
+    groups: dict[tuple, list[dict[str, Any]]] = {}
+    for r in results:
+        groups.setdefault((r["task"], r["system"], r["lang"], r["step2_update"]), []).append(r)
+    order = {s: i for i, s in enumerate(SYSTEMS)}
+    rows = []
+    for (task, system, lang, update), records in sorted(groups.items(),
+                                                        key=lambda kv: (kv[0][0], order[kv[0][1]], *kv[0][2:])):
+        metric = main_metric(records[0])
+        scores = [r[metric] for r in records]
+        rows.append({"task": task, "system": system, "lang": lang, "step2_update": update,
+                     "step2_flops": records[0]["step2_flops"], "v100_days": records[0]["v100_days"],
+                     "metric": metric, "mean": statistics.mean(scores),
+                     "std": statistics.stdev(scores) if len(scores) > 1 else 0.0,
+                     "seeds": sorted(r["seed"] for r in records)})
+    return rows
+
+
+def write_csv(path: Path, rows: list[dict[str, Any]]) -> None:
+    keys = sorted({k for r in rows for k in r})
+    with open(path, "w", newline="", encoding="utf-8") as f:
+        writer = csv.DictWriter(f, fieldnames=keys)
+        writer.writeheader()
+        writer.writerows(rows)
+
+
 def write_results(out: Path, results: list[dict[str, Any]], dev_scores: list[dict[str, Any]]) -> dict[str, Any]:
-    write_json(out / "results.json", {"zero_shot": results, "source_dev": dev_scores})
+    """results.json (every record, the per-checkpoint means over seeds, the source-language dev scores),
+    results.csv (one row per seed and checkpoint) and results_mean.csv (one row per checkpoint)."""
+    summary = over_seeds(results)
+    write_json(out / "results.json", {"zero_shot": results, "zero_shot_over_seeds": summary,
+                                      "source_dev": dev_scores})
     if results:
-        keys = sorted({k for r in results for k in r})
-        with open(out / "results.csv", "w", newline="", encoding="utf-8") as f:
-            writer = csv.DictWriter(f, fieldnames=keys)
-            writer.writeheader()
-            writer.writerows(results)
-    table = final_table(results)
-    (out / "table.txt").write_text(table + "\n", encoding="utf-8")
-    return {"results": str(out / "results.json"), "csv": str(out / "results.csv"), "table": table}
-
-
-def final_table(results: list[dict[str, Any]]) -> str:
-    """Paper's Table 2 shape: per system, Step-2 cost and the final checkpoint's score per language (mean +- std
-    over finetuning seeds) for each task, with the average over languages."""
-    metric_of = lambda r: "accuracy" if "accuracy" in r else "f1"  # noqa: E731
-    final: dict[tuple[str, str, str], list[float]] = {}
-    cost: dict[str, tuple[float, float]] = {}
-    last_update: dict[tuple[str, str, str], int] = {}
-    for r in results:
-        key = (r["task"], r["system"], r["lang"])
-        last_update[key] = max(last_update.get(key, -1), r["step2_update"])
-    for r in results:
-        key = (r["task"], r["system"], r["lang"])
-        if r["step2_update"] == last_update[key]:
-            final.setdefault(key, []).append(r[metric_of(r)])
-            cost[r["system"]] = (r["step2_flops"] / flops.EFLOP, r["v100_days"])
-    tasks = sorted({k[0] for k in final})
-    langs = sorted({k[2] for k in final})
-    lines = []
-    for task in tasks:
-        header = f"{'system':<10} {'EFLOPs':>10} {'V100-days':>10} " + " ".join(f"{lang:>12}" for lang in langs)
-        lines += [f"{task} (final Step-2 checkpoint, mean +- std over seeds)", header + f" {'avg':>8}"]
-        for system in [s for s in SYSTEMS if any(k[1] == s for k in final)]:
-            cells, means = [], []
-            for lang in langs:
-                scores = final.get((task, system, lang), [])
-                if scores:
-                    mean = statistics.mean(scores)
-                    std = statistics.stdev(scores) if len(scores) > 1 else 0.0
-                    cells.append(f"{mean:6.1f}+-{std:4.1f}")
-                    means.append(mean)
-                else:
-                    cells.append(f"{'-':>12}")
-            eflops, days = cost.get(system, (float("nan"), float("nan")))
-            avg = f"{statistics.mean(means):8.1f}" if means else f"{'-':>8}"
-            lines.append(f"{system:<10} {eflops:10.3g} {days:10.3g} " + " ".join(cells) + f" {avg}")
-        lines.append("")
-    return "\n".join(lines).rstrip()
+        write_csv(out / "results.csv", results)
+        write_csv(out / "results_mean.csv", [{**r, "seeds": " ".join(map(str, r["seeds"]))} for r in summary])
+    return {"results": str(out / "results.json"), "csv": str(out / "results.csv"), "has_results": bool(results)}
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -295,7 +310,14 @@ def main(argv: list[str] | None = None) -> int:
         summary = run_pipeline(cfg, str(args.config))
     except InputError as err:
         return report(err)
-    print("\n" + summary["table"])
+    # The analysis (tables shaped like the paper's Tables 2 and 3, Figures 1 and 3) reads only results.json.
+    if not summary["has_results"]:
+        print("no zero-shot results (no task has a test file in a target language): nothing to analyse")
+    else:
+        print(flush=True)
+        proc = subprocess.run([sys.executable, "-m", "ds_minimodel.analysis", "--results", summary["results"]])
+        if proc.returncode:
+            return proc.returncode
     print(f"\nresults: {summary['results']} and {summary['csv']}")
     print(f"TensorBoard: tensorboard --logdir {cfg.out}")
     return 0

@@ -82,6 +82,17 @@ def read_examples(fmt: str, path: Path, *, labels: Sequence[str] | None = None, 
     raise InputError(f"{path}: unknown task format {fmt!r}; known: {', '.join(KIND_OF_FORMAT)}")
 
 
+def read_eval_examples(spec: TaskSpec, fmt: str | None, path: Path, language: str | None) -> readers.Examples:
+    """A dev or test file, read with the training labels, in ``fmt`` (default: the training format) which must
+    give the same kind of task (XNLI's TSV after MultiNLI's JSONL, MLQA after SQuAD)."""
+    fmt = fmt or spec.format
+    if fmt not in KIND_OF_FORMAT or KIND_OF_FORMAT[fmt] != spec.kind:
+        raise InputError(f"{path}: format {fmt!r} does not fit task {spec.name!r}, trained as {spec.format!r} "
+                         f"({spec.kind}); use one of: "
+                         + ", ".join(f for f, kind in KIND_OF_FORMAT.items() if kind == spec.kind))
+    return read_examples(fmt, path, labels=spec.labels or None, language=language)
+
+
 def task_labels(fmt: str, examples: readers.Examples) -> list[str]:
     if KIND_OF_FORMAT[fmt] == "sequence":
         return list(examples.labels)

@@ -155,6 +155,18 @@ def test_evaluation_file_read_with_training_labels() -> None:
     assert_input_error(lambda: read_generic(path, train.labels), f"{path}:3", "'draw'", "calc, writer")
 
 
+def test_multinli_training_evaluated_on_xnli_and_mismatched_formats_refused() -> None:
+    from ds_minimodel.task import TaskSpec, read_eval_examples, read_examples, task_labels
+
+    train = read_examples("multinli", fixture("multinli.jsonl"), training=True)
+    spec = TaskSpec(name="xnli", format="multinli", labels=task_labels("multinli", train))
+    german = read_eval_examples(spec, "xnli", fixture("xnli.dev.tsv"), "de")
+    assert [e.label_name for e in german] == ["neutral", "contradiction"]
+    path = fixture("xnli.dev.tsv")
+    assert_input_error(lambda: read_eval_examples(spec, "squad", path, "de"), str(path), "'squad'",
+                       "trained as 'multinli' (sequence)", "generic")
+
+
 def test_lohelp_real_lines() -> None:
     examples = read_lohelp(fixture("lohelp.train.en.jsonl"))
     assert examples.labels == list(LOHELP_LABELS) == sorted(LOHELP_LABELS)

@@ -1,0 +1,97 @@
+"""Time to near-maximal performance, speedups, the paper's Tables 2 and 3 and its plots, from results.json."""
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from ds_minimodel.analysis import Point, analyse, average_speedups, curves, run, time_to_target
+from ds_minimodel.errors import InputError
+from ds_minimodel.pipeline import over_seeds
+
+
+def test_section_3_worked_example():
+    """48% at 5,000 updates and 1.17 EFLOPs, 52% at 10,000 and 2.34 EFLOPs: 50% is reached at 7,500 updates and
+    about 1.76 EFLOPs."""
+    curve = [Point(5_000, 1.17e18, 1.17 / 2.592, 48.0), Point(10_000, 2.34e18, 2.34 / 2.592, 52.0)]
+    reached = time_to_target(curve, 50.0)
+    assert reached.updates == pytest.approx(7_500)
+    assert reached.flops == pytest.approx(1.755e18) and abs(reached.flops / 1e18 - 1.76) < 0.01  # "about 1.76"
+    assert reached.v100_days == pytest.approx(1.755 / 2.592)
+    assert not reached.never and not reached.at_first_checkpoint
+
+
+def test_never_reached_and_reached_at_the_first_checkpoint():
+    curve = [Point(100, 1.0, 1.0, 40.0), Point(200, 2.0, 2.0, 45.0)]
+    assert time_to_target(curve, 46.0).never
+    first = time_to_target(curve, 39.0)
+    assert (first.updates, first.v100_days, first.at_first_checkpoint) == (100, 1.0, True)
+    # a curve that dips: the FIRST crossing counts, interpolated from the checkpoint just before it
+    dipping = [Point(100, 1, 1, 40.0), Point(200, 2, 2, 50.0), Point(300, 3, 3, 30.0), Point(400, 4, 4, 60.0)]
+    assert time_to_target(dipping, 45.0).updates == pytest.approx(150)
+    assert time_to_target(curve, 45.0).updates == 200  # exactly at a checkpoint
+
+
+def record(system: str, update: int, seed: int, accuracy: float, lang: str) -> dict:
+    per_update = {"bl_base": 1.0, "minijoint": 0.4, "bl_small": 0.4, "minipost": 0.5}[system] * 1e18
+    return {"task": "xnli", "system": system, "lang": lang, "step2_update": update, "seed": seed,
+            "accuracy": accuracy, "step2_flops": per_update * update, "v100_days": per_update * update / 2.592e18}
+
+
+def synthetic_results() -> dict:
+    """BL_BASE ends at 60 (de) and 70 (fr), so the targets are 57 and 66.5. MiniJoint learns at the same rate per
+    update but each update costs 0.4 of BL_BASE's; BL_SMALL never gets there in French."""
+    scores = {  # (system, lang): score at updates 1, 2, 3, 4 (x 1,000)
+        ("bl_base", "de"): [30, 50, 58, 60], ("bl_base", "fr"): [40, 60, 67, 70],
+        ("minijoint", "de"): [30, 50, 58, 59], ("minijoint", "fr"): [40, 60, 67, 68],
+        ("bl_small", "de"): [57, 57.5, 58, 58], ("bl_small", "fr"): [40, 45, 50, 55],
+    }
+    results = [record(system, 1000 * (i + 1), seed, score + (1 if seed == 2 else -1), lang)
+               for (system, lang), points in scores.items() for i, score in enumerate(points) for seed in (1, 2)]
+    return {"zero_shot": results, "zero_shot_over_seeds": over_seeds(results), "source_dev": []}
+
+
+def test_targets_speedups_and_their_average():
+    rows = analyse(curves(synthetic_results(), "results.json")[0])
+    by = {(r["lang"], r["system"]): r for r in rows}
+    assert by[("de", "bl_base")]["target"] == pytest.approx(57.0) and by[("fr", "bl_base")]["target"] == 66.5
+    # BL_BASE de: 50 at 2,000, 58 at 3,000 -> 57 at 2,875 updates
+    assert by[("de", "bl_base")]["updates"] == pytest.approx(2_875)
+    assert by[("de", "minijoint")]["updates"] == pytest.approx(2_875)
+    assert by[("de", "minijoint")]["speedup"] == pytest.approx(2.5)  # same updates at 0.4 of the cost
+    assert by[("fr", "minijoint")]["speedup"] == pytest.approx(2.5)
+    assert by[("de", "bl_small")]["at_first_checkpoint"] and by[("de", "bl_small")]["speedup"] == pytest.approx(
+        2.875 / 0.4)
+    assert by[("fr", "bl_small")]["never"] and by[("fr", "bl_small")]["speedup"] is None
+    averages = average_speedups(rows)
+    assert averages[("xnli", "minijoint")] == pytest.approx(2.5)
+    assert averages[("xnli", "bl_small")] == pytest.approx(2.875 / 0.4)  # French never reached: not averaged
+
+
+def test_tables_and_plots_written(tmp_path):
+    results = tmp_path / "results.json"
+    results.write_text(json.dumps(synthetic_results()))
+    summary = run(results, tmp_path / "analysis")
+    t2 = summary["table2"].splitlines()
+    assert t2[0].startswith("Table 2 (xnli, accuracy)")
+    minijoint = next(line for line in t2 if line.startswith("minijoint")).split()
+    assert minijoint[1:4] == ["4000", "1.6e+03", "617"]  # updates, EFLOPs, V100-days
+    assert minijoint[4:6] == ["59.0+-", "1.4"]
+    t3 = summary["table3"]
+    assert "never" in t3 and "2.50x" in t3 and "targets: de 57.0, fr 66.5" in t3
+    assert sorted(p.rsplit("/", 1)[1] for p in summary["figures"]) == [
+        "figure1_speedup.png", "figure3_xnli_de.png", "figure3_xnli_fr.png"]
+    for figure in summary["figures"]:
+        assert open(figure, "rb").read(8) == b"\x89PNG\r\n\x1a\n"
+    saved = json.loads((tmp_path / "analysis/time_to_target.json").read_text())
+    assert len(saved["rows"]) == 6 and (tmp_path / "analysis/time_to_target.csv").is_file()
+
+
+def test_results_that_are_not_a_pipelines_are_refused(tmp_path):
+    path = tmp_path / "results.json"
+    path.write_text(json.dumps({"zero_shot": []}))
+    with pytest.raises(InputError, match=f"{path}: no 'zero_shot_over_seeds'"):
+        run(path, tmp_path / "a")
+    path.write_text(json.dumps({"zero_shot_over_seeds": [{"task": "x"}]}))
+    with pytest.raises(InputError, match=r"zero_shot_over_seeds\[0\] is malformed"):
+        run(path, tmp_path / "a")
