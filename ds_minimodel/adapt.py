@@ -83,7 +83,8 @@ def disable_dropout(model: nn.Module) -> None:
 def run(args: argparse.Namespace) -> dict[str, Any]:
     result, stage = train_embeddings(args)
     return {"step": result.step, "tokens": result.tokens, "flops": result.flops,
-            "checkpoint": str(result.checkpoint), "overlap": stage.meta["overlap"], **result.last_metrics}
+            "checkpoint": str(result.checkpoint), "overlap": stage.meta["overlap"], "stopped_by": result.stopped_by,
+            **result.last_metrics}
 
 
 def train_embeddings(args: argparse.Namespace) -> tuple[TrainResult, Stage]:

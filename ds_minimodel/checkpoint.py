@@ -5,17 +5,25 @@ A run folder::
     <run>/run.json                        what the run is (variant, model and train config, DeepSpeed config, data)
     <run>/checkpoints/step_00001000/      one checkpoint (tag), self-describing:
         meta.json                         step, samples, tokens, FLOPs, data position, model config, tokenizer,
-                                          weights hash; written LAST: a folder without it is incomplete
+                                          weights hash, size and sha256 of every other file in the folder
         model.pt                          fp32 weights, a plain state dict (loads with weights_only=True)
         rng_rank_00000.pt ...             each rank's RNG states (dropout), for an exact resume
         mp_rank_00_model_states.pt, *optim_states.pt   DeepSpeed's own files (optimizer, scheduler, ZeRO shards)
+    <run>/checkpoints/latest              the newest checkpoint's tag (DeepSpeed's own tools read it)
     <run>/metrics.jsonl, <run>/tensorboard/
+
+A checkpoint is written into ``checkpoints/.step_XXXXXXXX.partial/``, its files flushed to disk, checksummed into
+meta.json, and only then renamed to ``step_XXXXXXXX``; ``latest`` is rewritten after the rename. A process killed at
+any moment leaves either the previous checkpoints alone or a ``.partial`` folder that nothing reads (and the next
+save removes). On resume, a checkpoint whose files fail their sizes or checksums (truncated, flipped bytes) is
+reported and the one before it is used.
 
 Rank 0 does the side effects; every rank takes part in the collectives (STYLE habit 7).
 """
 from __future__ import annotations
 
 import hashlib
+import os
 import re
 import shutil
 from pathlib import Path
@@ -31,7 +39,13 @@ CHECKPOINTS = "checkpoints"
 META = "meta.json"
 WEIGHTS = "model.pt"
 RUN = "run.json"
+LATEST = "latest"
 _TAG = re.compile(r"^step_(\d{8})$")
+_PARTIAL = re.compile(r"^\.step_\d{8}\.partial$")
+
+
+class CheckpointWriteError(OSError):
+    """A checkpoint could not be written (disk full, permissions); the previous checkpoints are untouched."""
 
 
 def tag_for(step: int) -> str:
@@ -54,6 +68,71 @@ def complete_checkpoints(run_dir: Path) -> list[Path]:
 def latest_checkpoint(run_dir: Path) -> Path | None:
     done = complete_checkpoints(run_dir)
     return done[-1] if done else None
+
+
+def file_digest(path: Path) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as f:
+        while block := f.read(8 << 20):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def verify(ckpt_dir: Path) -> str | None:
+    """Why the checkpoint's files do not match the sizes and checksums in its meta.json, or None when they do.
+    Checkpoints written before checksums were recorded pass."""
+    ckpt_dir = Path(ckpt_dir)
+    try:
+        meta = load_meta(ckpt_dir)
+    except InputError as err:
+        return str(err)
+    for name, expected in sorted((meta.get("files") or {}).items()):
+        path = ckpt_dir / name
+        if not path.is_file():
+            return f"{path}: missing"
+        size = path.stat().st_size
+        if size != expected["bytes"]:
+            return f"{path}: {size:,} bytes, {expected['bytes']:,} when written (truncated or replaced)"
+        if file_digest(path) != expected["sha256"]:
+            return f"{path}: checksum differs from the one recorded when it was written (corrupted)"
+    return None
+
+
+def latest_valid_checkpoint(run_dir: Path, *, say: Any = print) -> Path | None:
+    """The newest complete checkpoint whose files pass their checksums; each newer one that fails is reported
+    through ``say`` and skipped (it is left on disk for inspection)."""
+    for ckpt_dir in reversed(complete_checkpoints(run_dir)):
+        problem = verify(ckpt_dir)
+        if problem is None:
+            return ckpt_dir
+        say(f"checkpoint {ckpt_dir} is damaged ({problem}); using the one before it")
+    return None
+
+
+def _fsync(path: Path) -> None:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def _seal(staging: Path, meta: dict[str, Any], final: Path) -> None:
+    """Flush and checksum every file in ``staging``, write meta.json, rename the folder to ``final`` and point
+    ``latest`` at it. Rank 0 only, after every rank has written its files."""
+    files = {}
+    for path in sorted(p for p in staging.iterdir() if p.is_file()):
+        _fsync(path)
+        files[path.name] = {"bytes": path.stat().st_size, "sha256": file_digest(path)}
+    write_json(staging / META, {**meta, "files": files})
+    _fsync(staging)
+    if final.exists():  # a checkpoint of an abandoned timeline (resumed from an earlier one after damage)
+        shutil.rmtree(final)
+    os.replace(staging, final)
+    _fsync(final.parent)
+    pointer = final.parent / f".{LATEST}.tmp"
+    pointer.write_text(final.name)
+    os.replace(pointer, final.parent / LATEST)
 
 
 def weights_sha256(state_dict: dict[str, torch.Tensor]) -> str:
@@ -100,30 +179,61 @@ def _full_precision_weights(engine: Any, ckpt_dir: Path, trainable_only: bool) -
 
 def save(engine: Any, run_dir: Path, step: int, meta: dict[str, Any], *, keep: int | None = None,
          trainable_only: bool = False) -> Path:
-    """Save a checkpoint for ``step``. Called by every rank.
+    """Save a checkpoint for ``step`` atomically (see the module docstring). Called by every rank.
 
     ``trainable_only``: a compact checkpoint of the trained parameters and optimizer state, without the frozen body
     (Step 2 keeps every checkpoint for the time-to-target analysis; the body is identified by its hash in meta).
+    A failure to write (e.g. a full disk) on any rank raises CheckpointWriteError on every rank, naming the
+    checkpoint that is still the newest good one; the partial folder is removed.
     """
     rank = dist.get_rank()
     root = checkpoint_root(run_dir)
     tag = tag_for(step)
-    ckpt_dir = root / tag
-    if rank == 0 and ckpt_dir.exists():  # an incomplete leftover of a killed run at this same step
-        shutil.rmtree(ckpt_dir)
-    dist.barrier()
-    engine.save_checkpoint(str(root), tag=tag, client_state={"step": step}, exclude_frozen_parameters=trainable_only)
-    torch.save(_rng_state(), ckpt_dir / _rng_file(rank))
-    dist.barrier()
+    final, staging = root / tag, root / f".{tag}.partial"
     if rank == 0:
-        weights = _full_precision_weights(engine, ckpt_dir, trainable_only)
-        torch.save(weights, ckpt_dir / WEIGHTS)
-        write_json(ckpt_dir / META, {**meta, "step": step, "weights_sha256": weights_sha256(weights)})
-        if keep is not None:
-            for old in complete_checkpoints(run_dir)[:-keep]:
-                shutil.rmtree(old)
+        root.mkdir(parents=True, exist_ok=True)
+        for leftover in root.iterdir():  # what a killed run left behind; nothing reads these
+            if _PARTIAL.match(leftover.name) or (leftover.name == tag and not (leftover / META).is_file()):
+                shutil.rmtree(leftover)
     dist.barrier()
-    return ckpt_dir
+    error: BaseException | None = None
+    try:
+        engine.save_checkpoint(str(root), tag=staging.name, client_state={"step": step},
+                               exclude_frozen_parameters=trainable_only, save_latest=False)
+        torch.save(_rng_state(), staging / _rng_file(rank))
+    except (OSError, RuntimeError) as err:  # torch.save reports a failed write as RuntimeError
+        error = err
+    error = _agree_on_failure(error, engine.device)
+    if rank == 0 and error is None:
+        try:
+            weights = _full_precision_weights(engine, staging, trainable_only)
+            torch.save(weights, staging / WEIGHTS)
+            _seal(staging, {**meta, "step": step, "weights_sha256": weights_sha256(weights)}, final)
+        except (OSError, RuntimeError) as err:
+            error = err
+    error = _agree_on_failure(error, engine.device)
+    if error is not None:
+        if rank == 0:
+            shutil.rmtree(staging, ignore_errors=True)
+        dist.barrier()
+        previous = latest_checkpoint(run_dir)
+        raise CheckpointWriteError(
+            f"{staging}: could not write the checkpoint of update {step} ({error}); the newest good checkpoint "
+            f"is {previous or 'none'}. Free space (or fix permissions) and resume with --resume")
+    if rank == 0 and keep is not None:
+        for old in complete_checkpoints(run_dir)[:-keep]:
+            shutil.rmtree(old)
+    dist.barrier()
+    return final
+
+
+def _agree_on_failure(error: BaseException | None, device: Any) -> BaseException | None:
+    """Every rank learns whether any rank failed, so that none waits forever in a collective the others left."""
+    flag = torch.tensor([0.0 if error is None else 1.0], device=device)
+    dist.all_reduce(flag)
+    if flag.item() and error is None:
+        return OSError("another rank failed to write its part")
+    return error
 
 
 def resume(engine: Any, ckpt_dir: Path, *, trainable_only: bool = False) -> dict[str, Any]:
@@ -161,6 +271,9 @@ def load_weights(ckpt_dir: Path) -> dict[str, torch.Tensor]:
     path = Path(ckpt_dir) / WEIGHTS
     if not path.is_file():
         raise InputError(f"{path}: weights file missing")
+    recorded = ((load_meta(ckpt_dir).get("files") or {}) if (Path(ckpt_dir) / META).is_file() else {}).get(WEIGHTS)
+    if recorded and (path.stat().st_size != recorded["bytes"] or file_digest(path) != recorded["sha256"]):
+        raise InputError(f"{path}: does not match the size and checksum recorded in {META} (truncated or corrupted)")
     try:
         return torch.load(path, map_location="cpu", weights_only=True)
     except Exception as err:  # noqa: BLE001 - any unpickling failure is a bad file for the user
@@ -188,7 +301,8 @@ def save_model_folder(folder: Path, state_dict: dict[str, torch.Tensor], meta: d
     tmp = folder / f".{WEIGHTS}.tmp"
     torch.save(weights, tmp)
     tmp.replace(folder / WEIGHTS)
-    meta = {**meta, "weights_sha256": weights_sha256(weights)}
+    meta = {**meta, "weights_sha256": weights_sha256(weights),
+            "files": {WEIGHTS: {"bytes": (folder / WEIGHTS).stat().st_size, "sha256": file_digest(folder / WEIGHTS)}}}
     write_json(folder / META, meta)
     return meta
 

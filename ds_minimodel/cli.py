@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import argparse
+import gc
 import json
 import logging
 from collections.abc import Callable
@@ -10,7 +11,7 @@ from typing import Any
 
 from ds_minimodel.config import TrainConfig
 from ds_minimodel.engine import scheduler_total_steps
-from ds_minimodel.errors import InputError, report
+from ds_minimodel.errors import InputError, TrainingError, report
 
 
 def add_training_args(p: argparse.ArgumentParser, *, save_every: int = 1000) -> None:
@@ -46,11 +47,15 @@ def run_main(run: Callable[[argparse.Namespace], dict[str, Any]], args: argparse
     logging.getLogger("DeepSpeed").setLevel(logging.WARNING)
     try:
         summary = run(args)
-    except InputError as err:
+    except (InputError, TrainingError) as err:
         return report(err)
     if dist.is_initialized():
         if dist.get_rank() == 0:
             print(json.dumps(summary, sort_keys=True, default=str), flush=True)
         dist.barrier()
+        # Free what sits in reference cycles (the DeepSpeed engine, its tensors) while the process group is alive:
+        # left to interpreter shutdown, Gloo state freed late can abort the process ("terminate called without an
+        # active exception"; seen once in about a hundred 2-rank CPU runs, not since this collect, not proven).
+        gc.collect()
         dist.destroy_process_group()
     return 0

@@ -10,7 +10,9 @@ import copy
 import datetime
 import math
 import os
+import signal
 import socket
+import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -23,7 +25,7 @@ from torch import nn
 
 from ds_minimodel import checkpoint
 from ds_minimodel.config import TrainConfig, read_json, write_json
-from ds_minimodel.errors import InputError
+from ds_minimodel.errors import InputError, TrainingError
 from ds_minimodel.flops import to_gpu_days
 from ds_minimodel.metrics import MetricsLogger
 
@@ -143,7 +145,25 @@ def init_distributed(timeout: datetime.timedelta = datetime.timedelta(minutes=10
         env.setdefault("MASTER_ADDR", "127.0.0.1")
         env.setdefault("MASTER_PORT", str(free_port()))
     deepspeed.init_distributed(auto_mpi_discovery=mpi, timeout=timeout, verbose=False)
+    _unlink_shm_allreduce_buffer()
     return DistInfo(dist.get_rank(), dist.get_world_size(), int(env.get("LOCAL_RANK", 0)))
+
+
+def _unlink_shm_allreduce_buffer() -> None:
+    """Remove the name of DeepSpeed's CPU shared-memory all-reduce buffer once every rank has mapped it.
+
+    On CPU, DeepSpeed's shm_comm creates /dev/shm/deepspeed_allreduce_buffer_<uid>_<addr>_<port>_<rank> (69 MB per
+    rank) while the group initialises and never unlinks it: every CPU run leaked its buffers until /dev/shm, which
+    is RAM, filled up (measured: 22 GB after a day of test runs, and a machine swapping to a halt). Each rank maps
+    every other rank's buffer inside init_distributed, so after a barrier the names can go; the mappings stay
+    valid, and the memory is freed when the last process using it exits, also when it is killed.
+    """
+    addr, port = os.environ.get("MASTER_ADDR"), os.environ.get("MASTER_PORT")
+    path = Path("/dev/shm") / f"deepspeed_allreduce_buffer_{os.getuid()}_{addr}_{port}_{dist.get_rank()}"
+    if not path.exists():
+        return
+    dist.barrier()
+    path.unlink(missing_ok=True)
 
 
 # ----------------------------------------------------------------------------------------------- the loop
@@ -184,6 +204,33 @@ class TrainResult:
     checkpoint: Path | None
     engine: Any
     """The DeepSpeed engine (tests inspect its optimizer; in-process callers may evaluate with it)."""
+    stopped_by: str | None = None
+    """The signal that stopped the run before its last update (it saved a checkpoint first), or None."""
+
+
+class StopSignals:
+    """SIGTERM and SIGUSR1 ask the training loop to finish the current update, save a checkpoint and return, as a
+    preempted or time-limited batch job needs (Slurm: ``--signal=USR1@120``). Handlers are installed only in the
+    main thread, and the previous ones are restored on exit."""
+
+    SIGNALS = (signal.SIGTERM, signal.SIGUSR1)
+
+    def __init__(self) -> None:
+        self.received: int | None = None
+        self._previous: dict[int, Any] = {}
+
+    def install(self) -> StopSignals:
+        if threading.current_thread() is threading.main_thread():
+            for sig in self.SIGNALS:
+                self._previous[sig] = signal.signal(sig, self._handle)
+        return self
+
+    def _handle(self, signum: int, frame: Any) -> None:
+        self.received = signum
+
+    def restore(self) -> None:
+        for sig, handler in self._previous.items():
+            signal.signal(sig, handler)
 
 
 def _stream_to(batch: dict[str, Any], device: torch.device) -> dict[str, Any]:
@@ -221,7 +268,8 @@ def train(
                                            config=config)
 
     step, samples, tokens = 0, 0, 0
-    latest = checkpoint.latest_checkpoint(run_dir) if resume else None
+    say = print if rank == 0 else (lambda _: None)
+    latest = checkpoint.latest_valid_checkpoint(run_dir, say=say) if resume else None
     if latest is not None:
         meta = checkpoint.resume(engine, latest, trainable_only=stage.compact_checkpoints)
         step, samples, tokens = meta["step"], meta["samples"], meta["tokens"]
@@ -237,6 +285,8 @@ def train(
     last_ckpt = latest
     metrics: dict[str, float] = {}
     progress = _progress(stage.name, step, train_cfg.steps, enabled=rank == 0)
+    stopped_by = None
+    signals = StopSignals().install()
     try:
         while step < train_cfg.steps:
             started = time.perf_counter()
@@ -252,19 +302,23 @@ def train(
                     sums[name] = sums.get(name, 0.0) + value.detach().float()
             step += 1
             samples += batch.global_batch
-            # One small all-reduce per update: losses averaged over ranks and micro-batches, tokens summed.
+            # One small all-reduce per update: losses averaged over ranks and micro-batches, tokens summed, and
+            # whether any rank was asked to stop (so that all ranks save and leave together).
             names = sorted(sums)
-            packed = torch.stack([sums[n] for n in names] + [torch.tensor(float(local_tokens), device=engine.device)])
+            extra = torch.tensor([float(local_tokens), float(signals.received is not None)], device=engine.device)
+            packed = torch.cat([torch.stack([sums[n] for n in names]), extra])
             dist.all_reduce(packed)
-            values = (packed[:-1] / (batch.accumulation * batch.world_size)).tolist()
-            update_tokens = int(packed[-1].item())
+            values = (packed[:-2] / (batch.accumulation * batch.world_size)).tolist()
+            update_tokens = int(packed[-2].item())
+            stop_requested = bool(packed[-1].item())
             tokens += update_tokens
             elapsed = time.perf_counter() - started
             loss = dict(zip(names, values))["loss"]
             if not math.isfinite(loss) and not fp16:
-                raise FloatingPointError(
-                    f"[{stage.name}] non-finite loss {loss} at update {step}; last good checkpoint: "
-                    f"{last_ckpt or 'none'}. Lower the learning rate or check the data.")
+                raise TrainingError(
+                    f"{run_dir}: [{stage.name}] non-finite loss {loss} at update {step}; nothing was saved after "
+                    f"it, the last good checkpoint is {last_ckpt or 'none'}. Lower the learning rate or check the "
+                    "data, then resume with --resume.")
             metrics = dict(zip(names, values))
             if step % train_cfg.log_every == 0 or step == train_cfg.steps:
                 metrics.update(_engine_metrics(engine, fp16))
@@ -273,18 +327,27 @@ def train(
                                v100_days=to_gpu_days(step * stage.flops_per_update))
                 logger.log(metrics, step)
                 progress.update(step, loss)
-            if step % train_cfg.save_every == 0 or step == train_cfg.steps:
+            if step % train_cfg.save_every == 0 or step == train_cfg.steps or stop_requested:
                 last_ckpt = checkpoint.save(
                     engine, run_dir, step,
                     {**stage.meta, "stage": stage.name, "samples": samples, "tokens": tokens,
                      "flops": step * stage.flops_per_update, "data_position": stream.state_dict(),
                      "global_batch": batch.global_batch},
                     keep=train_cfg.keep_checkpoints, trainable_only=stage.compact_checkpoints)
+            if stop_requested and step < train_cfg.steps:
+                stopped_by = signal.Signals(signals.received).name if signals.received else "a peer's signal"
+                if rank == 0:
+                    print(f"[{stage.name}] {stopped_by}: saved {last_ckpt} at update {step} of {train_cfg.steps} "
+                          "and stopped; run again with --resume to continue", flush=True)
+                break
+    except checkpoint.CheckpointWriteError as err:
+        raise TrainingError(str(err)) from None
     finally:
+        signals.restore()
         progress.close()
         logger.close()
     return TrainResult(step=step, samples=samples, tokens=tokens, flops=step * stage.flops_per_update,
-                       last_metrics=metrics, checkpoint=last_ckpt, engine=engine)
+                       last_metrics=metrics, checkpoint=last_ckpt, engine=engine, stopped_by=stopped_by)
 
 
 def _engine_metrics(engine: Any, fp16: bool) -> dict[str, float]:

@@ -120,8 +120,9 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     )
     result = train(stage, stream, ds_config=ds_config, ds_config_source=str(args.ds_config), train_cfg=train_cfg,
                    run_dir=args.out, resume=args.resume, batch=batch)
-    summary = {"step": result.step, "checkpoint": str(result.checkpoint), **result.last_metrics}
-    if args.dev is not None and info.rank == 0:
+    summary = {"step": result.step, "checkpoint": str(result.checkpoint), "stopped_by": result.stopped_by,
+               **result.last_metrics}
+    if args.dev is not None and info.rank == 0 and result.stopped_by is None:
         dev = read_eval_examples(spec, args.dev_format, args.dev, args.language)
         dev_features = featurize(spec, dev, tokenizer)
         scores = score(spec, dev, dev_features, predict(result.engine.module, dev_features.arrays), args.language)

@@ -129,7 +129,8 @@ def launch(script: str, args: list[str], ranks: int) -> None:
         launcher = shutil.which("deepspeed") or str(Path(sys.executable).parent / "deepspeed")
         cmd = [launcher, "--num_gpus", str(ranks), "--master_port", str(free_port()), script, *args]
     print("$ " + " ".join(cmd), flush=True)
-    env = {k: v for k, v in os.environ.items() if k not in ("RANK", "WORLD_SIZE", "LOCAL_RANK")}
+    env = {k: v for k, v in os.environ.items()
+           if k not in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT")}
     proc = subprocess.run(cmd, env=env)
     if proc.returncode:
         raise SystemExit(f"pipeline: {script} exited with {proc.returncode}")
@@ -149,6 +150,8 @@ def train_step(script: str, run_dir: Path, args: list[str], ranks: int) -> None:
         return
     resume = ["--resume"] if (run_dir / checkpoint.RUN).is_file() else []
     launch(script, [*args, "--out", str(run_dir), *resume], ranks)
+    if not finished(run_dir):  # it saved and stopped early (SIGTERM/SIGUSR1): later steps need its output
+        raise SystemExit(f"pipeline: {run_dir} stopped before its last update; run the pipeline again to resume")
 
 
 def stage_args(s: StageSettings) -> list[str]:

@@ -135,7 +135,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     result = train(stage, stream, ds_config=ds_config, ds_config_source=str(args.ds_config), train_cfg=train_cfg,
                    run_dir=args.out, resume=args.resume, batch=batch)
     return {"step": result.step, "tokens": result.tokens, "flops": result.flops,
-            "checkpoint": str(result.checkpoint), **result.last_metrics}
+            "checkpoint": str(result.checkpoint), "stopped_by": result.stopped_by, **result.last_metrics}
 
 
 def main(argv: list[str] | None = None) -> int:

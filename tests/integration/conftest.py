@@ -13,14 +13,14 @@ from ds_minimodel.engine import free_port
 
 REPO = Path(__file__).resolve().parents[2]
 DEMO = REPO / "demo_data"
-_RANK_VARS = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT", "LOCAL_SIZE", "CROSS_RANK",
+RANK_VARS = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT", "LOCAL_SIZE", "CROSS_RANK",
               "CROSS_SIZE")
 
 
 def run_cmd(cmd: list[str], *, timeout: float = 300, check: bool = True, **kwargs) -> subprocess.CompletedProcess:
     """Run a command with a hard timeout (the usual multi-process failure is a hang, not an error)."""
     # An in-process test may have set this process's rank variables; child launches must not inherit them.
-    inherited = {k: v for k, v in os.environ.items() if k not in _RANK_VARS}
+    inherited = {k: v for k, v in os.environ.items() if k not in RANK_VARS}
     env = {**inherited, "DS_ACCELERATOR": "cpu", "OMP_NUM_THREADS": "1", "PYTHONUNBUFFERED": "1",
            "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}"}
     env.update(kwargs.pop("env", {}))

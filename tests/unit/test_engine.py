@@ -70,3 +70,18 @@ def test_auto_schedule_lengths_follow_the_run():
     fixed = {"scheduler": {"params": {"warmup_num_steps": 10_000, "total_num_steps": 125_000}}}
     assert fill_schedule(fixed, 50, 0.5) == fixed
     assert fill_schedule({}, 50, 0.5) == {}
+
+
+def test_an_output_folder_that_holds_another_run_is_refused(tmp_path):
+    from ds_minimodel.engine import write_run_description
+
+    run = tmp_path / "run"
+    description = {"variant": "base", "seed": 1, "seq_len": 64, "data": "/data/en"}
+    write_run_description(run, description, resume=False)
+    before = (run / "run.json").read_text()
+    with pytest.raises(InputError, match=r"already holds a run .*pass --resume to continue it, or choose another"):
+        write_run_description(run, description, resume=False)
+    with pytest.raises(InputError, match="settings that differ from the run in this folder: data, seed"):
+        write_run_description(run, {**description, "seed": 2, "data": "/data/de"}, resume=True)
+    write_run_description(run, description, resume=True)  # the same run: fine
+    assert (run / "run.json").read_text() == before  # nothing rewritten by a refused call

@@ -158,3 +158,17 @@ def test_training_sample_is_seeded_and_uniform(tmp_path: Path) -> None:
     # sqrt(20000 x 0.1 x 0.9) = 42, so 250 is six of them.
     picks = np.bincount([int(t) // 100 for seed in range(400) for t in _sample_lines(numbered, 50, seed)])
     assert np.all(np.abs(picks - 2000) < 250), picks
+
+
+def test_a_tokenizer_replaced_since_its_data_or_checkpoint_was_written_is_refused(model: Path, corpus: Path,
+                                                                               tmp_path: Path) -> None:
+    from ds_minimodel.tokenizer import load_tokenizer
+
+    recorded = {"path": str(model), "sha256": Tokenizer.load(model).sha256}
+    assert load_tokenizer(recorded, "run/checkpoints/step_00000010").sha256 == recorded["sha256"]
+    other = train_sentencepiece(corpus, tmp_path / "other", vocab_size=VOCAB_SIZE - 10, num_threads=1)
+    with pytest.raises(InputError) as err:
+        load_tokenizer({"path": str(other), "sha256": recorded["sha256"]}, "run/checkpoints/step_00000010")
+    assert str(other) in str(err.value) and "changed since run/checkpoints/step_00000010 was written" in str(err.value)
+    with pytest.raises(InputError, match="records no tokenizer"):
+        load_tokenizer(None, "a/meta.json")

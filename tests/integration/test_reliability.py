@@ -1,0 +1,171 @@
+"""No lost work: SIGKILL at any moment (also inside a checkpoint write), SIGTERM/SIGUSR1, damaged checkpoints and a
+non-finite loss, on the real run_pretrain.py in one CPU process (fp32, bitwise comparisons)."""
+from __future__ import annotations
+
+import json
+import os
+import random
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import torch
+
+from ds_minimodel import checkpoint
+from tests.integration.conftest import RANK_VARS, REPO, run_cmd
+
+STEPS = 24
+TINY = ["--variant", "base", "--preset", "tiny", "--seq-len", "64", "--ds-config", "ds_configs/cpu_fp32.json"]
+
+
+def pretrain(data: Path, out: Path, *extra: str) -> list[str]:
+    return [sys.executable, "run_pretrain.py", *TINY, "--data", str(data), "--out", str(out), "--steps",
+            str(STEPS), "--log-every", "1", *extra]
+
+
+def start(cmd: list[str]) -> subprocess.Popen:
+    # Like conftest.run_cmd: no rank or rendezvous variables from this process (a fixed MASTER_PORT would make
+    # each relaunch race the killed run's socket for the port).
+    env = {k: v for k, v in os.environ.items() if k not in RANK_VARS}
+    env.update(DS_ACCELERATOR="cpu", OMP_NUM_THREADS="1", PYTHONUNBUFFERED="1")
+    return subprocess.Popen(cmd, cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+
+def updates_logged(out: Path) -> int:
+    path = out / "metrics.jsonl"
+    return len(path.read_text().splitlines()) if path.is_file() else 0
+
+
+def wait_for(condition, proc: subprocess.Popen, timeout: float = 120) -> None:
+    deadline = time.monotonic() + timeout
+    while not condition():
+        if proc.poll() is not None:
+            raise AssertionError(f"the run ended before the condition held: {proc.communicate()}")
+        if time.monotonic() > deadline:
+            proc.kill()
+            raise AssertionError("timed out")
+        time.sleep(0.005)
+
+
+def final_weights(out: Path) -> dict[str, torch.Tensor]:
+    return checkpoint.load_weights(out / "checkpoints" / checkpoint.tag_for(STEPS))
+
+
+@pytest.fixture(scope="module")
+def reference(en_data, tmp_path_factory) -> dict[str, torch.Tensor]:
+    """An uninterrupted run."""
+    out = tmp_path_factory.mktemp("reference") / "run"
+    run_cmd(pretrain(en_data, out, "--save-every", "100"))
+    return final_weights(out)
+
+
+def assert_same(weights: dict[str, torch.Tensor], reference: dict[str, torch.Tensor]) -> None:
+    assert weights.keys() == reference.keys()
+    for name in weights:
+        assert torch.equal(weights[name], reference[name]), f"{name} differs from the uninterrupted run"
+
+
+def test_sigkill_anywhere_loses_nothing_but_the_updates_since_the_last_checkpoint(en_data, tmp_path, reference):
+    out = tmp_path / "run"
+    cmd = pretrain(en_data, out, "--save-every", "3")
+    rng = random.Random(7)
+    kills = 0
+    while kills < 4:
+        proc = start(cmd + (["--resume"] if (out / checkpoint.RUN).is_file() else []))
+        if kills % 2 == 0:  # inside a checkpoint write: as soon as a partial checkpoint folder appears
+            root = out / "checkpoints"
+            wait_for(lambda: root.is_dir() and any(p.name.endswith(".partial") for p in root.iterdir()), proc)
+        else:  # at a random update
+            target = updates_logged(out) + rng.randint(1, 4)
+            wait_for(lambda: updates_logged(out) >= target, proc)
+        proc.send_signal(signal.SIGKILL)
+        proc.wait()
+        kills += 1
+        for ckpt in checkpoint.complete_checkpoints(out):  # nothing half-written is ever taken for a checkpoint
+            assert checkpoint.verify(ckpt) is None
+    run_cmd(cmd + ["--resume"])
+    assert_same(final_weights(out), reference)
+    assert not any(p.name.endswith(".partial") for p in (out / "checkpoints").iterdir())
+
+
+def test_sigterm_and_sigusr1_save_exit_0_and_resume_exactly(en_data, tmp_path, reference):
+    out = tmp_path / "run"
+    cmd = pretrain(en_data, out, "--save-every", "100")
+    stops = []
+    for sig, after in ((signal.SIGTERM, 5), (signal.SIGUSR1, 12)):
+        proc = start(cmd + (["--resume"] if stops else []))
+        wait_for(lambda: updates_logged(out) >= after, proc)
+        proc.send_signal(sig)
+        stdout, stderr = proc.communicate(timeout=120)
+        assert proc.returncode == 0, stderr[-3000:]
+        step = checkpoint.load_meta(checkpoint.latest_checkpoint(out))["step"]
+        assert after <= step < STEPS and f"{sig.name}: saved" in stdout and "--resume" in stdout
+        assert json.loads(stdout.strip().splitlines()[-1])["stopped_by"] == sig.name
+        stops.append(step)
+    assert stops[0] < stops[1]
+    run_cmd(cmd + ["--resume"])
+    assert_same(final_weights(out), reference)
+
+
+def test_damaged_checkpoints_are_reported_and_the_previous_good_one_used(en_data, tmp_path, reference):
+    out = tmp_path / "run"
+    cmd = pretrain(en_data, out, "--save-every", "8")
+    run_cmd(cmd)
+    ckpts = {int(p.name[5:]): p for p in checkpoint.complete_checkpoints(out)}
+    assert sorted(ckpts) == [8, 16, 24]
+    with open(ckpts[24] / "mp_rank_00_model_states.pt", "r+b") as f:  # flipped bytes (optimizer/engine state)
+        f.seek(200)
+        byte = f.read(1)
+        f.seek(200)
+        f.write(bytes([byte[0] ^ 0xFF]))
+    weights = ckpts[16] / checkpoint.WEIGHTS  # a truncated weights file
+    weights.write_bytes(weights.read_bytes()[:1000])
+    proc = run_cmd(cmd + ["--resume"])
+    assert f"checkpoint {ckpts[24]} is damaged" in proc.stdout and "checksum differs" in proc.stdout
+    assert f"checkpoint {ckpts[16]} is damaged" in proc.stdout and "truncated" in proc.stdout
+    assert "resumed from" in proc.stdout and str(ckpts[8]) in proc.stdout
+    assert_same(final_weights(out), reference)  # updates 9-24 redone; the damaged checkpoints replaced
+    assert all(checkpoint.verify(p) is None for p in checkpoint.complete_checkpoints(out))
+
+
+def test_non_finite_loss_stops_with_a_clear_error_and_the_last_good_checkpoint_intact(en_data, tmp_path):
+    config = json.loads((REPO / "ds_configs/cpu_fp32.json").read_text())
+    config["optimizer"]["params"]["lr"] = 1e30  # the weights overflow within a few updates
+    config["scheduler"] = None
+    ds = tmp_path / "ds.json"
+    ds.write_text(json.dumps({k: v for k, v in config.items() if v is not None}))
+    out = tmp_path / "run"
+    proc = run_cmd([*pretrain(en_data, out, "--save-every", "1"), "--ds-config", str(ds)], check=False)
+    assert proc.returncode == 1 and "Traceback" not in proc.stderr, proc.stderr[-3000:]
+    assert "non-finite loss" in proc.stderr and str(out) in proc.stderr
+    last = checkpoint.latest_checkpoint(out)
+    bad_update = int(proc.stderr.split("at update ")[1].split(";")[0])
+    assert checkpoint.load_meta(last)["step"] == bad_update - 1 and str(last) in proc.stderr
+    assert checkpoint.verify(last) is None and checkpoint.load_weights(last)
+
+
+def test_a_checkpoint_that_cannot_be_written_fails_cleanly_and_keeps_the_previous_one(en_data, tmp_path, reference):
+    """A full disk, simulated with a per-file size limit (RLIMIT_FSIZE: writes beyond it fail with EFBIG, as they
+    fail with ENOSPC on a full disk): the optimizer-state file of the tiny model (about 9 MB) cannot be written."""
+    import resource
+
+    # The reference's "auto" schedule written out, so that a first run stopped at update 8 follows it too.
+    config = json.loads((REPO / "ds_configs/cpu_fp32.json").read_text())
+    config["scheduler"]["params"].update(warmup_num_steps=round(0.08 * STEPS), total_num_steps=STEPS)
+    ds = tmp_path / "ds.json"
+    ds.write_text(json.dumps(config))
+    out = tmp_path / "run"
+    cmd = [*pretrain(en_data, out, "--save-every", "8"), "--ds-config", str(ds)]
+    run_cmd([*cmd, "--steps", "8"])  # a good checkpoint at update 8
+    limit = 5 << 20
+    proc = run_cmd([*cmd, "--resume"], check=False,
+                   preexec_fn=lambda: resource.setrlimit(resource.RLIMIT_FSIZE, (limit, limit)))
+    assert proc.returncode == 1 and "Traceback" not in proc.stderr, proc.stderr[-3000:]
+    assert "could not write the checkpoint of update 16" in proc.stderr
+    assert f"newest good checkpoint is {out / 'checkpoints' / 'step_00000008'}" in proc.stderr
+    assert [p.name for p in (out / "checkpoints").iterdir() if p.is_dir()] == ["step_00000008"]  # no partial left
+    run_cmd([*cmd, "--resume"])  # space freed: it carries on from 8
+    assert_same(final_weights(out), reference)

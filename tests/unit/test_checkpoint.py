@@ -1,0 +1,69 @@
+"""Model folders: checksums recorded and checked, and loading never runs code from a file."""
+from __future__ import annotations
+
+import json
+import pickle
+from pathlib import Path
+
+import pytest
+import torch
+
+from ds_minimodel import checkpoint
+from ds_minimodel.config import get_preset
+from ds_minimodel.errors import InputError
+from ds_minimodel.model import MaskedLM
+
+
+class _RunsCode:
+    """Unpickling this calls Path.touch(marker): what a malicious checkpoint would do with os.system."""
+
+    def __init__(self, marker: Path) -> None:
+        self.marker = marker
+
+    def __reduce__(self):
+        return (Path.touch, (self.marker,))
+
+
+@pytest.fixture()
+def folder(tmp_path: Path) -> Path:
+    model = MaskedLM(get_preset("tiny").replace(vocab_size=100))
+    checkpoint.save_model_folder(tmp_path / "model", model.state_dict(), {"model_config": model.cfg.to_dict()})
+    return tmp_path / "model"
+
+
+def test_model_folder_round_trip_with_its_checksum(folder: Path) -> None:
+    meta = checkpoint.load_meta(folder)
+    assert meta["files"]["model.pt"]["bytes"] == (folder / "model.pt").stat().st_size
+    assert checkpoint.verify(folder) is None
+    model, _ = checkpoint.load_model(folder)
+    assert checkpoint.weights_sha256(model.state_dict()) == meta["weights_sha256"]
+
+
+def test_a_checkpoint_crafted_to_run_code_is_refused_without_running_it(folder: Path, tmp_path: Path) -> None:
+    marker = tmp_path / "code_ran"
+    with open(folder / "model.pt", "wb") as f:
+        pickle.dump({"embeddings.tokens.weight": _RunsCode(marker)}, f)
+    with pytest.raises(InputError, match="does not match the size and checksum"):  # caught by its checksum first
+        checkpoint.load_model(folder)
+    meta_file = folder / "meta.json"  # and with no checksum to catch it, by weights_only unpickling
+    meta_file.write_text(json.dumps({k: v for k, v in json.loads(meta_file.read_text()).items() if k != "files"}))
+    with pytest.raises(InputError, match="cannot load weights safely") as err:
+        checkpoint.load_model(folder)
+    assert str(folder / "model.pt") in str(err.value)
+    assert not marker.exists()
+    torch.save({"x": _RunsCode(marker)}, folder / "model.pt")  # torch's own zip format, same refusal
+    with pytest.raises(InputError, match="cannot load weights safely"):
+        checkpoint.load_model(folder)
+    assert not marker.exists()
+
+
+def test_flipped_byte_and_truncation_are_named(folder: Path) -> None:
+    weights = folder / "model.pt"
+    data = bytearray(weights.read_bytes())
+    data[len(data) // 2] ^= 0x01
+    weights.write_bytes(bytes(data))
+    assert "checksum differs" in checkpoint.verify(folder)
+    weights.write_bytes(bytes(data[:100]))
+    assert "truncated" in checkpoint.verify(folder)
+    with pytest.raises(InputError, match="truncated or corrupted"):
+        checkpoint.load_model(folder)
