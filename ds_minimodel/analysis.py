@@ -240,8 +240,12 @@ def plot_speedups(rows: list[dict[str, Any]], out: Path) -> Path:
     width = 0.8 / max(len(systems), 1)
     fig, ax = plt.subplots(figsize=(6, 4))
     for i, system in enumerate(systems):
-        values = [speedups.get((task, system)) or 0.0 for task in tasks]
-        ax.bar([t + i * width for t in range(len(tasks))], values, width, label=system)
+        values = [speedups.get((task, system)) for task in tasks]
+        xs = [t + i * width for t in range(len(tasks))]
+        ax.bar(xs, [v or 0.0 for v in values], width, label=system)
+        for x, v in zip(xs, values):
+            if v is None:  # the target was never reached: no bar, say so
+                ax.text(x, 0.02, "never", rotation=90, ha="center", va="bottom", fontsize=8)
     ax.axhline(1.0, color="grey", linewidth=0.8)
     ax.set_xticks([t + width * (len(systems) - 1) / 2 for t in range(len(tasks))], tasks)
     ax.set(ylabel="average speedup over BL_BASE", title="Time to near-maximal performance (Step 2)")

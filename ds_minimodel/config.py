@@ -161,15 +161,21 @@ def dataclass_from_dict(cls: type, data: Any, source: str) -> Any:
         raise InputError(f"{source}: {err}") from None
 
 
+def read_text(path: str | os.PathLike, what: str = "file") -> str:
+    """A UTF-8 text file's contents; a missing or unreadable file is an InputError naming it."""
+    path = Path(path)
+    try:
+        return path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise InputError(f"{path}: {what} not found") from None
+    except (OSError, UnicodeDecodeError) as err:
+        raise InputError(f"{path}: cannot read the {what}: {err}") from None
+
+
 def read_json(path: str | os.PathLike) -> Any:
     """Read a JSON file; a missing or malformed file is an InputError naming it and the position."""
     path = Path(path)
-    try:
-        text = path.read_text(encoding="utf-8")
-    except FileNotFoundError:
-        raise InputError(f"{path}: file not found") from None
-    except (OSError, UnicodeDecodeError) as err:
-        raise InputError(f"{path}: cannot read: {err}") from None
+    text = read_text(path)
     try:
         return json.loads(text)
     except json.JSONDecodeError as err:
