@@ -26,6 +26,7 @@ from torch import nn
 
 from ds_minimodel import checkpoint, flops
 from ds_minimodel.cli import add_training_args, run_main, train_config
+from ds_minimodel.config import SYSTEMS
 from ds_minimodel.data import MLMBatchStream, PackedDataset, TokenShards
 from ds_minimodel.engine import (Stage, TrainResult, init_distributed, load_ds_config, resolve_batch, train,
                                  write_run_description)
@@ -36,7 +37,6 @@ from ds_minimodel.surgery import extract_embeddings, extract_minijoint, freeze_f
     swap_embeddings
 from ds_minimodel.tokenizer import load_tokenizer
 
-SYSTEMS = ("bl_base", "bl_small", "minijoint", "minipost")
 
 
 def build_parser() -> argparse.ArgumentParser:

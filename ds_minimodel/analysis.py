@@ -26,18 +26,16 @@ one-time costs, reported by ``python -m ds_minimodel.flops``.
 from __future__ import annotations
 
 import argparse
-import csv
 import statistics
 import sys
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from ds_minimodel.config import read_json, write_json
+from ds_minimodel.config import SYSTEMS, read_json, write_csv, write_json
 from ds_minimodel.errors import InputError, report
 from ds_minimodel.flops import EFLOP
 
-SYSTEMS = ("bl_base", "bl_small", "minijoint", "minipost")
 BASELINE = "bl_base"
 NEAR_MAXIMAL = 0.95
 
@@ -201,13 +199,18 @@ def table3(rows: list[dict[str, Any]]) -> str:
 
 
 # ----------------------------------------------------------------------------------------------- plots
-def plot_curves(all_curves: dict[tuple[str, str, str], list[Point]], rows: list[dict[str, Any]],
-                metrics: dict[str, str], out: Path) -> list[Path]:
-    """Figure 3: score against Step-2 V100-days per system, one file per task and language."""
+def _pyplot() -> Any:
+    """matplotlib's pyplot on the file-only backend (no display on cluster nodes), imported on first use."""
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
+    return plt
 
+
+def plot_curves(all_curves: dict[tuple[str, str, str], list[Point]], rows: list[dict[str, Any]],
+                metrics: dict[str, str], out: Path) -> list[Path]:
+    """Figure 3: score against Step-2 V100-days per system, one file per task and language."""
+    plt = _pyplot()
     targets = {(r["task"], r["lang"]): r["target"] for r in rows}
     written = []
     for task, lang in sorted({k[:2] for k in all_curves}):
@@ -230,10 +233,7 @@ def plot_curves(all_curves: dict[tuple[str, str, str], list[Point]], rows: list[
 
 def plot_speedups(rows: list[dict[str, Any]], out: Path) -> Path:
     """Figure 1: average speedup over BL_BASE per task and system (missing bar: the target was never reached)."""
-    import matplotlib
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
+    plt = _pyplot()
     speedups = average_speedups(rows)
     tasks = sorted({t for t, _ in speedups})
     systems = ordered_systems({s for _, s in speedups})
@@ -269,10 +269,7 @@ def run(results_path: Path, out: Path, *, plots: bool = True) -> dict[str, Any]:
     (out / "table3.txt").write_text(t3 + "\n", encoding="utf-8")
     write_json(out / "time_to_target.json", {"near_maximal": NEAR_MAXIMAL, "baseline": BASELINE, "rows": rows})
     if rows:
-        with open(out / "time_to_target.csv", "w", newline="", encoding="utf-8") as f:
-            writer = csv.DictWriter(f, fieldnames=list(rows[0]))
-            writer.writeheader()
-            writer.writerows(rows)
+        write_csv(out / "time_to_target.csv", rows, fieldnames=list(rows[0]))
     figures = [*plot_curves(all_curves, rows, metrics, out), plot_speedups(rows, out)] if plots else []
     return {"table2": t2, "table3": t3, "figures": [str(p) for p in figures], "out": str(out)}
 

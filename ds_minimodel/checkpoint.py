@@ -32,7 +32,7 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
-from ds_minimodel.config import read_json, write_json
+from ds_minimodel.config import file_sha256, read_json, write_json
 from ds_minimodel.errors import InputError
 
 CHECKPOINTS = "checkpoints"
@@ -70,12 +70,21 @@ def latest_checkpoint(run_dir: Path) -> Path | None:
     return done[-1] if done else None
 
 
-def file_digest(path: Path) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as f:
-        while block := f.read(8 << 20):
-            digest.update(block)
-    return digest.hexdigest()
+def _file_record(path: Path) -> dict[str, Any]:
+    """What meta.json records of a file it vouches for."""
+    return {"bytes": path.stat().st_size, "sha256": file_sha256(path)}
+
+
+def _file_problem(path: Path, recorded: dict[str, Any]) -> str | None:
+    """How ``path`` differs from its record in meta.json, or None (the size first: it is free)."""
+    if not path.is_file():
+        return f"{path}: missing"
+    size = path.stat().st_size
+    if size != recorded["bytes"]:
+        return f"{path}: {size:,} bytes, {recorded['bytes']:,} when written (truncated or replaced)"
+    if file_sha256(path) != recorded["sha256"]:
+        return f"{path}: checksum differs from the one recorded when it was written (corrupted)"
+    return None
 
 
 def verify(ckpt_dir: Path) -> str | None:
@@ -86,15 +95,10 @@ def verify(ckpt_dir: Path) -> str | None:
         meta = load_meta(ckpt_dir)
     except InputError as err:
         return str(err)
-    for name, expected in sorted((meta.get("files") or {}).items()):
-        path = ckpt_dir / name
-        if not path.is_file():
-            return f"{path}: missing"
-        size = path.stat().st_size
-        if size != expected["bytes"]:
-            return f"{path}: {size:,} bytes, {expected['bytes']:,} when written (truncated or replaced)"
-        if file_digest(path) != expected["sha256"]:
-            return f"{path}: checksum differs from the one recorded when it was written (corrupted)"
+    for name, recorded in sorted((meta.get("files") or {}).items()):
+        problem = _file_problem(ckpt_dir / name, recorded)
+        if problem is not None:
+            return problem
     return None
 
 
@@ -123,7 +127,7 @@ def _seal(staging: Path, meta: dict[str, Any], final: Path) -> None:
     files = {}
     for path in sorted(p for p in staging.iterdir() if p.is_file()):
         _fsync(path)
-        files[path.name] = {"bytes": path.stat().st_size, "sha256": file_digest(path)}
+        files[path.name] = _file_record(path)
     write_json(staging / META, {**meta, "files": files})
     _fsync(staging)
     if final.exists():  # a checkpoint of an abandoned timeline (resumed from an earlier one after damage)
@@ -272,7 +276,7 @@ def load_weights(ckpt_dir: Path) -> dict[str, torch.Tensor]:
     if not path.is_file():
         raise InputError(f"{path}: weights file missing")
     recorded = ((load_meta(ckpt_dir).get("files") or {}) if (Path(ckpt_dir) / META).is_file() else {}).get(WEIGHTS)
-    if recorded and (path.stat().st_size != recorded["bytes"] or file_digest(path) != recorded["sha256"]):
+    if recorded and _file_problem(path, recorded):
         raise InputError(f"{path}: does not match the size and checksum recorded in {META} (truncated or corrupted)")
     try:
         return torch.load(path, map_location="cpu", weights_only=True)
@@ -302,7 +306,7 @@ def save_model_folder(folder: Path, state_dict: dict[str, torch.Tensor], meta: d
     torch.save(weights, tmp)
     tmp.replace(folder / WEIGHTS)
     meta = {**meta, "weights_sha256": weights_sha256(weights),
-            "files": {WEIGHTS: {"bytes": (folder / WEIGHTS).stat().st_size, "sha256": file_digest(folder / WEIGHTS)}}}
+            "files": {WEIGHTS: _file_record(folder / WEIGHTS)}}
     write_json(folder / META, meta)
     return meta
 

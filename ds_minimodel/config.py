@@ -5,7 +5,9 @@ batch sizes; these dataclasses own everything else. ``engine.resolve_batch`` rec
 """
 from __future__ import annotations
 
+import csv
 import dataclasses
+import hashlib
 import json
 import os
 from dataclasses import dataclass
@@ -72,6 +74,10 @@ class ModelConfig:
     def from_dict(cls, data: dict[str, Any], *, source: str = "model config") -> ModelConfig:
         return dataclass_from_dict(cls, data, source)
 
+
+# The paper's four systems (section 4), in its order: Step 2 over the full body, over a 4-layer model trained end to
+# end, over MiniJoint's mini-model, over MiniPost's.
+SYSTEMS = ("bl_base", "bl_small", "minijoint", "minipost")
 
 # Named sizes (STYLE habit 3). `tiny` keeps the paper's structure (12 layers, N=4 fits) at a width that trains a step
 # in milliseconds on CPU; `base` is RoBERTa-base as in the paper (section 3); `small` is BL_SMALL's 4-layer model.
@@ -172,6 +178,15 @@ def read_text(path: str | os.PathLike, what: str = "file") -> str:
         raise InputError(f"{path}: cannot read the {what}: {err}") from None
 
 
+def file_sha256(path: str | os.PathLike) -> str:
+    """sha256 of a file's bytes, read in blocks (corpora and checkpoints can be large)."""
+    digest = hashlib.sha256()
+    with open(path, "rb") as f:
+        while block := f.read(8 << 20):
+            digest.update(block)
+    return digest.hexdigest()
+
+
 def read_json(path: str | os.PathLike) -> Any:
     """Read a JSON file; a missing or malformed file is an InputError naming it and the position."""
     path = Path(path)
@@ -196,3 +211,11 @@ def write_json(path: str | os.PathLike, data: Any) -> None:
     except BaseException:
         tmp.unlink(missing_ok=True)
         raise
+
+
+def write_csv(path: str | os.PathLike, rows: list[dict[str, Any]], fieldnames: list[str] | None = None) -> None:
+    """Rows of dicts as CSV with a header: ``fieldnames`` in that order, by default every key, sorted."""
+    with open(path, "w", newline="", encoding="utf-8") as f:
+        writer = csv.DictWriter(f, fieldnames=fieldnames or sorted({k for r in rows for k in r}))
+        writer.writeheader()
+        writer.writerows(rows)

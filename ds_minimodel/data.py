@@ -31,6 +31,7 @@ import numpy as np
 import torch
 from tqdm import tqdm
 
+from ds_minimodel.config import file_sha256, write_json
 from ds_minimodel.errors import InputError
 from ds_minimodel.tokenizer import BOS_ID, EOS_ID, MASK_ID, NUM_SPECIAL, PAD_ID, Tokenizer
 
@@ -62,20 +63,6 @@ def _available_cores() -> int:
 
 def _token_dtype(vocab_size: int) -> np.dtype:
     return np.dtype(np.uint16) if vocab_size <= 65535 else np.dtype(np.uint32)
-
-
-def file_sha256(path: Path) -> str:
-    digest = hashlib.sha256()
-    with path.open("rb") as f:
-        while block := f.read(8 << 20):
-            digest.update(block)
-    return digest.hexdigest()
-
-
-def _write_json_atomic(path: Path, obj: dict) -> None:
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(json.dumps(obj, indent=2) + "\n", encoding="utf-8")
-    os.replace(tmp, path)
 
 
 # ----------------------------------------------------------------------------------------------------------------
@@ -452,7 +439,7 @@ def prepare_corpus(
             "skipped_no_tokens": binariser.skipped_no_tokens,
             "shards": shards,
         }
-        _write_json_atomic(staging / META_FILE, meta)
+        write_json(staging / META_FILE, meta)
         _install(staging, out_dir, shards)
     finally:
         shutil.rmtree(staging, ignore_errors=True)

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -574,34 +575,22 @@ def run_check(cfg: ModelConfig, *, seq_len: int, batch: int, mask_prob: float = 
 # Command line.
 # ---------------------------------------------------------------------------------------------------------------
 
-def _positive_int(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}") from None
-    if value <= 0:
-        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}")
-    return value
+def _checked(convert: Callable[[str], Any], ok: Callable[[Any], bool], expected: str) -> Callable[[str], Any]:
+    """An argparse ``type``: ``convert`` the text and accept it when ``ok``, else say what was ``expected``."""
+    def parse(text: str) -> Any:
+        try:
+            value = convert(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"expected {expected}, got {text!r}") from None
+        if not ok(value):
+            raise argparse.ArgumentTypeError(f"expected {expected}, got {text!r}")
+        return value
+    return parse
 
 
-def _positive_float(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a positive number, got {text!r}") from None
-    if not value > 0 or value == float("inf"):
-        raise argparse.ArgumentTypeError(f"expected a positive number, got {text!r}")
-    return value
-
-
-def _probability(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a probability in (0, 1), got {text!r}") from None
-    if not 0.0 < value < 1.0:
-        raise argparse.ArgumentTypeError(f"expected a probability in (0, 1), got {text!r}")
-    return value
+_positive_int = _checked(int, lambda v: v > 0, "a positive integer")
+_positive_float = _checked(float, lambda v: 0 < v < float("inf"), "a positive number")
+_probability = _checked(float, lambda v: 0.0 < v < 1.0, "a probability in (0, 1)")
 
 
 def _add_shape_args(parser: argparse.ArgumentParser, *, seq_len: int | None = 512, batch: int = 2048) -> None:

@@ -10,7 +10,6 @@ Relative paths in the config are taken from the current directory.
 from __future__ import annotations
 
 import argparse
-import csv
 import os
 import shutil
 import statistics
@@ -21,13 +20,11 @@ from pathlib import Path
 from typing import Any
 
 from ds_minimodel import checkpoint, flops
-from ds_minimodel.config import dataclass_from_dict, read_json, write_json
-from ds_minimodel.data import file_sha256
+from ds_minimodel.config import SYSTEMS, dataclass_from_dict, file_sha256, read_json, write_csv, write_json
 from ds_minimodel.engine import free_port
 from ds_minimodel.errors import InputError, report
 from ds_minimodel.evaluate import zero_shot
 
-SYSTEMS = ("bl_base", "bl_small", "minijoint", "minipost")
 PRIMARY_OF = {"bl_base": "base", "bl_small": "small", "minijoint": "minijoint", "minipost": "base"}
 
 
@@ -282,14 +279,6 @@ def over_seeds(results: list[dict[str, Any]]) -> list[dict[str, Any]]:
                      "std": statistics.stdev(scores) if len(scores) > 1 else 0.0,
                      "seeds": sorted(r["seed"] for r in records)})
     return rows
-
-
-def write_csv(path: Path, rows: list[dict[str, Any]]) -> None:
-    keys = sorted({k for r in rows for k in r})
-    with open(path, "w", newline="", encoding="utf-8") as f:
-        writer = csv.DictWriter(f, fieldnames=keys)
-        writer.writeheader()
-        writer.writerows(rows)
 
 
 def write_results(out: Path, results: list[dict[str, Any]], dev_scores: list[dict[str, Any]]) -> dict[str, Any]:
