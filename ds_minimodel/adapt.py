@@ -25,7 +25,7 @@ import torch.distributed as dist
 from torch import nn
 
 from ds_minimodel import checkpoint, flops
-from ds_minimodel.cli import add_training_args, run_main, train_config
+from ds_minimodel.cli import add_training_args, dist_timeout, run_main, train_config
 from ds_minimodel.config import SYSTEMS
 from ds_minimodel.data import MLMBatchStream, PackedDataset, TokenShards
 from ds_minimodel.engine import (Stage, TrainResult, init_distributed, load_ds_config, resolve_batch, train,
@@ -90,7 +90,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
 def train_embeddings(args: argparse.Namespace) -> tuple[TrainResult, Stage]:
     """Build the Step-2 stage and train it; returns the result and the stage (its model is the trained one)."""
     ds_config = load_ds_config(args.ds_config)
-    info = init_distributed()
+    info = init_distributed(dist_timeout(args))
     batch = resolve_batch(ds_config, info.world_size, source=str(args.ds_config))
     train_cfg = train_config(args, ds_config)
     shards = TokenShards.open(args.data)
@@ -136,7 +136,7 @@ def train_embeddings(args: argparse.Namespace) -> tuple[TrainResult, Stage]:
                             world_size=info.world_size, rank=info.rank, seed=args.seed, vocab_size=cfg.vocab_size,
                             seq_len=train_cfg.seq_len, mask_prob=train_cfg.mask_prob)
     stage = Stage(
-        name=f"adapt-{lang}-{args.system}",
+        name=args.run_name or f"adapt-{lang}-{args.system}",
         model=model,
         loss_fn=mlm_step,
         flops_per_update=flops.per_update_flops("adapt", cfg, seq_len=train_cfg.seq_len, batch=batch.global_batch,
@@ -151,7 +151,7 @@ def train_embeddings(args: argparse.Namespace) -> tuple[TrainResult, Stage]:
         compact_checkpoints=True,
     )
     result = train(stage, stream, ds_config=ds_config, ds_config_source=str(args.ds_config), train_cfg=train_cfg,
-                   run_dir=args.out, resume=args.resume, batch=batch)
+                   run_dir=args.out, log_root=args.log_root, resume=args.resume, batch=batch)
     return result, stage
 
 

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import argparse
+import datetime
 import gc
 import json
 import logging
@@ -10,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from ds_minimodel.config import TrainConfig
-from ds_minimodel.engine import scheduler_total_steps
+from ds_minimodel.engine import DEFAULT_DIST_TIMEOUT, StopSignals, scheduler_total_steps
 from ds_minimodel.errors import InputError, TrainingError, report
 
 
@@ -28,7 +29,19 @@ def add_training_args(p: argparse.ArgumentParser, *, save_every: int = 1000) -> 
                    help='warm-up share where the scheduler says "auto" (paper: 10,000 of 125,000 updates)')
     p.add_argument("--keep-checkpoints", type=int, help="keep only the newest K checkpoints (default: all)")
     p.add_argument("--resume", action="store_true", help="continue from the newest complete checkpoint in --out")
+    add_run_args(p)
     p.add_argument("--local_rank", "--local-rank", type=int, default=0, help=argparse.SUPPRESS)  # deepspeed launcher
+
+
+def add_run_args(p: argparse.ArgumentParser) -> None:
+    """Where a run logs and how long it waits for peers: options of every training entry point."""
+    p.add_argument("--log-root", type=Path,
+                   help="TensorBoard log root shared by several runs (default: <out>/tensorboard); this run logs to "
+                        "<log-root>/<run-name>")
+    p.add_argument("--run-name", help="this run's name under --log-root (default: stage, language and system)")
+    p.add_argument("--dist-timeout", type=float, default=DEFAULT_DIST_TIMEOUT.total_seconds(), metavar="SECONDS",
+                   help="a collective that waits longer than this on a dead or hung peer ends the run with an error "
+                        "(every process group; default %(default)g)")
 
 
 def train_config(args: argparse.Namespace, ds_config: dict[str, Any]) -> TrainConfig:
@@ -40,11 +53,18 @@ def train_config(args: argparse.Namespace, ds_config: dict[str, Any]) -> TrainCo
                        warmup_ratio=args.warmup_ratio)
 
 
+def dist_timeout(args: argparse.Namespace) -> datetime.timedelta:
+    if not args.dist_timeout > 0:
+        raise InputError(f"--dist-timeout must be a positive number of seconds, got {args.dist_timeout}")
+    return datetime.timedelta(seconds=args.dist_timeout)
+
+
 def run_main(run: Callable[[argparse.Namespace], dict[str, Any]], args: argparse.Namespace) -> int:
     """Run a stage; bad input exits 2 with one line naming the file and the problem, no traceback."""
     import torch.distributed as dist
 
     logging.getLogger("DeepSpeed").setLevel(logging.WARNING)
+    StopSignals.catch_early_usr1()
     try:
         summary = run(args)
     except (InputError, TrainingError) as err:

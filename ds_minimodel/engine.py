@@ -23,7 +23,7 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
-from ds_minimodel import checkpoint
+from ds_minimodel import checkpoint, slurm
 from ds_minimodel.config import TrainConfig, read_json, write_json
 from ds_minimodel.errors import InputError, TrainingError
 from ds_minimodel.flops import to_gpu_days
@@ -127,26 +127,53 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def init_distributed(timeout: datetime.timedelta = datetime.timedelta(minutes=10)) -> DistInfo:
+DEFAULT_DIST_TIMEOUT = datetime.timedelta(minutes=5)
+
+
+def init_distributed(timeout: datetime.timedelta = DEFAULT_DIST_TIMEOUT) -> DistInfo:
     """Join (or create) the process group, whichever way the processes were started.
 
-    - ``deepspeed`` / ``torchrun`` / ``srun`` with RANK set: use the environment as given.
+    - ``deepspeed`` / ``torchrun`` with RANK set: use the environment as given.
+    - ``srun`` (one task per rank): rank, size and master address from the SLURM_* variables.
     - ``mpirun``: Open MPI's OMPI_COMM_WORLD_* and DeepSpeed's MPI discovery (mpi4py) for the master address.
     - plain ``python``: a one-rank group on loopback (DeepSpeed would otherwise try MPI discovery).
+
+    ``timeout`` bounds every collective on every process group, so a dead or hung peer ends the run with an error
+    instead of a hang (see ``_bound_every_group``).
     """
     import deepspeed
 
     if dist.is_initialized():
         return DistInfo(dist.get_rank(), dist.get_world_size(), int(os.environ.get("LOCAL_RANK", 0)))
     env = os.environ
+    if "RANK" not in env:
+        env.update(slurm.rank_env(env))
     mpi = "RANK" not in env and "OMPI_COMM_WORLD_RANK" in env
     if "RANK" not in env and not mpi:
         env.update(RANK="0", WORLD_SIZE="1", LOCAL_RANK="0")
         env.setdefault("MASTER_ADDR", "127.0.0.1")
         env.setdefault("MASTER_PORT", str(free_port()))
+    _bound_every_group(timeout)
     deepspeed.init_distributed(auto_mpi_discovery=mpi, timeout=timeout, verbose=False)
     _unlink_shm_allreduce_buffer()
     return DistInfo(dist.get_rank(), dist.get_world_size(), int(env.get("LOCAL_RANK", 0)))
+
+
+def _bound_every_group(timeout: datetime.timedelta) -> None:
+    """Make ``timeout`` the default of every process group created from now on.
+
+    ``deepspeed.init_distributed(timeout=...)`` reaches only the main group. DeepSpeed's data-parallel (and ZeRO,
+    sequence- and expert-parallel) groups come from ``dist.new_group(ranks)`` with no timeout, which torch fills
+    from its module-level defaults: 30 minutes for Gloo, 10 for NCCL. Measured on two hosts (network namespaces):
+    with a frozen (SIGSTOPped) peer the other rank hung in the gradient-clipping all-reduce, on DeepSpeed's
+    data-parallel group, for the full 30 minutes despite ``init_distributed(timeout=20 s)``; with these defaults
+    lowered it failed after ~22 s. ``new_group`` reads the defaults at call time, hence setting them here.
+    """
+    import torch.distributed.distributed_c10d as c10d
+
+    c10d.default_pg_timeout = timeout
+    if isinstance(getattr(c10d, "default_pg_nccl_timeout", None), datetime.timedelta):
+        c10d.default_pg_nccl_timeout = timeout
 
 
 def _unlink_shm_allreduce_buffer() -> None:
@@ -175,7 +202,7 @@ class Stage:
     """What one training stage is. Everything else is shared."""
 
     name: str
-    """Short run name for logs, e.g. 'pretrain-minijoint' or 'adapt-de-minijoint'."""
+    """Run name for logs and TensorBoard, e.g. 'pretrain-minijoint', or the pipeline's 'step2-de-minijoint'."""
     model: nn.Module
     loss_fn: LossFn
     """(model, batch) -> {'loss': tensor to backpropagate, other named scalars to log}."""
@@ -214,10 +241,20 @@ class StopSignals:
     main thread, and the previous ones are restored on exit."""
 
     SIGNALS = (signal.SIGTERM, signal.SIGUSR1)
+    early: int | None = None
+    """SIGUSR1 received before training began (see ``catch_early_usr1``)."""
 
     def __init__(self) -> None:
-        self.received: int | None = None
+        self.received: int | None = StopSignals.early
         self._previous: dict[int, Any] = {}
+
+    @classmethod
+    def catch_early_usr1(cls) -> None:
+        """Remember a SIGUSR1 that arrives while the run is still starting (its default action would kill the
+        process and lose the job's last minutes): training then saves after its first update and stops. SIGTERM
+        keeps its default until training begins, so that a launcher can still end a rank stuck in start-up."""
+        if threading.current_thread() is threading.main_thread():
+            signal.signal(signal.SIGUSR1, lambda signum, frame: setattr(cls, "early", signum))
 
     def install(self) -> StopSignals:
         if threading.current_thread() is threading.main_thread():
@@ -247,6 +284,7 @@ def train(
     run_dir: Path,
     resume: bool,
     batch: BatchSizes,
+    log_root: Path | None = None,
 ) -> TrainResult:
     """Train ``stage`` for ``train_cfg.steps`` updates; every rank calls this.
 
@@ -279,7 +317,8 @@ def train(
     elif resume and rank == 0:
         print(f"[{stage.name}] --resume: no complete checkpoint in {run_dir}, starting from scratch", flush=True)
 
-    logger = MetricsLogger(run_dir / "metrics.jsonl", run_dir / "tensorboard" / stage.name,
+    # TensorBoard: <log_root>/<stage name>; several runs sharing a log root show side by side.
+    logger = MetricsLogger(run_dir / "metrics.jsonl", (log_root or run_dir / "tensorboard") / stage.name,
                            enabled=rank == 0, resume_step=step)
     fp16 = uses_fp16(ds_config)
     last_ckpt = latest
@@ -342,12 +381,31 @@ def train(
                 break
     except checkpoint.CheckpointWriteError as err:
         raise TrainingError(str(err)) from None
+    except RuntimeError as err:
+        if not _lost_a_peer(err):
+            raise
+        raise TrainingError(
+            f"{run_dir}: [{stage.name}] rank {rank} lost contact with another rank during update {step + 1} "
+            f"({str(err).strip().splitlines()[-1]}): a rank died, hung or became unreachable. The last complete "
+            f"checkpoint is {last_ckpt or 'none'}; relaunch every rank with --resume to continue.") from None
     finally:
         signals.restore()
         progress.close()
         logger.close()
     return TrainResult(step=step, samples=samples, tokens=tokens, flops=step * stage.flops_per_update,
                        last_metrics=metrics, checkpoint=last_ckpt, engine=engine, stopped_by=stopped_by)
+
+
+# What Gloo, NCCL and torch's c10d say when a collective's peer is gone or silent (measured with a SIGKILLed and a
+# SIGSTOPped peer on another host: "Connection reset by peer", "Timed out waiting 20000ms for recv operation").
+_PEER_FAILURE = ("timed out", "timeout", "connection reset", "connection closed", "connection refused",
+                 "broken pipe", "nccl error", "watchdog", "socket")
+
+
+def _lost_a_peer(err: RuntimeError) -> bool:
+    text = str(err).lower()
+    return isinstance(err, dist.DistError) or (("gloo" in text or "nccl" in text or "c10d" in text)
+                                               and any(k in text for k in _PEER_FAILURE))
 
 
 def _engine_metrics(engine: Any, fp16: bool) -> dict[str, float]:

@@ -17,7 +17,7 @@ import torch
 import torch.distributed as dist
 
 from ds_minimodel import checkpoint, flops
-from ds_minimodel.cli import run_main
+from ds_minimodel.cli import add_run_args, dist_timeout, run_main
 from ds_minimodel.config import ModelConfig, TrainConfig, write_json
 from ds_minimodel.data import ArrayStream
 from ds_minimodel.engine import Stage, init_distributed, load_ds_config, resolve_batch, train, write_run_description
@@ -50,6 +50,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--log-every", type=int, default=10)
     p.add_argument("--save-every", type=int, default=1_000_000, help="updates between checkpoints (default: end)")
     p.add_argument("--resume", action="store_true")
+    add_run_args(p)
     p.add_argument("--local_rank", "--local-rank", type=int, default=0, help=argparse.SUPPRESS)
     return p
 
@@ -83,7 +84,7 @@ def load_task_model(folder: Path) -> tuple[TaskModel, TaskSpec, dict[str, Any]]:
 
 def run(args: argparse.Namespace) -> dict[str, Any]:
     ds_config = load_ds_config(args.ds_config)
-    info = init_distributed()
+    info = init_distributed(dist_timeout(args))
     batch = resolve_batch(ds_config, info.world_size, source=str(args.ds_config))
     primary_meta = checkpoint.load_meta(args.model)
     tokenizer = load_tokenizer(primary_meta.get("tokenizer"), args.model)
@@ -109,7 +110,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     stream = ArrayStream(features.arrays, micro_batch_size=batch.micro, world_size=info.world_size, rank=info.rank,
                          seed=args.seed, source=str(args.train))
     stage = Stage(
-        name=f"finetune-{spec.name}-seed{args.seed}", model=model, loss_fn=task_loss,
+        name=args.run_name or f"finetune-{spec.name}-seed{args.seed}", model=model, loss_fn=task_loss,
         # The body's forward and backward (3 x l x FLOP_layer per sequence, appendix A.1); the small task head and
         # the frozen embeddings' missing weight gradient are left out, as the paper leaves out minor terms.
         flops_per_update=3 * model.cfg.num_layers * flops.layer_forward(h=model.cfg.hidden_size, s=args.max_len)
@@ -119,7 +120,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
               "finetuned_from": str(Path(args.model).resolve()), "seed": args.seed},
     )
     result = train(stage, stream, ds_config=ds_config, ds_config_source=str(args.ds_config), train_cfg=train_cfg,
-                   run_dir=args.out, resume=args.resume, batch=batch)
+                   run_dir=args.out, log_root=args.log_root, resume=args.resume, batch=batch)
     summary = {"step": result.step, "checkpoint": str(result.checkpoint), "stopped_by": result.stopped_by,
                **result.last_metrics}
     if args.dev is not None and info.rank == 0 and result.stopped_by is None:

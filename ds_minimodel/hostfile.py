@@ -18,7 +18,7 @@ import sys
 from pathlib import Path
 
 from ds_minimodel.config import read_text
-from ds_minimodel.engine import load_ds_config, resolve_batch
+from ds_minimodel.engine import BatchSizes, load_ds_config, resolve_batch
 from ds_minimodel.errors import InputError, report
 
 _LABEL = r"[A-Za-z0-9](?:[A-Za-z0-9-]{0,61}[A-Za-z0-9])?"
@@ -58,6 +58,12 @@ def read_hostfile(path: Path) -> dict[str, int]:
     return hosts
 
 
+def check_batch(hostfile: Path, hosts: dict[str, int], ds_config: Path) -> BatchSizes:
+    """The batch sizes of ``ds_config`` on the hostfile's total slots; an InputError says what does not divide."""
+    total = sum(hosts.values())
+    return resolve_batch(load_ds_config(Path(ds_config)), total, source=f"{ds_config} on {hostfile} ({total} ranks)")
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m ds_minimodel.hostfile", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -70,8 +76,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"{args.hostfile}: {len(hosts)} host(s), {total} slot(s): "
               + ", ".join(f"{h} x{n}" for h, n in hosts.items()))
         if args.ds_config is not None:
-            batch = resolve_batch(load_ds_config(args.ds_config), total,
-                                  source=f"{args.ds_config} on {args.hostfile}")
+            batch = check_batch(args.hostfile, hosts, args.ds_config)
             print(f"{args.ds_config}: global batch {batch.global_batch} = micro {batch.micro} x accumulation "
                   f"{batch.accumulation} x {batch.world_size} ranks")
     except InputError as err:

@@ -13,7 +13,7 @@ import torch
 import torch.distributed as dist
 
 from ds_minimodel import checkpoint, flops
-from ds_minimodel.cli import add_training_args, run_main, train_config
+from ds_minimodel.cli import add_training_args, dist_timeout, run_main, train_config
 from ds_minimodel.config import ModelConfig, get_preset, read_json
 from ds_minimodel.data import MLMBatchStream, PackedDataset, TokenShards
 from ds_minimodel.engine import (Stage, init_distributed, load_ds_config, resolve_batch, train,
@@ -88,7 +88,7 @@ def build_model(args: argparse.Namespace, shards: TokenShards) -> tuple[MaskedLM
 
 def run(args: argparse.Namespace) -> dict[str, Any]:
     ds_config = load_ds_config(args.ds_config)
-    info = init_distributed()
+    info = init_distributed(dist_timeout(args))
     batch = resolve_batch(ds_config, info.world_size, source=str(args.ds_config))
     shards = TokenShards.open(args.data)
     train_cfg = train_config(args, ds_config)
@@ -118,7 +118,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     else:
         flop_stage, trainable_layers = ("pretrain_dual" if cfg.aux_head_layer is not None else "pretrain"), 0
     stage = Stage(
-        name=f"pretrain-{args.variant}",
+        name=args.run_name or f"pretrain-{args.variant}",
         model=model,
         loss_fn=mlm_step,
         flops_per_update=flops.per_update_flops(flop_stage, cfg, seq_len=train_cfg.seq_len, batch=batch.global_batch,
@@ -133,7 +133,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
               f"{train_cfg.seq_len} tokens; global batch {batch.global_batch} = {batch.micro} x {batch.accumulation}"
               f" x {batch.world_size} ranks", flush=True)
     result = train(stage, stream, ds_config=ds_config, ds_config_source=str(args.ds_config), train_cfg=train_cfg,
-                   run_dir=args.out, resume=args.resume, batch=batch)
+                   run_dir=args.out, log_root=args.log_root, resume=args.resume, batch=batch)
     return {"step": result.step, "tokens": result.tokens, "flops": result.flops,
             "checkpoint": str(result.checkpoint), "stopped_by": result.stopped_by, **result.last_metrics}
 

@@ -182,8 +182,8 @@ def overlap_init(
     """
     vs, hidden = source_embeddings.shape
     if len(source_pieces) != vs or source_bias.shape != (vs,):
-        raise ValueError(f"source vocabulary of {len(source_pieces)} pieces, embeddings {tuple(source_embeddings.shape)}"
-                         f" and bias {tuple(source_bias.shape)} disagree")
+        raise ValueError(f"source vocabulary of {len(source_pieces)} pieces, embeddings "
+                         f"{tuple(source_embeddings.shape)} and bias {tuple(source_bias.shape)} disagree")
     expected = [SPECIAL_PIECES[i] for i in range(NUM_SPECIAL)]
     for which, pieces in (("source", source_pieces), ("target", target_pieces)):
         if list(pieces[:NUM_SPECIAL]) != expected:

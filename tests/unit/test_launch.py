@@ -1,0 +1,46 @@
+"""The hostfile launcher: checks first, then DeepSpeed's command line (the real multi-host run is in
+tests/integration/test_cluster.py)."""
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+
+from ds_minimodel.launch import main, option_value
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def test_option_value_forms():
+    assert option_value(["--a", "1", "--ds-config", "x.json"], "--ds-config") == "x.json"
+    assert option_value(["--ds-config=y.json"], "--ds-config") == "y.json"
+    assert option_value(["--ds-configs", "z"], "--ds-config") is None
+
+
+def test_per_node_command(tmp_path, capsys, monkeypatch):
+    monkeypatch.chdir(REPO)
+    hostfile = tmp_path / "h"
+    hostfile.write_text("node-a slots=1\nnode-b slots=1\n")
+    assert main(["--hostfile", str(hostfile), "--no-ssh", "--node-rank", "1", "--master-addr", "10.0.0.1",
+                 "--print", "run_pretrain.py", "--ds-config", "ds_configs/cpu_fp32.json", "--steps", "3"]) == 0
+    cmd = capsys.readouterr().out.split()
+    assert cmd[1:] == ["--hostfile", str(hostfile), "--master_addr", "10.0.0.1", "--master_port", "29500", "--no_ssh",
+                       "--node_rank=1", "--num_nodes", "2", "--num_gpus", "1", "run_pretrain.py", "--ds-config",
+                       "ds_configs/cpu_fp32.json", "--steps", "3"]
+
+
+@pytest.mark.parametrize("hosts, args, problem", [
+    ("a slots=1\nb slots=2\n", ["--no-ssh"], "--no-ssh needs the same slots on every host"),
+    ("a slots=1\n", ["--no-ssh", "--node-rank", "1"], "--node-rank 1 but the hostfile has 1 host"),
+    ("a slots=1\n", ["--master-addr", "$(reboot)"], "is not a host name"),
+    ("a slots=3\n", [], "cpu_fp32.json on .* \\(3 ranks\\)"),
+    ("a slots=x\n", [], ":1: slots must be a positive integer"),
+])
+def test_nothing_starts_when_a_check_fails(tmp_path, capsys, monkeypatch, hosts, args, problem):
+    monkeypatch.chdir(REPO)
+    hostfile = tmp_path / "h"
+    hostfile.write_text(hosts)
+    assert main(["--hostfile", str(hostfile), *args, "run_pretrain.py", "--ds-config", "ds_configs/cpu_fp32.json"]
+                ) == 2
+    assert re.search(problem, capsys.readouterr().err)
