@@ -19,8 +19,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ds_minimodel import checkpoint, flops
+from ds_minimodel import checkpoint, flops, slurm
 from ds_minimodel.config import SYSTEMS, dataclass_from_dict, file_sha256, read_json, write_csv, write_json
+from ds_minimodel.data import META_FILE
 from ds_minimodel.engine import free_port
 from ds_minimodel.errors import InputError, report
 from ds_minimodel.evaluate import zero_shot
@@ -88,6 +89,8 @@ class PipelineConfig:
     keep_layers: int = 4
     new_layers: int = 2
     seed: int = 1
+    slurm: dict | None = None
+    """Batch-job settings for ``python -m ds_minimodel.submit`` (``submit.SlurmSettings``)."""
 
     @classmethod
     def load(cls, path: Path) -> PipelineConfig:
@@ -118,19 +121,34 @@ class PipelineConfig:
 
 
 # ----------------------------------------------------------------------------------------------- running steps
-def launch(script: str, args: list[str], ranks: int) -> None:
-    """Run a training entry point on ``ranks`` local processes; a failure stops the pipeline with its exit code."""
-    if ranks == 1:
+LAUNCHERS = ("deepspeed", "srun")
+
+
+def launch(script: str, args: list[str], ranks: int, launcher: str = "deepspeed") -> None:
+    """Run a training entry point; a failure stops the pipeline with its exit code.
+
+    ``deepspeed``: ``ranks`` processes on this machine (one process when ``ranks`` is 1). ``srun``: one task per
+    rank of the enclosing batch job's allocation (its nodes x tasks per node); ranks find each other from the
+    SLURM_* variables (``ds_minimodel.slurm.rank_env``), and the job's pre-timeout SIGUSR1 reaches every rank.
+    """
+    if launcher == "srun":
+        cmd = ["srun", "--kill-on-bad-exit=1", sys.executable, script, *args]
+    elif ranks == 1:
         cmd = [sys.executable, script, *args]
     else:
-        launcher = shutil.which("deepspeed") or str(Path(sys.executable).parent / "deepspeed")
-        cmd = [launcher, "--num_gpus", str(ranks), "--master_port", str(free_port()), script, *args]
+        runner = shutil.which("deepspeed") or str(Path(sys.executable).parent / "deepspeed")
+        cmd = [runner, "--num_gpus", str(ranks), "--master_port", str(free_port()), script, *args]
     print("$ " + " ".join(cmd), flush=True)
     env = {k: v for k, v in os.environ.items()
            if k not in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT")}
     proc = subprocess.run(cmd, env=env)
     if proc.returncode:
         raise SystemExit(f"pipeline: {script} exited with {proc.returncode}")
+
+
+class StoppedEarly(Exception):
+    """A step saved a checkpoint and stopped before its last update (SIGTERM/SIGUSR1): later steps need its
+    output, so the pipeline stops too, with ``slurm.EXIT_REQUEUE``; running it again resumes the step."""
 
 
 def finished(run_dir: Path) -> bool:
@@ -141,14 +159,14 @@ def finished(run_dir: Path) -> bool:
     return checkpoint.load_meta(latest).get("step") == read_json(run_file)["train"]["steps"]
 
 
-def train_step(script: str, run_dir: Path, args: list[str], ranks: int) -> None:
+def train_step(script: str, run_dir: Path, args: list[str], ranks: int, launcher: str = "deepspeed") -> None:
     if finished(run_dir):
         print(f"[pipeline] {run_dir}: done, skipped", flush=True)
         return
     resume = ["--resume"] if (run_dir / checkpoint.RUN).is_file() else []
-    launch(script, [*args, "--out", str(run_dir), *resume], ranks)
-    if not finished(run_dir):  # it saved and stopped early (SIGTERM/SIGUSR1): later steps need its output
-        raise SystemExit(f"pipeline: {run_dir} stopped before its last update; run the pipeline again to resume")
+    launch(script, [*args, "--out", str(run_dir), *resume], ranks, launcher)
+    if not finished(run_dir):
+        raise StoppedEarly(f"pipeline: {run_dir} stopped before its last update; run the pipeline again to resume")
 
 
 def stage_args(s: StageSettings) -> list[str]:
@@ -156,84 +174,204 @@ def stage_args(s: StageSettings) -> list[str]:
             "--log-every", str(s.log_every)]
 
 
-def run_pipeline(cfg: PipelineConfig, source_path: str) -> dict[str, Any]:
-    from ds_minimodel.prepare import prepare
+@dataclass(frozen=True)
+class Job:
+    """One unit of the pipeline that can run on its own (one batch job under Slurm), after the jobs it needs."""
 
-    sections = cfg.parsed(source_path)
-    out = Path(cfg.out)
-    out.mkdir(parents=True, exist_ok=True)
-    data = {}
-    for corpus in [sections["source"], *sections["targets"]]:
-        data[corpus.lang] = out / "data" / corpus.lang
-        prepare(Path(corpus.corpus), data[corpus.lang], vocab_size=cfg.vocab_size)
+    name: str
+    after: tuple[str, ...] = ()
+    array: tuple[str, ...] = ()
+    """Step 2 only: the target languages, one run each (one task of a Slurm job array)."""
+    trains: bool = True
+    """False for data preparation and Step 4 (no training ranks: one process)."""
 
-    # Step 1 (and 1b): the primaries the chosen systems need.
-    common = ["--preset", cfg.preset, "--seq-len", str(cfg.seq_len), "--seed", str(cfg.seed),
-              "--data", str(data[sections["source"].lang])]
-    step1 = {}
-    for variant in sorted({PRIMARY_OF[s] for s in cfg.systems}):
-        run_dir = out / "step1" / variant
-        train_step("run_pretrain.py", run_dir, ["--variant", variant, "--aux-layer", str(cfg.aux_layer),
-                                                "--small-layers", str(cfg.small_layers), *common,
-                                                *stage_args(sections["step1"])], cfg.ranks)
-        step1[variant] = checkpoint.latest_checkpoint(run_dir)
-    bodies = {"bl_base": step1.get("base"), "bl_small": step1.get("small"), "minijoint": step1.get("minijoint")}
-    if "minipost" in cfg.systems:
-        run_dir = out / "step1b" / "minipost"
-        train_step("run_pretrain.py", run_dir, ["--variant", "minipost", "--from", str(step1["base"]),
-                                                "--keep-layers", str(cfg.keep_layers), "--new-layers",
-                                                str(cfg.new_layers), *common, *stage_args(sections["step1b"])],
-                   cfg.ranks)
-        bodies["minipost"] = checkpoint.latest_checkpoint(run_dir)
 
-    # Step 2: every system x target language; every checkpoint is kept for Step 4.
-    step2: dict[tuple[str, str], Path] = {}
-    for target in sections["targets"]:
-        for system in cfg.systems:
-            run_dir = out / "step2" / target.lang / system
-            train_step("run_adapt.py", run_dir, ["--system", system, "--body", str(bodies[system]), "--data",
-                                                 str(data[target.lang]), "--lang", target.lang, "--seq-len",
-                                                 str(cfg.seq_len), "--seed", str(cfg.seed),
-                                                 *stage_args(sections["step2"])], cfg.ranks)
-            step2[(target.lang, system)] = run_dir
+class Pipeline:
+    """The method's steps as a plan of jobs over one config; every path of every step's output is decided here.
 
-    # Step 3: each primary x task x seed, English embeddings frozen.
-    ft: FinetuneSettings = sections["step3"]
-    step3: dict[tuple[str, str, int], Path] = {}
-    dev_scores = []
-    for task in sections["tasks"]:
-        for variant in sorted({PRIMARY_OF[s] for s in cfg.systems}):
+    ``jobs()`` lists them in an order that satisfies their dependencies; ``run(job)`` runs one, after checking that
+    what it needs is finished. ``run_all`` is the whole method in one process; ``ds_minimodel.submit`` makes one
+    Slurm job of each.
+    """
+
+    def __init__(self, cfg: PipelineConfig, source_path: str, *, launcher: str = "deepspeed") -> None:
+        self.cfg, self.source_path, self.launcher = cfg, source_path, launcher
+        self.sections = cfg.parsed(source_path)
+        self.out = Path(cfg.out)
+        self.log_root = self.out / "tensorboard"
+        self.languages = [c.lang for c in [self.sections["source"], *self.sections["targets"]]]
+        self.primaries = sorted({PRIMARY_OF[s] for s in cfg.systems})
+
+    # -- the plan
+    def body_job(self, system: str) -> str:
+        return "step1b-minipost" if system == "minipost" else f"step1-{PRIMARY_OF[system]}"
+
+    def jobs(self) -> list[Job]:
+        targets = tuple(t.lang for t in self.sections["targets"])
+        jobs = [Job("prepare", trains=False)]
+        jobs += [Job(f"step1-{v}", after=("prepare",)) for v in self.primaries]
+        if "minipost" in self.cfg.systems:
+            jobs.append(Job("step1b-minipost", after=("step1-base",)))
+        jobs += [Job(f"step2-{s}", after=(self.body_job(s),), array=targets) for s in self.cfg.systems]
+        jobs += [Job(f"step3-{v}", after=(f"step1-{v}",)) for v in self.primaries]
+        jobs.append(Job("step4", after=tuple(j.name for j in jobs if j.name.startswith(("step2-", "step3-"))),
+                        trains=False))
+        return jobs
+
+    def job(self, name: str) -> Job:
+        for job in self.jobs():
+            if job.name == name:
+                return job
+        raise InputError(f"{self.source_path}: no job {name!r} in this pipeline; its jobs are "
+                         + ", ".join(j.name for j in self.jobs()))
+
+    # -- where everything is
+    def data_dir(self, lang: str) -> Path:
+        return self.out / "data" / lang
+
+    def step1_dir(self, variant: str) -> Path:
+        return self.out / "step1" / variant
+
+    def step1b_dir(self) -> Path:
+        return self.out / "step1b" / "minipost"
+
+    def step2_dir(self, lang: str, system: str) -> Path:
+        return self.out / "step2" / lang / system
+
+    def step3_dir(self, task: str, variant: str, seed: int) -> Path:
+        return self.out / "step3" / task / variant / f"seed{seed}"
+
+    def body_dir(self, system: str) -> Path:
+        return self.step1b_dir() if system == "minipost" else self.step1_dir(PRIMARY_OF[system])
+
+    def _data(self, lang: str, needed_by: str) -> Path:
+        folder = self.data_dir(lang)
+        if not (folder / META_FILE).is_file():
+            raise InputError(f"{needed_by} needs the prepared {lang} data in {folder}; run the prepare job first")
+        return folder
+
+    def _finished(self, run_dir: Path, job: str, needed_by: str) -> Path:
+        if not finished(run_dir):
+            raise InputError(f"{needed_by} needs the finished run in {run_dir}; run the {job} job first")
+        return checkpoint.latest_checkpoint(run_dir)
+
+    # -- running
+    def run_all(self) -> dict[str, Any]:
+        summary: dict[str, Any] = {}
+        for job in self.jobs():
+            for value in job.array or (None,):
+                summary = self.run(job.name, value)
+        return summary
+
+    def run(self, name: str, value: str | None = None) -> dict[str, Any]:
+        """Run job ``name`` (for Step 2: for the target language ``value``, or all of them when None)."""
+        job = self.job(name)
+        if job.array and value is not None and value not in job.array:
+            raise InputError(f"{self.source_path}: {name} runs for {', '.join(job.array)}; not for {value!r}")
+        if name == "prepare":
+            return self._prepare()
+        if name == "step4":
+            return self._step4()
+        kind, what = name.split("-", 1)
+        if kind == "step1":
+            self._step1(what)
+        elif kind == "step1b":
+            self._step1b()
+        elif kind == "step2":
+            for lang in [value] if value is not None else job.array:
+                self._step2(what, lang)
+        else:
+            self._step3(what)
+        return {}
+
+    def _train(self, script: str, run_dir: Path, run_name: str, args: list[str]) -> None:
+        train_step(script, run_dir, [*args, "--log-root", str(self.log_root), "--run-name", run_name],
+                   self.cfg.ranks, self.launcher)
+
+    def _prepare(self) -> dict[str, Any]:
+        from ds_minimodel.prepare import prepare
+
+        for corpus in [self.sections["source"], *self.sections["targets"]]:
+            prepare(Path(corpus.corpus), self.data_dir(corpus.lang), vocab_size=self.cfg.vocab_size)
+        return {}
+
+    def _common(self, needed_by: str) -> list[str]:
+        cfg = self.cfg
+        return ["--preset", cfg.preset, "--seq-len", str(cfg.seq_len), "--seed", str(cfg.seed),
+                "--data", str(self._data(self.sections["source"].lang, needed_by))]
+
+    def _step1(self, variant: str) -> None:
+        cfg = self.cfg
+        self._train("run_pretrain.py", self.step1_dir(variant), f"step1-{variant}",
+                    ["--variant", variant, "--aux-layer", str(cfg.aux_layer), "--small-layers", str(cfg.small_layers),
+                     *self._common(f"step1-{variant}"), *stage_args(self.sections["step1"])])
+
+    def _step1b(self) -> None:
+        base = self._finished(self.step1_dir("base"), "step1-base", "step1b-minipost")
+        self._train("run_pretrain.py", self.step1b_dir(), "step1b-minipost",
+                    ["--variant", "minipost", "--from", str(base), "--keep-layers", str(self.cfg.keep_layers),
+                     "--new-layers", str(self.cfg.new_layers), *self._common("step1b-minipost"),
+                     *stage_args(self.sections["step1b"])])
+
+    def _step2(self, system: str, lang: str) -> None:
+        """Step 2 for one system and target language; every checkpoint is kept for Step 4."""
+        needed_by = f"step2-{system} ({lang})"
+        body = self._finished(self.body_dir(system), self.body_job(system), needed_by)
+        self._train("run_adapt.py", self.step2_dir(lang, system), f"step2-{lang}-{system}",
+                    ["--system", system, "--body", str(body), "--data", str(self._data(lang, needed_by)),
+                     "--lang", lang, "--seq-len", str(self.cfg.seq_len), "--seed", str(self.cfg.seed),
+                     *stage_args(self.sections["step2"])])
+
+    def _step3(self, variant: str) -> None:
+        """Step 3 for one primary: every task and seed, English embeddings frozen."""
+        ft: FinetuneSettings = self.sections["step3"]
+        source = self.sections["source"].lang
+        primary = self._finished(self.step1_dir(variant), f"step1-{variant}", f"step3-{variant}")
+        for task in self.sections["tasks"]:
             for seed in ft.seeds:
-                run_dir = out / "step3" / task.name / variant / f"seed{seed}"
-                dev = task.dev.get(sections["source"].lang)
-                train_step("run_finetune.py", run_dir,
-                           ["--model", str(step1[variant]), "--task", task.name, "--format", task.format,
-                            "--train", task.train, *(["--dev", dev] if dev else []),
-                            *(["--dev-format", task.eval_format] if task.eval_format else []), "--language",
-                            sections["source"].lang, "--ds-config", ft.ds_config, "--epochs", str(ft.epochs),
-                            "--warmup-ratio", str(ft.warmup_ratio), "--max-len", str(ft.max_len), "--seed",
-                            str(seed)], cfg.ranks)
-                step3[(task.name, variant, seed)] = checkpoint.latest_checkpoint(run_dir)
-                if (run_dir / "dev_scores.json").is_file():
-                    dev_scores.append({"task": task.name, "primary": variant, "seed": seed,
-                                       **read_json(run_dir / "dev_scores.json")})
+                dev = task.dev.get(source)
+                self._train("run_finetune.py", self.step3_dir(task.name, variant, seed),
+                            f"step3-{task.name}-{variant}-seed{seed}",
+                            ["--model", str(primary), "--task", task.name, "--format", task.format,
+                             "--train", task.train, *(["--dev", dev] if dev else []),
+                             *(["--dev-format", task.eval_format] if task.eval_format else []), "--language",
+                             source, "--ds-config", ft.ds_config, "--epochs", str(ft.epochs),
+                             "--warmup-ratio", str(ft.warmup_ratio), "--max-len", str(ft.max_len), "--seed",
+                             str(seed)])
 
-    # Step 4: zero-shot, every Step-2 checkpoint of every system, every seed.
-    results = []
-    for task in sections["tasks"]:
-        for (lang, system), run_dir in step2.items():
-            if lang not in task.test:
-                continue
-            for ckpt in checkpoint.complete_checkpoints(run_dir):
+    def _step4(self) -> dict[str, Any]:
+        """Zero-shot: every Step-2 checkpoint of every system, with every seed's task model; then the results."""
+        ft: FinetuneSettings = self.sections["step3"]
+        task_models, dev_scores = {}, []
+        for task in self.sections["tasks"]:
+            for variant in self.primaries:
                 for seed in ft.seeds:
-                    task_model = step3[(task.name, PRIMARY_OF[system], seed)]
-                    cache = out / "step4" / task.name / lang / system / f"seed{seed}" / f"{ckpt.name}.json"
-                    record = scored(cache, task_model, ckpt, Path(task.test[lang]), lang, task.eval_format)
-                    results.append(record)
-                    print(f"[step4] {task.name} {lang} {system} update {record['step2_update']} seed {seed}: "
-                          + ", ".join(f"{k} {record[k]:.1f}" for k in ("accuracy", "macro_f1", "f1") if k in record),
-                          flush=True)
-    return write_results(out, results, dev_scores)
+                    run_dir = self.step3_dir(task.name, variant, seed)
+                    task_models[(task.name, variant, seed)] = self._finished(run_dir, f"step3-{variant}", "step4")
+                    if (run_dir / "dev_scores.json").is_file():
+                        dev_scores.append({"task": task.name, "primary": variant, "seed": seed,
+                                           **read_json(run_dir / "dev_scores.json")})
+        results = []
+        for task in self.sections["tasks"]:
+            for target in self.sections["targets"]:
+                for system in self.cfg.systems:
+                    run_dir = self.step2_dir(target.lang, system)
+                    self._finished(run_dir, f"step2-{system}", "step4")
+                    if target.lang not in task.test:
+                        continue
+                    for ckpt in checkpoint.complete_checkpoints(run_dir):
+                        for seed in ft.seeds:
+                            results.append(self._score(task, target.lang, system, ckpt, seed,
+                                                       task_models[(task.name, PRIMARY_OF[system], seed)]))
+        return write_results(self.out, results, dev_scores)
+
+    def _score(self, task: TaskSettings, lang: str, system: str, ckpt: Path, seed: int, task_model: Path
+               ) -> dict[str, Any]:
+        cache = self.out / "step4" / task.name / lang / system / f"seed{seed}" / f"{ckpt.name}.json"
+        record = scored(cache, task_model, ckpt, Path(task.test[lang]), lang, task.eval_format)
+        print(f"[step4] {task.name} {lang} {system} update {record['step2_update']} seed {seed}: "
+              + ", ".join(f"{k} {record[k]:.1f}" for k in ("accuracy", "macro_f1", "f1") if k in record), flush=True)
+        return record
 
 
 def scored(cache: Path, task_model: Path, embeddings: Path, test_file: Path, lang: str, test_format: str | None
@@ -296,12 +434,34 @@ def write_results(out: Path, results: list[dict[str, Any]], dev_scores: list[dic
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--config", type=Path, required=True)
+    p.add_argument("--only", metavar="JOB",
+                   help="run one job of the plan (see --list), e.g. step1-base, step2-minijoint")
+    p.add_argument("--lang", help="with --only step2-*: just this target language")
+    p.add_argument("--launcher", choices=LAUNCHERS, default="deepspeed",
+                   help="how training ranks start: the deepspeed launcher on this machine, or srun inside a batch job")
+    p.add_argument("--list", action="store_true", help="print the jobs and what each needs, then exit")
     args = p.parse_args(argv)
     try:
         cfg = PipelineConfig.load(args.config)
-        summary = run_pipeline(cfg, str(args.config))
+        pipeline = Pipeline(cfg, str(args.config), launcher=args.launcher)
+        if args.list:
+            for job in pipeline.jobs():
+                print(f"{job.name:<20} after: {', '.join(job.after) or '-'}"
+                      + (f"; one run per language: {', '.join(job.array)}" if job.array else ""))
+            return 0
+        if args.lang is not None and not (args.only or "").startswith("step2-"):
+            raise InputError("--lang goes with --only step2-<system>")
+        if args.only is None:
+            summary = pipeline.run_all()
+        else:
+            summary = pipeline.run(args.only, args.lang)
     except InputError as err:
         return report(err)
+    except StoppedEarly as stop:
+        print(stop, file=sys.stderr, flush=True)
+        return slurm.EXIT_REQUEUE
+    if args.only not in (None, "step4"):
+        return 0
     # The analysis (tables shaped like the paper's Tables 2 and 3, Figures 1 and 3) reads only results.json.
     if not summary["has_results"]:
         print("no zero-shot results (no task has a test file in a target language): nothing to analyse")
@@ -311,7 +471,7 @@ def main(argv: list[str] | None = None) -> int:
         if proc.returncode:
             return proc.returncode
     print(f"\nresults: {summary['results']} and {summary['csv']}")
-    print(f"TensorBoard: tensorboard --logdir {cfg.out}")
+    print(f"TensorBoard: tensorboard --logdir {pipeline.log_root}")
     return 0
 
 

@@ -51,3 +51,40 @@ def test_config_errors_name_the_file(tmp_path):
     path.write_text(json.dumps({**base, "ranks": "two"}))
     with pytest.raises(InputError, match="ranks must be int"):
         PipelineConfig.load(path)
+
+
+def demo_pipeline(tmp_path: Path, **changes):
+    from ds_minimodel.pipeline import Pipeline
+
+    base = json.loads((Path(__file__).resolve().parents[2] / "configs/demo.json").read_text())
+    path = tmp_path / "p.json"
+    path.write_text(json.dumps({**base, "out": str(tmp_path / "out"), **changes}))
+    return Pipeline(PipelineConfig.load(path), str(path))
+
+
+def test_plan_orders_jobs_after_what_they_need(tmp_path):
+    jobs = demo_pipeline(tmp_path, targets=[{"lang": "de", "corpus": "de.txt"}, {"lang": "fr", "corpus": "fr.txt"}]
+                         ).jobs()
+    names = [j.name for j in jobs]
+    assert names[0] == "prepare" and names[-1] == "step4"
+    for job in jobs:
+        assert all(names.index(need) < names.index(job.name) for need in job.after), job
+    by_name = {j.name: j for j in jobs}
+    assert by_name["step2-minipost"].after == ("step1b-minipost",) and by_name["step1b-minipost"].after == (
+        "step1-base",)
+    assert by_name["step2-minijoint"].array == ("de", "fr") and not by_name["step3-base"].array
+    assert set(by_name["step4"].after) == {n for n in names if n.startswith(("step2-", "step3-"))}
+    assert not by_name["prepare"].trains and not by_name["step4"].trains
+
+
+def test_a_job_refuses_to_start_before_what_it_needs(tmp_path):
+    pipeline = demo_pipeline(tmp_path)
+    with pytest.raises(InputError, match=r"step1-base needs the prepared en data in .*; run the prepare job first"):
+        pipeline.run("step1-base")
+    with pytest.raises(InputError, match=r"step2-minijoint \(de\) needs the finished run in .*step1/minijoint; "
+                                         r"run the step1-minijoint job first"):
+        pipeline.run("step2-minijoint", "de")
+    with pytest.raises(InputError, match="no job 'step5'"):
+        pipeline.run("step5")
+    with pytest.raises(InputError, match="step2-minijoint runs for de; not for 'xx'"):
+        pipeline.run("step2-minijoint", "xx")
