@@ -3,6 +3,14 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup_env.sh
+# The Slurm test starts Debian's slurmctld and slurmd (tests/integration/test_slurm.py). As root on a Debian-like
+# system without them, install them (about 10 s); anywhere else that test skips and says why.
+# DS_MINIMODEL_NO_APT=1 leaves system packages alone.
+if [ "$(id -u)" = 0 ] && [ -z "${DS_MINIMODEL_NO_APT:-}" ] && command -v apt-get >/dev/null \
+   && ! command -v slurmctld >/dev/null; then
+  DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends slurm-wlm munge >/dev/null \
+    || echo "scripts/test.sh: could not install slurm-wlm; the Slurm test will skip" >&2
+fi
 # DeepSpeed compiles its CPU communication op on first use; keep the build cache inside the checkout's venv so that
 # runs after the first reuse it.
 export TORCH_EXTENSIONS_DIR=${TORCH_EXTENSIONS_DIR:-$PWD/.venv/torch_extensions}

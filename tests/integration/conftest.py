@@ -1,6 +1,7 @@
 """Fixtures for end-to-end tests: real entry scripts on the shipped demo text, tiny models, CPU ranks."""
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import subprocess
@@ -9,6 +10,7 @@ from pathlib import Path
 
 import pytest
 
+from ds_minimodel import checkpoint
 from ds_minimodel.engine import free_port
 
 REPO = Path(__file__).resolve().parents[2]
@@ -55,17 +57,35 @@ def de_data(tmp_path_factory) -> Path:
     return prepare(DEMO / "corpus/de.txt", tmp_path_factory.mktemp("data") / "de")
 
 
-TINY_FP32 = ["--preset", "tiny", "--seq-len", "64", "--ds-config", "ds_configs/cpu_fp32.json"]
+PIPELINE_SEEDS = [1, 2]
+PIPELINE_STEP2_SAVES = [30, 60]
+PIPELINE_TEST_SIZE = 400
 
 
 @pytest.fixture(scope="session")
-def primaries(en_data, tmp_path_factory) -> dict[str, Path]:
-    """Step 1 on 2 ranks: a normal 12-layer model, a MiniJoint model and a 4-layer BL_SMALL (tiny width)."""
-    root = tmp_path_factory.mktemp("step1")
-    runs = {}
-    for variant, steps in (("base", 40), ("minijoint", 40), ("small", 40)):
-        out = root / variant
-        run_cmd(deepspeed_cmd(2, "run_pretrain.py", "--variant", variant, *TINY_FP32, "--data", str(en_data),
-                              "--out", str(out), "--steps", str(steps), "--save-every", "20", "--log-every", "10"))
-        runs[variant] = out / "checkpoints" / f"step_{steps:08d}"
-    return runs
+def demo_pipeline(tmp_path_factory) -> dict:
+    """configs/demo.json through the pipeline (2 CPU ranks, the demo preset) with its output in a temporary folder and
+    shorter stages. Its Step-1 and Step-1b models are also the bodies the Step-2 tests adapt (test_adapt.py)."""
+    root = tmp_path_factory.mktemp("pipeline")
+    config = json.loads((REPO / "configs/demo.json").read_text())
+    config["out"] = str(root / "out")
+    config["step1"].update(steps=900, save_every=900, log_every=100)
+    config["step1b"].update(steps=60, save_every=60, log_every=30)
+    config["step2"].update(steps=PIPELINE_STEP2_SAVES[-1], save_every=PIPELINE_STEP2_SAVES[0], log_every=30)
+    config["step3"].update(epochs=2, seeds=PIPELINE_SEEDS)
+    # Step 4 scores 4 systems x 2 checkpoints x 2 seeds: on the first 400 German test examples, not all 1,586.
+    test_de = root / "test.de.jsonl"
+    source = REPO / config["tasks"][0]["test"]["de"]
+    test_de.write_text("".join(source.read_text(encoding="utf-8").splitlines(keepends=True)[:PIPELINE_TEST_SIZE]))
+    config["tasks"][0]["test"]["de"] = str(test_de)
+    path = root / "pipeline.json"
+    path.write_text(json.dumps(config))
+    proc = run_cmd([sys.executable, "-m", "ds_minimodel.pipeline", "--config", str(path)], timeout=900)
+    return {"out": Path(config["out"]), "config": path, "stdout": proc.stdout, "settings": config}
+
+
+@pytest.fixture(scope="session")
+def primaries(demo_pipeline) -> dict[str, Path]:
+    """The pipeline's Step-1 models (demo preset, 2 ranks): normal, MiniJoint and BL_SMALL."""
+    out = demo_pipeline["out"]
+    return {v: checkpoint.latest_checkpoint(out / "step1" / v) for v in ("base", "minijoint", "small")}

@@ -20,14 +20,9 @@ STEP2 = ["--seq-len", "64", "--save-every", "10", "--log-every", "5", "--steps",
 
 
 @pytest.fixture(scope="session")
-def minipost(primaries, en_data, tmp_path_factory) -> Path:
-    """Step 1b on 2 ranks: 4 layers cut from the normal primary + 2 new ones, trained on English."""
-    out = tmp_path_factory.mktemp("step1b") / "minipost"
-    run_cmd(deepspeed_cmd(2, "run_pretrain.py", "--variant", "minipost", "--from", str(primaries["base"]),
-                          "--preset", "tiny", "--seq-len", "64", "--ds-config", "ds_configs/cpu_fp32.json",
-                          "--data", str(en_data), "--out", str(out), "--steps", "40", "--save-every", "20",
-                          "--log-every", "10"))
-    return out / "checkpoints" / "step_00000040"
+def minipost(demo_pipeline) -> Path:
+    """The pipeline's Step 1b (2 ranks): the normal primary's bottom layers + new ones, trained on English."""
+    return checkpoint.latest_checkpoint(demo_pipeline["out"] / "step1b" / "minipost")
 
 
 def mlm_loss(model, data: Path, batches: int = 8) -> float:
@@ -36,16 +31,17 @@ def mlm_loss(model, data: Path, batches: int = 8) -> float:
     return evaluate(model, stream, mlm_step, batches)["loss"]
 
 
-def test_minipost_bottom_layers_bit_identical_to_primary(minipost, primaries):
+def test_minipost_bottom_layers_bit_identical_to_primary(minipost, primaries, demo_pipeline):
     """The 2-rank Step 1b on real English text: everything copied from the primary is unchanged."""
+    keep, new = demo_pipeline["settings"]["keep_layers"], demo_pipeline["settings"]["new_layers"]
     mini, meta = checkpoint.load_model(minipost)
     primary, primary_meta = checkpoint.load_model(primaries["base"])
-    assert mini.cfg.num_layers == 6 and meta["kind"] == "minipost-mini"
+    assert mini.cfg.num_layers == keep + new < primary.cfg.num_layers and meta["kind"] == "minipost-mini"
     assert meta["primary_sha256"] == checkpoint.lineage(primary_meta)
     ours, theirs = mini.state_dict(), primary.state_dict()
     copied = [k for k in ours if k.startswith(("embeddings.", "heads.main.")) or
-              any(k.startswith(f"layers.{i}.") for i in range(4))]
-    assert len(copied) == 4 + 4 * 12 + 5  # embeddings (tokens, positions, LayerNorm), 4 layers, head
+              any(k.startswith(f"layers.{i}.") for i in range(keep))]
+    assert len(copied) == 4 + keep * 12 + 5  # embeddings (tokens, positions, LayerNorm), the kept layers, head
     for name in copied:
         assert torch.equal(ours[name], theirs[name]), f"{name} changed in Step 1b"
 
@@ -142,7 +138,9 @@ def adapted(primaries, minipost, de_data, tmp_path_factory) -> dict[str, Path]:
 def test_step2_target_loss_falls_with_compact_checkpoints(adapted, primaries, minipost, system):
     run_dir = adapted[system]
     records = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
-    assert records[-1]["loss"] < records[0]["loss"] - 0.5, (system, records[0]["loss"], records[-1]["loss"])
+    # Over the pipeline's trained demo bodies the loss starts near 6.6 (shared pieces start from their English rows)
+    # and fell by 0.34-0.46 over these 25 updates when measured; 0 when nothing trains.
+    assert records[-1]["loss"] < records[0]["loss"] - 0.25, (system, records[0]["loss"], records[-1]["loss"])
     assert records[-1]["flops"] > records[0]["flops"] > 0 and "v100_days" in records[-1]
     ckpts = checkpoint.complete_checkpoints(run_dir)
     assert [c.name for c in ckpts] == ["step_00000010", "step_00000020", "step_00000030"]
@@ -152,7 +150,7 @@ def test_step2_target_loss_falls_with_compact_checkpoints(adapted, primaries, mi
     weights = checkpoint.load_weights(ckpts[-1])
     assert set(weights) == {"embeddings.tokens.weight", "heads.main.bias"}
     # compact: the whole checkpoint folder (weights + optimizer state) is much smaller than the full body it
-    # was trained over would be with its optimizer state (tiny preset: the body is ~0.6M of 0.75M parameters)
+    # was trained over would be with its optimizer state
     body = {"bl_base": primaries["base"], "bl_small": primaries["small"], "minijoint": primaries["minijoint"],
             "minipost": minipost}[system]
     compact = sum(f.stat().st_size for f in ckpts[-1].iterdir())
@@ -161,7 +159,7 @@ def test_step2_target_loss_falls_with_compact_checkpoints(adapted, primaries, mi
     assert compact < 0.7 * full
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
-    events = EventAccumulator(str(run_dir / "tensorboard" / f"adapt-de-{system}"))
+    events = EventAccumulator(str(run_dir / "tensorboard" / f"adapt-de-{system}"))  # default log root and name
     events.Reload()
     assert {"loss", "flops", "v100_days"} <= set(events.Tags()["scalars"])
 
@@ -175,8 +173,8 @@ def test_plug_refuses_other_lineage_and_accepts_own(adapted, primaries, tmp_path
     run_cmd([sys.executable, "-m", "ds_minimodel.surgery", "plug", "--model", str(primaries["minijoint"]),
              "--embeddings", str(emb), "--out", str(tmp_path / "good")])
     plugged, meta = checkpoint.load_model(tmp_path / "good")
-    assert plugged.cfg.num_layers == 12 and meta["tokenizer"]["sha256"] == checkpoint.load_meta(emb)["tokenizer"][
-        "sha256"]
+    assert plugged.cfg.num_layers == checkpoint.load_model(primaries["minijoint"])[0].cfg.num_layers
+    assert meta["tokenizer"]["sha256"] == checkpoint.load_meta(emb)["tokenizer"]["sha256"]
     trained = checkpoint.load_weights(emb)
     assert torch.equal(plugged.embeddings.tokens.weight, trained["embeddings.tokens.weight"])
 

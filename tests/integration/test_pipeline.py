@@ -15,31 +15,19 @@ import torch
 from ds_minimodel import checkpoint
 from ds_minimodel.evaluate import zero_shot
 from ds_minimodel.finetune import load_task_model
-from tests.integration.conftest import REPO, run_cmd
+from tests.integration.conftest import PIPELINE_SEEDS, PIPELINE_STEP2_SAVES, PIPELINE_TEST_SIZE, REPO, run_cmd
 
 SYSTEMS = ["bl_base", "bl_small", "minijoint", "minipost"]
-SEEDS = [1, 2]
-STEP2_SAVES = [30, 60]
+SEEDS = PIPELINE_SEEDS
+STEP2_SAVES = PIPELINE_STEP2_SAVES
 DEV_EN = REPO / "demo_data/tasks/lohelp/dev.en.jsonl"
-TEST_DE = REPO / "demo_data/tasks/lohelp/test.de.jsonl"
 TRAIN_EN = REPO / "demo_data/tasks/lohelp/train.en.jsonl"
 
 
 @pytest.fixture(scope="module")
-def pipeline(tmp_path_factory) -> dict:
-    """configs/demo.json with its output moved to a temporary folder and shorter stages."""
-    root = tmp_path_factory.mktemp("pipeline")
-    config = json.loads((REPO / "configs/demo.json").read_text())
-    assert config["systems"] == SYSTEMS and config["preset"] == "demo"
-    config["out"] = str(root / "out")
-    config["step1"].update(steps=900, save_every=900, log_every=100)
-    config["step1b"].update(steps=60, save_every=60, log_every=30)
-    config["step2"].update(steps=STEP2_SAVES[-1], save_every=STEP2_SAVES[0], log_every=30)
-    config["step3"].update(epochs=2, seeds=SEEDS)
-    path = root / "pipeline.json"
-    path.write_text(json.dumps(config))
-    proc = run_cmd([sys.executable, "-m", "ds_minimodel.pipeline", "--config", str(path)], timeout=900)
-    return {"out": Path(config["out"]), "config": path, "stdout": proc.stdout}
+def pipeline(demo_pipeline) -> dict:
+    assert demo_pipeline["settings"]["systems"] == SYSTEMS and demo_pipeline["settings"]["preset"] == "demo"
+    return demo_pipeline
 
 
 def finetuned(out: Path, primary: str, seed: int) -> Path:
@@ -56,7 +44,7 @@ def test_every_system_checkpoint_and_seed_is_scored_in_german(pipeline):
     got = Counter((r["system"], r["lang"], r["step2_update"], r["seed"]) for r in results["zero_shot"])
     want = {(s, "de", u, seed) for s in SYSTEMS for u in STEP2_SAVES for seed in SEEDS}
     assert set(got) == want and set(got.values()) == {1}
-    test_size = len(TEST_DE.read_text().splitlines())
+    test_size = PIPELINE_TEST_SIZE
     for r in results["zero_shot"]:
         assert r["n"] == test_size and 0.0 <= r["accuracy"] <= 100.0 and r["step2_flops"] > 0
     # the same records as CSV, and the means over seeds per checkpoint
@@ -77,7 +65,9 @@ def test_every_system_checkpoint_and_seed_is_scored_in_german(pipeline):
     assert table2 in pipeline["stdout"] and table3 in pipeline["stdout"]
     for figure in ("figure3_lohelp_de.png", "figure1_speedup.png"):
         assert (out / "analysis" / figure).read_bytes()[:4] == b"\x89PNG" and figure in pipeline["stdout"]
-    assert f"tensorboard --logdir {out}" in pipeline["stdout"]
+    assert f"tensorboard --logdir {out / 'tensorboard'}" in pipeline["stdout"]
+    runs = {p.name for p in (out / "tensorboard").iterdir()}  # one log root, a run per step, language and system
+    assert {"step1-base", "step1b-minipost", "step2-de-minipost", "step3-lohelp-small-seed2"} <= runs, runs
 
 
 def test_finetuning_keeps_embeddings_bitwise_and_beats_the_majority_class(pipeline):

@@ -54,7 +54,7 @@ def test_minijoint_two_ranks_both_heads_learn(en_data, tmp_path):
     assert meta["samples"] == 40 * 32
 
 
-@pytest.mark.parametrize("num_ranks", [1, 2])
+@pytest.mark.parametrize("num_ranks", [2])  # one rank: test_reliability.py resumes after SIGKILL, SIGTERM, SIGUSR1
 def test_resume_is_bitwise_identical(en_data, tmp_path, num_ranks):
     common = ["--variant", "minijoint", *TINY, "--data", str(en_data), "--save-every", "3", "--log-every", "1"]
     straight, stopped = tmp_path / "straight", tmp_path / "stopped"

