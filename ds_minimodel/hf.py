@@ -429,7 +429,7 @@ def sentencepiece_tokenizer_json(tokenizer: Tokenizer) -> str:
     and the two libraries break the tie differently. Only unigram models convert this way.
     """
     from sentencepiece import sentencepiece_model_pb2
-    from tokenizers import AddedToken, Regex, decoders, models, normalizers, pre_tokenizers, processors
+    from tokenizers import AddedToken, Regex, decoders, models, normalizers, pre_tokenizers
     from tokenizers import Tokenizer as RustTokenizer
 
     proto = sentencepiece_model_pb2.ModelProto()
@@ -450,17 +450,41 @@ def sentencepiece_tokenizer_json(tokenizer: Tokenizer) -> str:
     rust.pre_tokenizer = pre_tokenizers.Metaspace(replacement="\u2581", prepend_scheme=scheme)
     rust.decoder = decoders.Metaspace(replacement="\u2581", prepend_scheme=scheme)
     rust.add_special_tokens([AddedToken(SPECIAL_PIECES[i], special=True) for i in range(NUM_SPECIAL)])
-    # RoBERTa's layout, as tasks.features builds it: <s> a </s> and <s> a </s></s> b </s>.
-    bos, eos = SPECIAL_PIECES[BOS_ID], SPECIAL_PIECES[EOS_ID]
-    rust.post_processor = processors.TemplateProcessing(
-        single=f"{bos} $A {eos}", pair=f"{bos} $A {eos} {eos} $B {eos}",
-        special_tokens=[(bos, BOS_ID), (eos, EOS_ID)])
+    rust.post_processor = _roberta_layout(SPECIAL_PIECES[BOS_ID], BOS_ID, SPECIAL_PIECES[EOS_ID], EOS_ID)
+    return rust.to_str()
+
+
+def _roberta_layout(bos: str, bos_id: int, eos: str, eos_id: int) -> Any:
+    """The input layout every model here is trained with (tasks.features): <s> a </s> and <s> a </s></s> b </s>,
+    all segment 0."""
+    from tokenizers import processors
+
+    return processors.TemplateProcessing(single=f"{bos} $A {eos}", pair=f"{bos} $A {eos} {eos} $B {eos}",
+                                         special_tokens=[(bos, bos_id), (eos, eos_id)])
+
+
+def _imported_tokenizer_json(tokenizer: HFTokenizer) -> str:
+    """The imported tokenizer's tokenizer.json (the folder's own file, padding and truncation settings included,
+    or transformers' conversion of its vocabulary files) with RoBERTa's pair layout.
+
+    For single texts BERT's [CLS] a [SEP] is already that layout; for pairs BERT writes [CLS] a [SEP] b [SEP] with
+    segment 1 on b, but our model was finetuned on [CLS] a [SEP][SEP] b [SEP], all segment 0 (it has no segment
+    input): the exported tokenizer must feed what the model was trained on.
+    """
+    from tokenizers import Tokenizer as RustTokenizer
+
+    own = Path(tokenizer.path) / "tokenizer.json"
+    rust = RustTokenizer.from_file(str(own)) if own.is_file() else RustTokenizer.from_str(tokenizer.backend_json())
+    bos, eos = tokenizer.hf_token(BOS_ID), tokenizer.hf_token(EOS_ID)
+    rust.post_processor = _roberta_layout(bos, int(tokenizer.hf_of_ours[BOS_ID]), eos,
+                                          int(tokenizer.hf_of_ours[EOS_ID]))
     return rust.to_str()
 
 
 def _write_tokenizer(tokenizer: AnyTokenizer, out: Path, max_positions: int) -> None:
     if isinstance(tokenizer, HFTokenizer):  # the folder's own files; config.json is the exported model's
         copy_hf_tokenizer(tokenizer.path, out, config=False)
+        (out / "tokenizer.json").write_text(_imported_tokenizer_json(tokenizer), encoding="utf-8")
         return
     (out / "tokenizer.json").write_text(sentencepiece_tokenizer_json(tokenizer), encoding="utf-8")
     special = {f"{role}_token": SPECIAL_PIECES[i] for role, i in (
@@ -544,7 +568,9 @@ def export_folder(source: Path, out: Path, *, embeddings: Path | None = None) ->
             state[f"heads.{MAIN_HEAD}.bias"] = state[f"heads.{MAIN_HEAD}.bias"][back]
         special = {role: int(tokenizer.hf_of_ours[i]) for role, i in (("pad", PAD_ID), ("bos", BOS_ID),
                                                                        ("eos", EOS_ID))}
-        type_vocab_size = 2  # a copied BERT tokenizer emits segment ids 0 and 1: both must index a (zero) row
+        # The exported tokenizer.json writes segment 0 only, but a BERT tokenizer loaded without it (use_fast=False)
+        # still emits segment ids 0 and 1: both must index a (zero) row.
+        type_vocab_size = 2
     else:
         special, type_vocab_size = {"pad": PAD_ID, "bos": BOS_ID, "eos": EOS_ID}, 1
     hf_state = state_dict_to_hf(state, num_layers=cfg.num_layers, position_offset=special["pad"] + 1,

@@ -553,6 +553,14 @@ class HFTokenizer:
         """Our ids' tokens in SentencePiece spelling (see `sentencepiece_style`), for overlap initialisation."""
         return list(self._pieces)
 
+    def backend_json(self) -> str:
+        """The Rust tokenizer as tokenizer.json text (padding and truncation off), for writing it elsewhere."""
+        return self._backend.to_str()
+
+    def hf_token(self, id: int) -> str:
+        """The folder's own string for our id (e.g. "[CLS]" for BOS_ID in a BERT vocabulary)."""
+        return self._backend.id_to_token(int(self.hf_of_ours[id]))
+
     def __repr__(self) -> str:
         return f"HFTokenizer({str(self.path)!r}, vocab_size={self.vocab_size}, sha256={self.sha256[:12]}...)"
 

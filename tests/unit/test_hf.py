@@ -175,6 +175,10 @@ def test_import_reproduces_hf_logits_and_export_round_trips(kind: str, folders, 
     assert not info["unexpected_keys"] and set(info["missing_keys"]) <= {"lm_head.decoder.weight",
                                                                          "lm_head.decoder.bias"}
     assert torch.equal(_hf_inputs(out)[0], hf_ids)  # the exported tokenizer is the original one
+    # ... with the pair layout the model was finetuned with (tasks.features), even where BERT's differs.
+    a, b = SAMPLE[:2]
+    pair = transformers.AutoTokenizer.from_pretrained(out, local_files_only=True)(a, b)["input_ids"]
+    assert ours_of_hf[pair].tolist() == [BOS_ID, *tokenizer.encode(a), EOS_ID, EOS_ID, *tokenizer.encode(b), EOS_ID]
     with torch.no_grad():
         round_trip = reloaded.eval()(input_ids=hf_ids, attention_mask=mask.long()).logits
     diff = (round_trip - expected)[mask].abs().max().item()
