@@ -1,4 +1,4 @@
-"""Hugging Face interoperability: import a BERT or RoBERTa model folder, export ours as a RoBERTa folder.
+"""Hugging Face interoperability: import a BERT, RoBERTa or XLM-R model folder, export ours as a RoBERTa folder.
 
     python -m ds_minimodel.hf import --from HF_FOLDER --out MODEL_FOLDER
     python -m ds_minimodel.hf export --model FOLDER [--embeddings STEP2_CHECKPOINT] --out HF_FOLDER
@@ -24,7 +24,8 @@ This module owns every Hugging Face tensor name (STYLE: one module owns key name
   Step-3 task model), optionally with a Step-2 embeddings checkpoint swapped in, written as a ``RobertaFor*`` folder
   (``model.safetensors``, ``config.json``, tokenizer) that ``transformers``' ``Auto*`` classes load. A
   SentencePiece tokenizer is written as a ``tokenizer.json`` (unigram model, SentencePiece's own normaliser); an
-  imported Hugging Face tokenizer is copied and the rows go back to its ids.
+  imported Hugging Face tokenizer is copied, the rows go back to its ids, and its tokenizer.json gets the pair layout
+  our finetuning used.
 """
 from __future__ import annotations
 
@@ -424,8 +425,8 @@ def sentencepiece_tokenizer_json(tokenizer: Tokenizer) -> str:
     """A ``tokenizers`` description (tokenizer.json) that encodes as our SentencePiece model does.
 
     The unigram model takes the SentencePiece pieces and scores, and the normaliser is SentencePiece's own
-    precompiled one (NFKC-based by default), so Viterbi segmentation runs over the same lattice. Measured on the demo
-    corpora: identical ids on all but a few lines in ten thousand, where two segmentations score exactly the same
+    precompiled one (NFKC-based by default), so Viterbi segmentation runs over the same lattice. Measured on the
+    demo's 14,667 German lines: identical ids on all but 1-3 of them, where two segmentations score exactly the same
     and the two libraries break the tie differently. Only unigram models convert this way.
     """
     from sentencepiece import sentencepiece_model_pb2
@@ -482,16 +483,21 @@ def _imported_tokenizer_json(tokenizer: HFTokenizer) -> str:
 
 
 def _write_tokenizer(tokenizer: AnyTokenizer, out: Path, max_positions: int) -> None:
-    if isinstance(tokenizer, HFTokenizer):  # the folder's own files; config.json is the exported model's
-        copy_hf_tokenizer(tokenizer.path, out, config=False)
-        (out / "tokenizer.json").write_text(_imported_tokenizer_json(tokenizer), encoding="utf-8")
-        return
-    (out / "tokenizer.json").write_text(sentencepiece_tokenizer_json(tokenizer), encoding="utf-8")
-    special = {f"{role}_token": SPECIAL_PIECES[i] for role, i in (
-        ("bos", BOS_ID), ("eos", EOS_ID), ("sep", EOS_ID), ("cls", BOS_ID), ("unk", UNK_ID), ("pad", PAD_ID),
-        ("mask", MASK_ID))}
-    # PreTrainedTokenizerFast: the generic class that takes tokenizer.json as it is (every transformers release
-    # since 4.x loads it through AutoTokenizer). No token_type_ids: the model has no segment embeddings.
+    """tokenizer.json, with the special tokens and the input layout the model was trained with, and a
+    tokenizer_config.json naming PreTrainedTokenizerFast: the generic class that takes tokenizer.json as it is
+    (AutoTokenizer loads it in every transformers release since 4.x), where the folder's own class could disagree
+    with the exported config.json (an old BERT folder without a tokenizer_class would be read as a RoBERTa
+    tokenizer). No token_type_ids: the model has no segment embeddings."""
+    if isinstance(tokenizer, HFTokenizer):
+        copy_hf_tokenizer(tokenizer.path, out, config=False)  # vocabulary files too, for tools that read them
+        tokenizer_json = _imported_tokenizer_json(tokenizer)
+        names = {i: tokenizer.hf_token(i) for i in range(NUM_SPECIAL)}
+    else:
+        tokenizer_json, names = sentencepiece_tokenizer_json(tokenizer), SPECIAL_PIECES
+    (out / "tokenizer.json").write_text(tokenizer_json, encoding="utf-8")
+    special = {f"{role}_token": names[i] for role, i in (("bos", BOS_ID), ("eos", EOS_ID), ("sep", EOS_ID),
+                                                          ("cls", BOS_ID), ("unk", UNK_ID), ("pad", PAD_ID),
+                                                          ("mask", MASK_ID))}
     write_json(out / "tokenizer_config.json", {
         "tokenizer_class": "PreTrainedTokenizerFast", **special, "model_max_length": max_positions,
         "model_input_names": ["input_ids", "attention_mask"], "padding_side": "right", "truncation_side": "right"})
@@ -568,8 +574,8 @@ def export_folder(source: Path, out: Path, *, embeddings: Path | None = None) ->
             state[f"heads.{MAIN_HEAD}.bias"] = state[f"heads.{MAIN_HEAD}.bias"][back]
         special = {role: int(tokenizer.hf_of_ours[i]) for role, i in (("pad", PAD_ID), ("bos", BOS_ID),
                                                                        ("eos", EOS_ID))}
-        # The exported tokenizer.json writes segment 0 only, but a BERT tokenizer loaded without it (use_fast=False)
-        # still emits segment ids 0 and 1: both must index a (zero) row.
+        # The exported tokenizer emits no segment ids, but a BERT tokenizer built from the copied vocab.txt (e.g.
+        # BertTokenizer.from_pretrained) emits 0 and 1: both must index a (zero) row.
         type_vocab_size = 2
     else:
         special, type_vocab_size = {"pad": PAD_ID, "bos": BOS_ID, "eos": EOS_ID}, 1

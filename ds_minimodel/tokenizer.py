@@ -3,7 +3,8 @@
 Mini-model adaptation (Marchisio et al., 2023, Sec. 3) swaps the embedding matrix of a trained encoder for one
 learned on a new language. The swap only works if every language's vocabulary puts the pieces the model has
 learned to treat specially (`<s>`, `<pad>`, `</s>`, `<unk>`, `<mask>`) at the same ids, so every model trained
-here reserves fairseq/RoBERTa's ids 0..4 and `Tokenizer.load` refuses a model that does not.
+here reserves fairseq/RoBERTa's ids 0..4 and `Tokenizer.load` refuses a model that does not. A model imported from
+Hugging Face keeps its own tokenizer, seen through the same ids by `HFTokenizer` (end of this module).
 """
 
 from __future__ import annotations
