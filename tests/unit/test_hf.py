@@ -287,6 +287,29 @@ def test_cli_import_writes_a_standalone_model_folder(folders, tmp_path: Path, ca
     assert hf.main(["import", "--from", str(tmp_path / "nowhere"), "--out", str(tmp_path / "x")]) == 2
 
 
+@pytest.mark.parametrize("kind", ["roberta", "bert"])
+def test_qa_answer_spans_map_through_an_hf_tokenizer(kind: str, folders) -> None:
+    from ds_minimodel.tasks.qa import context_token_offsets, qa_features
+    from ds_minimodel.tasks.readers import QAExample
+
+    tokenizer = HFTokenizer.load(folders[kind][0])
+    context = "The ferry leaves every day at noon, unless the harbour is closed."
+    ids, spans = context_token_offsets(tokenizer, context)
+    assert ids == tokenizer.encode(context)
+    # Spans in order (a lone space token, byte-level "Ġ", covers nothing, like SentencePiece's lone "▁"), and
+    # together they spell the context without its spaces.
+    assert all(begin <= end for begin, end in spans) and spans == sorted(spans)
+    normalise = str.lower if kind == "bert" else str  # the BERT tokenizer here is uncased
+    assert normalise("".join(context[b:e] for b, e in spans)) == normalise(context.replace(" ", ""))
+    start = context.index("at noon")
+    example = QAExample(id="1", question="When does the ferry leave?", context=context, answers=["at noon"],
+                        answer_starts=[start])
+    windows = qa_features(example, tokenizer, max_len=40, doc_stride=8)
+    window = next(w for w in windows if w.start_position)  # one that holds the answer
+    first, last = window.offsets[window.start_position], window.offsets[window.end_position]
+    assert context[first[0]:last[1]] == "at noon"
+
+
 # --- done-means 3: a finetuned classifier with German embeddings, exported --------------------------------------------
 
 
