@@ -24,7 +24,7 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
-from ds_minimodel import checkpoint, flops
+from ds_minimodel import checkpoint, flops, hf
 from ds_minimodel.cli import add_training_args, dist_timeout, run_main, train_config
 from ds_minimodel.config import SYSTEMS
 from ds_minimodel.data import MLMBatchStream, PackedDataset, TokenShards
@@ -33,6 +33,7 @@ from ds_minimodel.engine import (Stage, TrainResult, init_distributed, load_ds_c
 from ds_minimodel.errors import InputError
 from ds_minimodel.losses import mlm_step
 from ds_minimodel.model import MaskedLM
+from ds_minimodel.prepare import tokenizer_path
 from ds_minimodel.surgery import extract_embeddings, extract_minijoint, freeze_for_adaptation, overlap_init, \
     swap_embeddings
 from ds_minimodel.tokenizer import load_tokenizer
@@ -43,8 +44,9 @@ def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--system", choices=SYSTEMS, required=True)
     p.add_argument("--body", type=Path, required=True,
-                   help="checkpoint or model folder of the body: the primary (bl_base), the 4-layer model (bl_small),"
-                        " the MiniJoint primary or its extracted mini-model (minijoint), the Step-1b output (minipost)")
+                   help="checkpoint or model folder of the body: the primary (bl_base; also a Hugging Face folder), "
+                        "the 4-layer model (bl_small), the MiniJoint primary or its extracted mini-model (minijoint), "
+                        "the Step-1b output (minipost)")
     p.add_argument("--lang", help="target language code for run names (default: the --data folder's name)")
     p.add_argument("--body-dropout", choices=("on", "off"), default="on",
                    help="dropout inside the frozen body during Step 2 (recorded in every checkpoint)")
@@ -55,8 +57,10 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def load_body(system: str, folder: Path) -> tuple[MaskedLM, dict[str, Any]]:
-    """The frozen body for ``system``; a MiniJoint primary is cut down to its mini-model here."""
-    model, meta = checkpoint.load_model(folder)
+    """The frozen body for ``system``; a MiniJoint primary is cut down to its mini-model here, a Hugging Face folder
+    is imported."""
+    model, meta = hf.load_model(folder)
+    hf.require_trained_head(meta, folder, "Step 2 (new embeddings are learned through the MLM head)")
     kind = meta.get("kind")
     if model.cfg.aux_head_layer is not None:
         if system != "minijoint":
@@ -95,8 +99,7 @@ def train_embeddings(args: argparse.Namespace) -> tuple[TrainResult, Stage]:
     train_cfg = train_config(args, ds_config)
     shards = TokenShards.open(args.data)
     lang = args.lang or Path(args.data).resolve().name
-    target = load_tokenizer({"path": str(Path(args.data) / "spm.model"), "sha256": shards.tokenizer_sha256},
-                            args.data)
+    target = load_tokenizer({"path": str(tokenizer_path(args.data)), "sha256": shards.tokenizer_sha256}, args.data)
     model, body_meta = load_body(args.system, args.body)
     source = load_tokenizer(body_meta.get("tokenizer"), args.body)
     if train_cfg.seq_len > model.cfg.max_positions:

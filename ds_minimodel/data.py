@@ -33,7 +33,7 @@ from tqdm import tqdm
 
 from ds_minimodel.config import file_sha256, write_json
 from ds_minimodel.errors import InputError
-from ds_minimodel.tokenizer import BOS_ID, EOS_ID, MASK_ID, NUM_SPECIAL, PAD_ID, Tokenizer
+from ds_minimodel.tokenizer import BOS_ID, EOS_ID, MASK_ID, NUM_SPECIAL, PAD_ID, AnyTokenizer, open_tokenizer
 
 logger = logging.getLogger(__name__)
 
@@ -105,7 +105,7 @@ def _read_blocks(f: BinaryIO, path: Path, digest: hashlib._Hash, max_line_bytes:
         yield pending
 
 
-def _encode_block(tokenizer: Tokenizer, block: bytes, dtype: np.dtype) -> tuple[np.ndarray, np.ndarray]:
+def _encode_block(tokenizer: AnyTokenizer, block: bytes, dtype: np.dtype) -> tuple[np.ndarray, np.ndarray]:
     """Encode a block of lines: (ids of its paragraphs, each followed by `</s>`; one code per line, either a
     paragraph's length including `</s>` or _BLANK / _INVALID_UTF8 / _NO_TOKENS)."""
     # Split on "\n" only, as the file was cut: str.splitlines would also split at \x1c, \u2028 and others.
@@ -140,13 +140,13 @@ def _decode_or_none(raw: bytes) -> str | None:
         return None
 
 
-_worker_tokenizer: Tokenizer | None = None
+_worker_tokenizer: AnyTokenizer | None = None
 _worker_dtype: np.dtype | None = None
 
 
 def _init_worker(tokenizer_path: str, dtype: str) -> None:
     global _worker_tokenizer, _worker_dtype
-    _worker_tokenizer = Tokenizer.load(tokenizer_path)
+    _worker_tokenizer = open_tokenizer(tokenizer_path)
     _worker_dtype = np.dtype(dtype)
 
 
@@ -163,11 +163,13 @@ def _encoded_blocks(
     Submits at most 2 x workers blocks ahead of the consumer: Pool.imap would read the whole corpus into its task
     queue whenever reading outpaces encoding."""
     if workers == 1:
-        tokenizer = Tokenizer.load(tokenizer_path)
+        tokenizer = open_tokenizer(tokenizer_path)
         for block in blocks:
             yield *_encode_block(tokenizer, block, dtype), len(block)
         return
-    # fork starts workers in milliseconds and they touch nothing but SentencePiece; elsewhere fork is unsafe.
+    # fork starts workers in milliseconds and they touch nothing but the tokenizer (SentencePiece, or a Hugging Face
+    # tokenizer whose Rust thread pool this process has not started: it loaded the tokenizer but encoded nothing);
+    # elsewhere fork is unsafe.
     context = multiprocessing.get_context("fork" if sys.platform == "linux" else "spawn")
     with context.Pool(workers, initializer=_init_worker, initargs=(str(tokenizer_path), dtype.str)) as pool:
         pending: deque = deque()
@@ -308,7 +310,7 @@ def _read_meta(path: Path) -> dict | None:
     return meta
 
 
-def _existing_matches(meta: dict, corpus: Path, tokenizer: Tokenizer) -> str | None:
+def _existing_matches(meta: dict, corpus: Path, tokenizer: AnyTokenizer) -> str | None:
     """None when `meta` describes this corpus content and tokenizer, else what differs.
 
     Cheap checks first: the corpus is only hashed when its size already matches."""
@@ -379,7 +381,7 @@ def prepare_corpus(
     corpus_bytes = corpus.stat().st_size
     if corpus_bytes == 0:
         raise InputError(f"{corpus}: corpus file is empty")
-    tokenizer = Tokenizer.load(tokenizer_path)
+    tokenizer = open_tokenizer(tokenizer_path)
     workers = _available_cores() if workers is None else workers
     if workers < 1:
         raise InputError(f"workers must be at least 1, got {workers}")

@@ -2,9 +2,11 @@
 
     python -m ds_minimodel.prepare --corpus cc100/en.txt --out data/en --vocab-size 50000
     python -m ds_minimodel.prepare --corpus cc100/de.txt --out data/de --tokenizer other/spm.model
+    python -m ds_minimodel.prepare --corpus cc100/en.txt --out data/en-bert --tokenizer path/to/hf-model-folder
 
 The folder is self-contained (DIR/spm.model, DIR/meta.json, the token shards), and running the same command
-again does nothing; --force redoes both steps.
+again does nothing; --force redoes both steps. A Hugging Face model or tokenizer folder given as --tokenizer (the
+tokenizer of a model imported with ds_minimodel.hf) has its tokenizer files copied to DIR/hf_tokenizer/ instead.
 """
 
 from __future__ import annotations
@@ -20,7 +22,9 @@ from ds_minimodel.data import prepare_corpus
 from ds_minimodel.errors import InputError, report
 from ds_minimodel.tokenizer import (
     MODEL_TYPES,
+    HFTokenizer,
     Tokenizer,
+    copy_hf_tokenizer,
     read_training_record,
     train_sentencepiece,
     training_arguments,
@@ -30,6 +34,14 @@ from ds_minimodel.tokenizer import (
 logger = logging.getLogger(__name__)
 
 TOKENIZER_FILE = "spm.model"
+HF_TOKENIZER_DIR = "hf_tokenizer"
+
+
+def tokenizer_path(data_dir: Path) -> Path:
+    """Where a prepared folder keeps its tokenizer: DIR/hf_tokenizer/ when it was prepared with a Hugging Face
+    tokenizer, else DIR/spm.model."""
+    hf = Path(data_dir) / HF_TOKENIZER_DIR
+    return hf if hf.is_dir() else Path(data_dir) / TOKENIZER_FILE
 
 
 def _copy_tokenizer(source: Path, target: Path, *, force: bool) -> None:
@@ -45,6 +57,21 @@ def _copy_tokenizer(source: Path, target: Path, *, force: bool) -> None:
     os.replace(temporary, target)
     # A training record left by an earlier trained tokenizer would now describe the wrong model.
     training_record_path(target).unlink(missing_ok=True)
+
+
+def _copy_hf_tokenizer(source: Path, target: Path, *, force: bool) -> None:
+    tokenizer = HFTokenizer.load(source)  # refuse a folder transformers cannot read before touching the output
+    if target.exists():
+        if HFTokenizer.load(target).sha256 == tokenizer.sha256:
+            return
+        if not force:
+            raise InputError(f"{target}: the folder already holds a different tokenizer than {source}; "
+                             "pass --force to replace it (and re-encode the corpus) or choose another --out")
+    temporary = target.with_name(target.name + ".tmp")
+    shutil.rmtree(temporary, ignore_errors=True)
+    copy_hf_tokenizer(source, temporary)
+    shutil.rmtree(target, ignore_errors=True)
+    os.replace(temporary, target)
 
 
 def _train_or_reuse(corpus: Path, target: Path, *, force: bool, **options) -> None:
@@ -74,13 +101,26 @@ def prepare(
     force: bool = False,
     progress: bool = True,
 ) -> dict:
-    """Put a tokenizer at out_dir/spm.model (copied from `tokenizer`, else trained on `corpus`), then encode
-    `corpus` with it into `out_dir`. Returns prepare_corpus's summary."""
+    """Put a tokenizer at out_dir/spm.model (copied from `tokenizer`, else trained on `corpus`), or, when
+    `tokenizer` is a Hugging Face folder, its files at out_dir/hf_tokenizer/; then encode `corpus` with it into
+    `out_dir`. Returns prepare_corpus's summary."""
     if not corpus.is_file():
         raise InputError(f"{corpus}: corpus file not found")
+    hf = tokenizer is not None and Path(tokenizer).is_dir()
+    target = out_dir / (HF_TOKENIZER_DIR if hf else TOKENIZER_FILE)
+    other = out_dir / (TOKENIZER_FILE if hf else HF_TOKENIZER_DIR)
+    if other.exists():  # one tokenizer per folder: tokenizer_path() must not have to choose
+        if not force:
+            raise InputError(f"{other}: the folder already holds a {'SentencePiece' if hf else 'Hugging Face'} "
+                             "tokenizer; pass --force to replace it (and re-encode the corpus) or choose another --out")
+        if other.is_dir():
+            shutil.rmtree(other)
+        else:
+            other.unlink()
     out_dir.mkdir(parents=True, exist_ok=True)
-    target = out_dir / TOKENIZER_FILE
-    if tokenizer is not None:
+    if hf:
+        _copy_hf_tokenizer(Path(tokenizer), target, force=force)
+    elif tokenizer is not None:
         _copy_tokenizer(tokenizer, target, force=force)
     else:
         _train_or_reuse(corpus, target, force=force, vocab_size=vocab_size, model_type=model_type,
@@ -93,8 +133,10 @@ def _parser() -> argparse.ArgumentParser:
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--corpus", type=Path, required=True,
                         help="UTF-8 text, one paragraph per line, a blank line between documents (CC-100 layout)")
-    parser.add_argument("--out", type=Path, required=True, help="folder for spm.model and the token shards")
-    parser.add_argument("--tokenizer", type=Path, help="use this SentencePiece model instead of training one")
+    parser.add_argument("--out", type=Path, required=True, help="folder for the tokenizer and the token shards")
+    parser.add_argument("--tokenizer", type=Path,
+                        help="use this SentencePiece model instead of training one, or a Hugging Face model or "
+                             "tokenizer folder (an imported model's tokenizer: see ds_minimodel.hf)")
     training = parser.add_argument_group("tokenizer training (without --tokenizer)")
     training.add_argument("--vocab-size", type=int, help="pieces, including 5 special ones (default 50000)")
     training.add_argument("--model-type", choices=MODEL_TYPES, help="default unigram")

@@ -1,5 +1,7 @@
 """Step 1: pretrain a source-language MLM (BL_BASE, BL_SMALL, or MiniJoint's dual-head model), and MiniPost's
 Step 1b (train k new layers on top of the bottom N layers cut from a pretrained model; everything copied is frozen).
+``--variant head`` trains only the MLM head of a pretrained encoder imported without one (``ds_minimodel.hf``).
+``--from`` takes our checkpoints and model folders or a Hugging Face BERT/RoBERTa folder (imported on the fly).
 
 Entry point of ``run_pretrain.py``; works as a plain process, under the ``deepspeed`` launcher and under ``mpirun``.
 """
@@ -12,7 +14,7 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
-from ds_minimodel import checkpoint, flops
+from ds_minimodel import checkpoint, flops, hf
 from ds_minimodel.cli import add_training_args, dist_timeout, run_main, train_config
 from ds_minimodel.config import ModelConfig, get_preset, read_json
 from ds_minimodel.data import MLMBatchStream, PackedDataset, TokenShards
@@ -21,22 +23,26 @@ from ds_minimodel.engine import (Stage, init_distributed, load_ds_config, resolv
 from ds_minimodel.errors import InputError
 from ds_minimodel.losses import mlm_step
 from ds_minimodel.model import MaskedLM
-from ds_minimodel.surgery import build_minipost
+from ds_minimodel.prepare import tokenizer_path
+from ds_minimodel.surgery import build_minipost, freeze_for_head_training
 
-VARIANTS = ("base", "small", "minijoint", "minipost")
+VARIANTS = ("base", "small", "minijoint", "minipost", "head")
+HEAD_KIND = "mlm-head"
 
 
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.ArgumentDefaultsHelpFormatter)
     p.add_argument("--variant", choices=VARIANTS, default="base",
                    help="base: BL_BASE's model; small: BL_SMALL (--small-layers deep); minijoint: second MLM head "
-                        "after layer --aux-layer, loss = mean of both heads; minipost: Step 1b over --from")
+                        "after layer --aux-layer, loss = mean of both heads; minipost: Step 1b over --from; head: "
+                        "train only the MLM head of --from (a bare encoder imported from Hugging Face)")
     p.add_argument("--aux-layer", type=int, default=4, help="MiniJoint: layer N the second head reads (paper N=4)")
     p.add_argument("--small-layers", type=int, default=4, help="BL_SMALL's depth")
     p.add_argument("--preset", default="base", help="model size preset: tiny, demo, base, small")
     p.add_argument("--model-config", type=Path, help="JSON object of ModelConfig fields overriding the preset")
     p.add_argument("--from", dest="from_", type=Path,
-                   help="MiniPost: checkpoint or model folder of the pretrained primary model to cut from")
+                   help="minipost, head: the pretrained primary model (checkpoint, model folder, or a Hugging Face "
+                        "BERT/RoBERTa folder)")
     p.add_argument("--keep-layers", type=int, default=4, help="MiniPost: bottom layers N copied from the primary")
     p.add_argument("--new-layers", type=int, default=2, help="MiniPost: new layers k trained on top (paper: 2)")
     add_training_args(p)
@@ -61,22 +67,30 @@ def model_config(args: argparse.Namespace, vocab_size: int) -> ModelConfig:
 
 def build_model(args: argparse.Namespace, shards: TokenShards) -> tuple[MaskedLM, dict[str, Any]]:
     """The model this variant trains, and what its checkpoints must record about where it came from."""
-    tokenizer = {"path": str(Path(args.data) / "spm.model"), "sha256": shards.tokenizer_sha256}
+    tokenizer = {"path": str(tokenizer_path(args.data)), "sha256": shards.tokenizer_sha256}
     torch.manual_seed(args.seed)  # identical initial weights on every rank
-    if args.variant != "minipost":
+    if args.variant not in ("minipost", "head"):
         if args.from_ is not None:
-            raise InputError(f"--from is only for --variant minipost (got --variant {args.variant})")
+            raise InputError(f"--from is only for --variant minipost or head (got --variant {args.variant})")
         model = MaskedLM(model_config(args, shards.vocab_size))
         return model, {"tokenizer": tokenizer}
     if args.from_ is None:
-        raise InputError("--variant minipost needs --from <checkpoint of a pretrained primary model>")
-    primary, primary_meta = checkpoint.load_model(args.from_)
+        raise InputError(f"--variant {args.variant} needs --from <pretrained primary model: checkpoint, model folder "
+                         "or Hugging Face folder>")
+    primary, primary_meta = hf.load_model(args.from_)
     primary_tokenizer = primary_meta.get("tokenizer") or {}
     if primary_tokenizer.get("sha256") != shards.tokenizer_sha256:
         raise InputError(
             f"{args.data}: tokenized with {shards.tokenizer_sha256[:12]}, but the primary model {args.from_} uses "
             f"tokenizer {str(primary_tokenizer.get('sha256'))[:12]}; prepare the data with --tokenizer "
             f"{primary_tokenizer.get('path')}")
+    if args.variant == "head":
+        freeze_for_head_training(primary)
+        # The body is the primary's, unchanged: descendants keep its lineage, so Step-2 embeddings trained over a
+        # MiniPost built from this model plug into the imported model too.
+        return primary, {"tokenizer": tokenizer, "primary_sha256": checkpoint.lineage(primary_meta),
+                         "kind": HEAD_KIND, "mlm_head": "trained", "head_trained_from": str(Path(args.from_).resolve())}
+    hf.require_trained_head(primary_meta, args.from_, "MiniPost (it copies the head and keeps it frozen)")
     try:
         model = build_minipost(primary, keep_layers=args.keep_layers, new_layers=args.new_layers, seed=args.seed)
     except ValueError as err:
@@ -113,16 +127,27 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     stream = MLMBatchStream(dataset, micro_batch_size=batch.micro, world_size=info.world_size, rank=info.rank,
                             seed=args.seed, vocab_size=cfg.vocab_size, seq_len=train_cfg.seq_len,
                             mask_prob=train_cfg.mask_prob)
-    if args.variant == "minipost":  # A4: frozen copied layers and head, l_t trainable layers
-        flop_stage, trainable_layers = "minipost", args.new_layers
+    if args.variant == "head":
+        # Frozen body and embeddings: the forward, l FLOP_layer + FLOP_lm (A2), and a backward through the head
+        # only: dLoss/dactivations through the frozen tied projection (p 2shV) and dLoss/dweights of its dense
+        # layer (p 2sh^2), which is FLOP_lm again (as A4 counts a frozen head). No layer runs backward.
+        per_sequence = (cfg.num_layers * flops.layer_forward(h=cfg.hidden_size, s=train_cfg.seq_len, ffn=cfg.ffn_size)
+                        + 2 * flops.lm_head_forward(h=cfg.hidden_size, V=cfg.vocab_size, s=train_cfg.seq_len,
+                                                    p=train_cfg.mask_prob))
+        flops_per_update = per_sequence * batch.global_batch
     else:
-        flop_stage, trainable_layers = ("pretrain_dual" if cfg.aux_head_layer is not None else "pretrain"), 0
+        if args.variant == "minipost":  # A4: frozen copied layers and head, l_t trainable layers
+            flop_stage, trainable_layers = "minipost", args.new_layers
+        else:
+            flop_stage, trainable_layers = ("pretrain_dual" if cfg.aux_head_layer is not None else "pretrain"), 0
+        flops_per_update = flops.per_update_flops(flop_stage, cfg, seq_len=train_cfg.seq_len,
+                                                  batch=batch.global_batch, mask_prob=train_cfg.mask_prob,
+                                                  trainable_layers=trainable_layers)
     stage = Stage(
         name=args.run_name or f"pretrain-{args.variant}",
         model=model,
         loss_fn=mlm_step,
-        flops_per_update=flops.per_update_flops(flop_stage, cfg, seq_len=train_cfg.seq_len, batch=batch.global_batch,
-                                                mask_prob=train_cfg.mask_prob, trainable_layers=trainable_layers),
+        flops_per_update=flops_per_update,
         meta={"variant": args.variant, "model_config": cfg.to_dict(), "num_parameters": model.num_parameters(),
               **provenance},
     )

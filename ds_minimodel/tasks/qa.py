@@ -20,7 +20,7 @@ import numpy as np
 
 from ds_minimodel.errors import InputError
 from ds_minimodel.tasks.readers import QAExample
-from ds_minimodel.tokenizer import BOS_ID, EOS_ID, PAD_ID, Tokenizer
+from ds_minimodel.tokenizer import BOS_ID, EOS_ID, PAD_ID, AnyTokenizer, HFTokenizer
 
 # --- metrics -------------------------------------------------------------------------------------------------------
 
@@ -152,13 +152,15 @@ class QAWindow:
     context: str
 
 
-def _piece_offsets(tokenizer: Tokenizer, text: str) -> tuple[list[int], list[tuple[int, int]]]:
+def _piece_offsets(tokenizer: AnyTokenizer, text: str) -> tuple[list[int], list[tuple[int, int]]]:
     """Ids and the [begin, end) span of `text` each piece came from, in characters (Python str indices).
 
     SentencePiece reports spans in UTF-8 bytes of the *original* input (before its NFKC normalisation). Recent
     sentencepiece releases (0.2.3 is tested) convert them to characters with `out_type="offset_mapping"`; 0.2.0
     only offers the byte spans (`immutable_proto`, since removed), which we convert ourselves.
     """
+    if isinstance(tokenizer, HFTokenizer):  # a Hugging Face tokenizer reports character spans itself
+        return tokenizer.encode_with_offsets(text)
     processor = tokenizer._sp  # the Tokenizer wrapper does not expose offsets
     if hasattr(processor, "EncodeAsOffsetMapping"):
         # For str input the spans are in characters (`return_bytes` defaults to the input's type).
@@ -181,7 +183,7 @@ def _bytes_to_chars(text: str, spans: Sequence[tuple[int, int]]) -> list[tuple[i
     return [(int(char_at[begin]), int(char_at[end])) for begin, end in spans]
 
 
-def context_token_offsets(tokenizer: Tokenizer, context: str) -> tuple[list[int], list[tuple[int, int]]]:
+def context_token_offsets(tokenizer: AnyTokenizer, context: str) -> tuple[list[int], list[tuple[int, int]]]:
     """Context ids and, per piece, the character span it stands for with the surrounding whitespace trimmed.
 
     A piece's raw span includes the whitespace that its "▁" replaced ("▁naïve" in "café  naïve" covers
@@ -205,7 +207,7 @@ def _answer_tokens(spans: Sequence[tuple[int, int]], start_char: int, end_char: 
     return (inside[0], inside[-1]) if inside else None
 
 
-def qa_features(example: QAExample, tokenizer: Tokenizer, *, max_len: int = 384, doc_stride: int = 128,
+def qa_features(example: QAExample, tokenizer: AnyTokenizer, *, max_len: int = 384, doc_stride: int = 128,
                 max_query_len: int = 64) -> list[QAWindow]:
     """Windows of `<s> question </s></s> context </s>` covering the whole context, as HF's `run_qa.py` does.
 

@@ -12,6 +12,7 @@ import pytest
 import torch
 
 from ds_minimodel.config import ModelConfig, get_preset
+from ds_minimodel.hf import state_dict_from_hf
 from ds_minimodel.losses import IGNORE_INDEX, mlm_losses
 from ds_minimodel.model import AUX_HEAD, MAIN_HEAD, MaskedLM
 
@@ -88,7 +89,7 @@ def test_masked_only_logits_equal_full_logits_at_masked_positions(cfg: ModelConf
         torch.testing.assert_close(only[head], full[head][masked], rtol=1e-5, atol=1e-6)
 
 
-# --- 3. padding --------------------------------------------------------------------------------------------------------
+# --- 3. padding -------------------------------------------------------------------------------------------------------
 
 
 def test_real_tokens_do_not_depend_on_padded_positions() -> None:
@@ -180,32 +181,12 @@ def _hf_roberta(attn_implementation: str):
 
 
 def _state_dict_from_hf(hf) -> dict[str, torch.Tensor]:
-    """Our MaskedLM's state dict from a RobertaForMaskedLM's weights (kept here, independent of the package)."""
-    emb = hf.roberta.embeddings
-    sd = {
-        "embeddings.tokens.weight": emb.word_embeddings.weight,
-        # HF adds token_type_embeddings[0] to every token (type_vocab_size=1, all-zero token types), so folding it
-        # into every position row is the same sum. HF's real tokens use position rows 2, 3, ...; ours 0, 1, ...
-        "embeddings.positions.weight": emb.position_embeddings.weight[HF_PAD + 1:] + emb.token_type_embeddings.weight[0],
-        "embeddings.norm.weight": emb.LayerNorm.weight,
-        "embeddings.norm.bias": emb.LayerNorm.bias,
-    }
-    for i, layer in enumerate(hf.roberta.encoder.layer):
-        att = layer.attention
-        for kind in ("weight", "bias"):
-            qkv = [getattr(getattr(att.self, part), kind) for part in ("query", "key", "value")]
-            sd[f"layers.{i}.attention.qkv.{kind}"] = torch.cat(qkv, dim=0)  # rows: q, k, v (heads contiguous in each)
-            sd[f"layers.{i}.attention.out.{kind}"] = getattr(att.output.dense, kind)
-            sd[f"layers.{i}.attention_norm.{kind}"] = getattr(att.output.LayerNorm, kind)
-            sd[f"layers.{i}.ffn_in.{kind}"] = getattr(layer.intermediate.dense, kind)
-            sd[f"layers.{i}.ffn_out.{kind}"] = getattr(layer.output.dense, kind)
-            sd[f"layers.{i}.ffn_norm.{kind}"] = getattr(layer.output.LayerNorm, kind)
-    head = hf.lm_head
-    for kind in ("weight", "bias"):
-        sd[f"heads.{MAIN_HEAD}.dense.{kind}"] = getattr(head.dense, kind)
-        sd[f"heads.{MAIN_HEAD}.norm.{kind}"] = getattr(head.layer_norm, kind)
-    sd[f"heads.{MAIN_HEAD}.bias"] = head.bias  # the decoder weight is tied to word_embeddings: nothing to map
-    return {k: v.detach().clone() for k, v in sd.items()}
+    """Our MaskedLM's state dict from a RobertaForMaskedLM's weights, through the package's one owner of the HF
+    names (ds_minimodel.hf); the logits comparison below is what checks that mapping against transformers."""
+    state, _, notes = state_dict_from_hf(hf.state_dict(), model_type="roberta", num_layers=PARITY.num_layers,
+                                         position_offset=HF_PAD + 1)
+    assert not notes  # nothing dropped: every HF tensor of a RoBERTa MLM has its place here
+    return {k: v.detach().clone() for k, v in state.items()}
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float64], ids=["fp32", "fp64"])
