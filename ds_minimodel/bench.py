@@ -1,31 +1,54 @@
 """Benchmarks whose figures go into BENCHMARKS.md. Nothing here is asserted in tests: timings are measured, not checked.
 
-    python -m ds_minimodel.bench step2 --preset base --seq-len 128 --micro-batch 8
+    python -m ds_minimodel.bench stages --preset base --seq-len 128 --micro-batch 8     # every stage of the method
+    python -m ds_minimodel.bench hf --seq-len 128 --micro-batch 8                        # ours vs HF RoBERTa
+    python -m ds_minimodel.bench prepare --corpus demo_data/corpus/en.txt                # preprocessing MB/s
 
-``step2`` times one Step-2 update (forward, backward, optimizer step through the DeepSpeed engine) with a frozen
-body, over the full 12-layer body and over the 4-layer mini-model, on the same machine in the same process, and
-prints the measured time ratio next to the analytic FLOP ratio A3(12)/A3(4).
+``stages`` times one optimizer update (forward, backward, step, through the DeepSpeed engine of ``--ds-config``) of
+Step 1 (plain and MiniJoint's dual head), Step 1b (MiniPost), Step 2 over each system's body and Step 3, each in its
+own process so that peak memory is the stage's own. Per stage: seconds per update, tokens/s, achieved FLOP/s from
+the paper's analytic count (``ds_minimodel.flops``), model-FLOPs utilisation against the device's peak, and peak
+memory. It also prints the two ratios the performance targets are about: Step 2 over the 12-layer body against
+the 4-layer mini-model, and the dual-head update against the plain one, each next to the analytic ratio.
+
+Device peak: on a GPU the datasheet's dense figure for the precision (``GPU_PEAK_TFLOPS``); on a CPU, which has no
+single published figure, the fp32 matrix-multiply throughput measured on this machine with the same threads (a
+practical roofline, so CPU utilisation reads as "share of what a large GEMM achieves here").
 """
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import platform
+import resource
 import statistics
+import subprocess
 import sys
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 import torch
 
 from ds_minimodel import flops
-from ds_minimodel.config import get_preset
-from ds_minimodel.engine import init_distributed, load_ds_config
+from ds_minimodel.config import ModelConfig, get_preset
 from ds_minimodel.losses import IGNORE_INDEX, mlm_step
-from ds_minimodel.model import MaskedLM
-from ds_minimodel.surgery import freeze_for_adaptation
-from ds_minimodel.tokenizer import NUM_SPECIAL, MASK_ID
+from ds_minimodel.model import MaskedLM, TaskModel
+from ds_minimodel.surgery import build_minipost, extract_minijoint, freeze_for_adaptation
+from ds_minimodel.tokenizer import MASK_ID, NUM_SPECIAL
+
+# Dense tensor-core peaks from the vendors' datasheets, TFLOP/s (no sparsity).
+GPU_PEAK_TFLOPS = {
+    "H100 SXM": {"bf16": 989.4, "fp16": 989.4, "fp32": 494.7},  # fp32 = TF32 tensor cores
+    "H100 PCIe": {"bf16": 756.0, "fp16": 756.0, "fp32": 378.0},
+    "H200": {"bf16": 989.4, "fp16": 989.4, "fp32": 494.7},
+    "A100": {"bf16": 312.0, "fp16": 312.0, "fp32": 156.0},
+    "V100": {"bf16": None, "fp16": 125.0, "fp32": 15.7},
+}
+
+STAGES = ("step1", "step1-dual", "step1b", "step2-bl_base", "step2-bl_small", "step2-minijoint", "step2-minipost",
+          "step3")
 
 
 def synthetic_batch(batch: int, seq_len: int, vocab: int, mask_prob: float, generator: torch.Generator
@@ -38,83 +61,338 @@ def synthetic_batch(batch: int, seq_len: int, vocab: int, mask_prob: float, gene
             "attention_mask": torch.ones(batch, seq_len, dtype=torch.bool), "labels": labels}
 
 
-def time_step2(num_layers: int, args: argparse.Namespace, ds_config: dict[str, Any]) -> dict[str, float]:
+def precision_of(ds_config: dict[str, Any]) -> str:
+    if (ds_config.get("bf16") or {}).get("enabled"):
+        return "bf16"
+    return "fp16" if (ds_config.get("fp16") or {}).get("enabled") else "fp32"
+
+
+# ----------------------------------------------------------------------------------------------- one stage
+def stage_setup(stage: str, args: argparse.Namespace) -> tuple[torch.nn.Module, Callable, float, ModelConfig]:
+    """(model with the stage's trainable parameters, loss function, analytic FLOPs per update, config timed)."""
+    cfg = get_preset(args.preset).replace(vocab_size=args.vocab, num_layers=args.layers, dropout=0.0,
+                                          attention_dropout=0.0)
+    shape = {"seq_len": args.seq_len, "batch": args.micro_batch, "mask_prob": args.mask_prob}
+    torch.manual_seed(0)
+    if stage == "step1":
+        return MaskedLM(cfg), mlm_step, flops.per_update_flops("pretrain", cfg, **shape), cfg
+    if stage == "step1-dual":
+        cfg = cfg.replace(aux_head_layer=args.mini_layers)
+        return MaskedLM(cfg), mlm_step, flops.per_update_flops("pretrain_dual", cfg, **shape), cfg
+    if stage == "step1b":
+        mini = build_minipost(MaskedLM(cfg), keep_layers=args.mini_layers, new_layers=args.new_layers)
+        return mini, mlm_step, flops.per_update_flops("minipost", mini.cfg, trainable_layers=args.new_layers,
+                                                      **shape), mini.cfg
+    if stage == "step3":
+        from ds_minimodel.task import task_loss
+
+        model = TaskModel(cfg, "sequence", 3)
+        model.embeddings.tokens.weight.requires_grad_(False)
+
+        def loss(m: torch.nn.Module, batch: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+            return task_loss(m, {"input_ids": batch["input_ids"], "attention_mask": batch["attention_mask"],
+                                 "labels": batch["input_ids"][:, 0] % 3})
+        # As the finetuning stage counts it: the body's forward and backward, 3 x l x FLOP_layer per sequence.
+        per_update = 3 * cfg.num_layers * flops.layer_forward(h=cfg.hidden_size, s=args.seq_len) * args.micro_batch
+        return model, loss, per_update, cfg
+    system = stage.split("-", 1)[1]
+    if system == "bl_base":
+        model = MaskedLM(cfg)
+    elif system == "bl_small":
+        model = MaskedLM(cfg.replace(num_layers=args.mini_layers))
+    elif system == "minijoint":
+        model = extract_minijoint(MaskedLM(cfg.replace(aux_head_layer=args.mini_layers)))
+    else:
+        model = build_minipost(MaskedLM(cfg), keep_layers=args.mini_layers, new_layers=args.new_layers)
+    freeze_for_adaptation(model)
+    return model, mlm_step, flops.per_update_flops("adapt", model.cfg, **shape), model.cfg
+
+
+def peak_tflops(precision: str, threads: int) -> tuple[float | None, str]:
+    if torch.cuda.is_available():
+        name = torch.cuda.get_device_name(0)
+        for key, peaks in GPU_PEAK_TFLOPS.items():
+            if all(part in name for part in key.split()):
+                return peaks.get(precision), f"{key} datasheet dense {precision}"
+        return None, f"no datasheet peak known for {name}"
+    return cpu_gemm_tflops(threads), f"measured fp32 GEMM 2048^3, {threads} threads"
+
+
+def cpu_gemm_tflops(threads: int, n: int = 2048, repeats: int = 5) -> float:
+    torch.set_num_threads(threads)
+    a, b = torch.randn(n, n), torch.randn(n, n)
+    a @ b
+    best = float("inf")
+    for _ in range(repeats):
+        start = time.perf_counter()
+        a @ b
+        best = min(best, time.perf_counter() - start)
+    return 2 * n**3 / best / 1e12
+
+
+def time_stage(stage: str, args: argparse.Namespace) -> dict[str, Any]:
+    """Time ``stage`` in this process through a DeepSpeed engine; every figure for one row of the table."""
     import deepspeed
 
-    cfg = get_preset(args.preset).replace(num_layers=num_layers, vocab_size=args.vocab)
-    torch.manual_seed(0)
-    model = MaskedLM(cfg)
-    freeze_for_adaptation(model)
+    from ds_minimodel.engine import fill_schedule, init_distributed, load_ds_config
+
+    init_distributed()
+    ds_config = fill_schedule(load_ds_config(args.ds_config), args.warmup + args.updates, 0.08)
+    model, loss_fn, analytic, cfg = stage_setup(stage, args)
+    trainable = [p for p in model.parameters() if p.requires_grad]
     config = {**ds_config, "train_batch_size": args.micro_batch, "train_micro_batch_size_per_gpu": args.micro_batch,
               "gradient_accumulation_steps": 1}
-    engine, *_ = deepspeed.initialize(model=model, model_parameters=[p for p in model.parameters()
-                                                                      if p.requires_grad], config=config)
+    engine, *_ = deepspeed.initialize(model=model, model_parameters=trainable, config=config)
     generator = torch.Generator().manual_seed(0)
     batch = {k: v.to(engine.device) for k, v in
-             synthetic_batch(args.micro_batch, args.seq_len, args.vocab, args.mask_prob, generator).items()}
+             synthetic_batch(args.micro_batch, args.seq_len, cfg.vocab_size, args.mask_prob, generator).items()}
+    cuda = torch.cuda.is_available()
+    if cuda:
+        torch.cuda.reset_peak_memory_stats()
     times = []
+    profiler = None
     for i in range(args.warmup + args.updates):
-        if torch.cuda.is_available():
+        if i == args.warmup and args.profile:
+            kinds = torch.profiler.ProfilerActivity
+            profiler = torch.profiler.profile(activities=[kinds.CPU, *([kinds.CUDA] if cuda else [])])
+            profiler.__enter__()
+        if cuda:
             torch.cuda.synchronize()
         start = time.perf_counter()
-        engine.backward(mlm_step(engine, batch)["loss"])
-        engine.step()
-        if torch.cuda.is_available():
+        with torch.profiler.record_function("forward+loss"):
+            loss = loss_fn(engine, batch)["loss"]
+        with torch.profiler.record_function("backward"):
+            engine.backward(loss)
+        with torch.profiler.record_function("optimizer step"):
+            engine.step()
+        if cuda:
             torch.cuda.synchronize()
         if i >= args.warmup:
             times.append(time.perf_counter() - start)
+    if profiler is not None:
+        profiler.__exit__(None, None, None)
+        sort = "self_cuda_time_total" if cuda else "self_cpu_time_total"
+        args.profile.parent.mkdir(parents=True, exist_ok=True)
+        args.profile.write_text(f"# {stage}: {args.updates} updates profiled, sorted by {sort}\n"
+                                + profiler.key_averages().table(sort_by=sort, row_limit=30, max_name_column_width=60)
+                                + "\n# the three phases of an update (inclusive times)\n"
+                                + profiler.key_averages().table(sort_by="cpu_time_total", row_limit=8,
+                                                                max_name_column_width=60))
+    median = statistics.median(times)
+    peak_bytes = (torch.cuda.max_memory_allocated() if cuda
+                  else resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024)
     engine.destroy()
-    analytic = flops.per_update_flops("adapt", cfg, seq_len=args.seq_len, batch=args.micro_batch,
-                                      mask_prob=args.mask_prob)
-    return {"layers": num_layers, "median_s": statistics.median(times), "min_s": min(times),
-            "analytic_flops": analytic}
+    return {"stage": stage, "layers": cfg.num_layers, "trainable_parameters": sum(p.numel() for p in trainable),
+            "parameters": sum(p.numel() for p in model.parameters()), "median_s": median, "min_s": min(times),
+            "tokens_per_s": args.micro_batch * args.seq_len / median, "analytic_flops": analytic,
+            "achieved_tflops": analytic / median / 1e12, "peak_memory_mb": peak_bytes / 2**20,
+            "memory_kind": "GPU max allocated" if cuda else "process peak RSS"}
 
 
-def step2(args: argparse.Namespace) -> dict[str, Any]:
-    init_distributed()
-    ds_config = load_ds_config(args.ds_config)
-    full, mini = time_step2(args.full_layers, args, ds_config), time_step2(args.mini_layers, args, ds_config)
-    measured = full["median_s"] / mini["median_s"]
-    analytic = full["analytic_flops"] / mini["analytic_flops"]
-    return {
-        "benchmark": "step2", "preset": args.preset, "vocab": args.vocab, "seq_len": args.seq_len,
-        "micro_batch": args.micro_batch, "updates": args.updates, "ds_config": str(args.ds_config),
-        "full": full, "mini": mini, "measured_time_ratio": measured, "analytic_flop_ratio": analytic,
-        "measured_over_analytic": measured / analytic, "device": _device(), "torch": torch.__version__,
-        "threads": torch.get_num_threads(),
-    }
+# ----------------------------------------------------------------------------------------------- commands
+def _stage_argv(args: argparse.Namespace) -> list[str]:
+    return ["--preset", args.preset, "--vocab", str(args.vocab), "--layers", str(args.layers), "--seq-len",
+            str(args.seq_len), "--micro-batch", str(args.micro_batch), "--mask-prob", str(args.mask_prob),
+            "--mini-layers", str(args.mini_layers), "--new-layers", str(args.new_layers), "--warmup",
+            str(args.warmup), "--updates", str(args.updates), "--ds-config", str(args.ds_config)]
 
 
-def _device() -> str:
-    if torch.cuda.is_available():
-        return torch.cuda.get_device_name(0)
-    return f"CPU {platform.processor() or platform.machine()}"
+def stages(args: argparse.Namespace) -> dict[str, Any]:
+    """Each stage in a fresh process (its own peak memory, no engine state carried over), one after another."""
+    rows = []
+    for stage in args.stages:
+        cmd = [sys.executable, "-m", "ds_minimodel.bench", "one-stage", stage, *_stage_argv(args)]
+        proc = subprocess.run(cmd, capture_output=True, text=True)
+        if proc.returncode:
+            raise SystemExit(f"{' '.join(cmd)} failed:\n{proc.stderr[-3000:]}")
+        rows.append(json.loads(proc.stdout.strip().splitlines()[-1]))
+        print(f"{stage}: {rows[-1]['median_s']:.4f} s/update", file=sys.stderr, flush=True)
+    precision = precision_of(json.loads(Path(args.ds_config).read_text()))
+    peak, peak_source = peak_tflops(precision, torch.get_num_threads())
+    for row in rows:
+        row["mfu"] = row["achieved_tflops"] / peak if peak else None
+    by_stage = {r["stage"]: r for r in rows}
+    ratios = {}
+    if {"step2-bl_base", "step2-minijoint"} <= set(by_stage):
+        full, mini = by_stage["step2-bl_base"], by_stage["step2-minijoint"]
+        measured, analytic = full["median_s"] / mini["median_s"], full["analytic_flops"] / mini["analytic_flops"]
+        ratios["step2_body_over_mini"] = {"measured": measured, "analytic": analytic,
+                                          "measured_over_analytic": measured / analytic, "target": ">= 0.90"}
+    if {"step1", "step1-dual"} <= set(by_stage):
+        plain, dual = by_stage["step1"], by_stage["step1-dual"]
+        measured, analytic = dual["median_s"] / plain["median_s"], dual["analytic_flops"] / plain["analytic_flops"]
+        ratios["dual_head_over_plain"] = {"measured": measured, "analytic": analytic,
+                                          "excess_over_analytic": measured / analytic - 1, "target": "<= 0.05"}
+    return {"benchmark": "stages", **_environment(args), "precision": precision, "peak_tflops": peak,
+            "peak_source": peak_source, "rows": rows, "ratios": ratios}
+
+
+def hf_comparison(args: argparse.Namespace) -> dict[str, Any]:
+    """Ours vs ``transformers.RobertaForMaskedLM``: the same shapes and weights' shapes, the same plain PyTorch loop
+    (forward, loss, backward, AdamW step), the same batch. Ours projects only the masked positions onto the
+    vocabulary and uses ``scaled_dot_product_attention``; HF computes logits at every position."""
+    from transformers import RobertaConfig, RobertaForMaskedLM
+
+    cfg = get_preset(args.preset).replace(vocab_size=args.vocab, dropout=0.0, attention_dropout=0.0)
+    device = "cuda" if torch.cuda.is_available() else "cpu"
+    generator = torch.Generator().manual_seed(0)
+    batch = {k: v.to(device) for k, v in
+             synthetic_batch(args.micro_batch, args.seq_len, cfg.vocab_size, args.mask_prob, generator).items()}
+    autocast = torch.autocast(device, dtype=torch.bfloat16, enabled=args.bf16)
+
+    def ours_step(model: torch.nn.Module) -> torch.Tensor:
+        with autocast:
+            return mlm_step(model, batch)["loss"]
+
+    def hf_step(model: torch.nn.Module) -> torch.Tensor:
+        with autocast:
+            return model(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"].long(),
+                         labels=batch["labels"]).loss
+
+    hf_cfg = RobertaConfig(vocab_size=cfg.vocab_size, hidden_size=cfg.hidden_size, num_hidden_layers=cfg.num_layers,
+                           num_attention_heads=cfg.num_heads, intermediate_size=cfg.ffn_size,
+                           max_position_embeddings=cfg.max_positions + 2, hidden_dropout_prob=0.0,
+                           attention_probs_dropout_prob=0.0, layer_norm_eps=cfg.layer_norm_eps, type_vocab_size=1,
+                           attn_implementation=args.hf_attention)
+    torch.manual_seed(0)
+    results = {}
+    for name, build, step in (("ours", lambda: MaskedLM(cfg), ours_step),
+                              ("hf", lambda: RobertaForMaskedLM(hf_cfg), hf_step)):
+        model = build().to(device).train()
+        optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4, foreach=True)
+        times = []
+        for i in range(args.warmup + args.updates):
+            if device == "cuda":
+                torch.cuda.synchronize()
+            start = time.perf_counter()
+            step(model).backward()
+            optimizer.step()
+            optimizer.zero_grad(set_to_none=True)
+            if device == "cuda":
+                torch.cuda.synchronize()
+            if i >= args.warmup:
+                times.append(time.perf_counter() - start)
+        results[name] = {"median_s": statistics.median(times), "min_s": min(times),
+                         "parameters": sum(p.numel() for p in model.parameters())}
+        del model, optimizer
+    speedup = results["hf"]["median_s"] / results["ours"]["median_s"]
+    return {"benchmark": "hf", **_environment(args), "bf16_autocast": args.bf16,
+            "hf_attention": args.hf_attention, **results, "speedup": speedup, "target": ">= 1.3"}
+
+
+def preprocessing(args: argparse.Namespace) -> dict[str, Any]:
+    """SentencePiece encoding into shards (``prepare_corpus``) with 1 worker and with every core: MB/s and per core."""
+    import tempfile
+
+    from ds_minimodel.data import prepare_corpus
+    from ds_minimodel.prepare import prepare
+
+    corpus = Path(args.corpus)
+    size_mb = corpus.stat().st_size / 1e6
+    with tempfile.TemporaryDirectory() as tmp:
+        tokenizer_dir = Path(tmp) / "tok"
+        prepare(corpus, tokenizer_dir, vocab_size=args.vocab, progress=False)  # tokenizer + a first encoding
+        runs = []
+        for workers in sorted({1, os.cpu_count() or 1}):
+            best = float("inf")
+            for repeat in range(args.repeats):
+                out = Path(tmp) / f"w{workers}_{repeat}"
+                start = time.perf_counter()
+                prepare_corpus(corpus, out, tokenizer_dir / "spm.model", workers=workers, progress=False)
+                best = min(best, time.perf_counter() - start)
+            runs.append({"workers": workers, "seconds": best, "mb_per_s": size_mb / best,
+                         "mb_per_s_per_core": size_mb / best / workers})
+    return {"benchmark": "prepare", "corpus": str(corpus), "corpus_mb": size_mb, "vocab": args.vocab,
+            "cpu_count": os.cpu_count(), "runs": runs, "python": platform.python_version()}
+
+
+def _environment(args: argparse.Namespace) -> dict[str, Any]:
+    import deepspeed
+
+    device = torch.cuda.get_device_name(0) if torch.cuda.is_available() else \
+        f"CPU {platform.processor() or platform.machine()}, {os.cpu_count()} cores"
+    return {"device": device, "torch": torch.__version__, "deepspeed": deepspeed.__version__,
+            "threads": torch.get_num_threads(), "preset": args.preset, "vocab": args.vocab,
+            "seq_len": args.seq_len, "micro_batch": args.micro_batch, "updates": args.updates,
+            "ds_config": str(getattr(args, "ds_config", "")), "command": " ".join(["python -m ds_minimodel.bench",
+                                                                                   *sys.argv[1:]])}
+
+
+# ----------------------------------------------------------------------------------------------- output
+def print_table(result: dict[str, Any]) -> None:
+    if result["benchmark"] == "stages":
+        print(f"| stage | layers | trainable params | s/update | tokens/s | analytic FLOPs/update | TFLOP/s | MFU | "
+              f"peak memory ({result['rows'][0]['memory_kind']}) |")
+        print("|---|---:|---:|---:|---:|---:|---:|---:|---:|")
+        for r in result["rows"]:
+            mfu = f"{r['mfu']:.1%}" if r["mfu"] is not None else "n/a"
+            print(f"| {r['stage']} | {r['layers']} | {r['trainable_parameters']:,} | {r['median_s']:.4f} | "
+                  f"{r['tokens_per_s']:,.0f} | {r['analytic_flops']:.3e} | {r['achieved_tflops']:.3f} | {mfu} | "
+                  f"{r['peak_memory_mb']:,.0f} MB |")
+        print(f"\nMFU against {result['peak_tflops'] or 'n/a'} TFLOP/s ({result['peak_source']}).")
+        for name, ratio in result["ratios"].items():
+            print(f"{name}: " + ", ".join(f"{k} {v:.3f}" if isinstance(v, float) else f"{k} {v}"
+                                          for k, v in ratio.items()))
+    elif result["benchmark"] == "hf":
+        print(f"ours {result['ours']['median_s']:.4f} s/update, HF RobertaForMaskedLM {result['hf']['median_s']:.4f}"
+              f" s/update: ours is {result['speedup']:.2f}x as fast (target {result['target']})")
+    else:
+        for r in result["runs"]:
+            print(f"{r['workers']} worker(s): {r['mb_per_s']:.2f} MB/s, {r['mb_per_s_per_core']:.2f} MB/s per core")
+
+
+def _shape_args(p: argparse.ArgumentParser, *, updates: int = 10) -> None:
+    p.add_argument("--preset", default="base")
+    p.add_argument("--vocab", type=int, default=50_000)
+    p.add_argument("--seq-len", type=int, default=128)
+    p.add_argument("--micro-batch", type=int, default=8)
+    p.add_argument("--mask-prob", type=float, default=0.15)
+    p.add_argument("--warmup", type=int, default=3)
+    p.add_argument("--updates", type=int, default=updates)
+    p.add_argument("--json", type=Path, help="also write the result here")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="python -m ds_minimodel.bench", description=__doc__,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    sub = p.add_subparsers(dest="command", required=True)
+    for name, help_text in (("stages", "time every stage (each in its own process)"),
+                            ("one-stage", "time one stage in this process (optionally under torch.profiler)")):
+        s = sub.add_parser(name, help=help_text)
+        if name == "one-stage":
+            s.add_argument("stage", choices=STAGES)
+            s.add_argument("--profile", type=Path, help="write torch.profiler's table of the timed updates here")
+        else:
+            s.add_argument("--stages", type=lambda v: v.split(","), default=list(STAGES),
+                           help=f"comma-separated subset of {','.join(STAGES)}")
+        _shape_args(s)
+        s.add_argument("--layers", type=int, default=12, help="the primary's depth")
+        s.add_argument("--mini-layers", type=int, default=4, help="N: MiniJoint's head, the layers MiniPost keeps")
+        s.add_argument("--new-layers", type=int, default=2, help="MiniPost's new layers")
+        s.add_argument("--ds-config", type=Path, default=Path("ds_configs/cpu_fp32.json"))
+    h = sub.add_parser("hf", help="our MLM update vs transformers' RobertaForMaskedLM, plain PyTorch loop")
+    _shape_args(h)
+    h.add_argument("--bf16", action="store_true", help="bf16 autocast for both (GPU)")
+    h.add_argument("--hf-attention", default="sdpa", choices=("sdpa", "eager"),
+                   help="HF's attention implementation (default sdpa: the same fused kernel as ours)")
+    pre = sub.add_parser("prepare", help="SentencePiece encoding into shards: MB/s with 1 worker and every core")
+    pre.add_argument("--corpus", type=Path, default=Path("demo_data/corpus/en.txt"))
+    pre.add_argument("--vocab", type=int, default=8000)
+    pre.add_argument("--repeats", type=int, default=3)
+    pre.add_argument("--json", type=Path)
+    return p
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    sub = p.add_subparsers(dest="command", required=True)
-    s2 = sub.add_parser("step2", help="Step-2 update time: full body vs mini-model")
-    s2.add_argument("--preset", default="base")
-    s2.add_argument("--vocab", type=int, default=50_000)
-    s2.add_argument("--seq-len", type=int, default=128)
-    s2.add_argument("--micro-batch", type=int, default=8)
-    s2.add_argument("--mask-prob", type=float, default=0.15)
-    s2.add_argument("--full-layers", type=int, default=12)
-    s2.add_argument("--mini-layers", type=int, default=4)
-    s2.add_argument("--warmup", type=int, default=3)
-    s2.add_argument("--updates", type=int, default=10)
-    s2.add_argument("--ds-config", type=Path, default=Path("ds_configs/cpu_fp32.json"))
-    s2.add_argument("--json", type=Path, help="also write the result here")
-    args = p.parse_args(argv)
-    result = step2(args)
-    text = json.dumps(result, indent=2)
-    print(text)
+    args = build_parser().parse_args(argv)
+    if args.command == "one-stage":
+        print(json.dumps(time_stage(args.stage, args)))
+        return 0
+    result = {"stages": stages, "hf": hf_comparison, "prepare": preprocessing}[args.command](args)
     if args.json:
-        args.json.write_text(text + "\n")
-    print(f"Step-2 update, {args.full_layers} vs {args.mini_layers} layers: measured time ratio "
-          f"{result['measured_time_ratio']:.2f}, analytic FLOP ratio {result['analytic_flop_ratio']:.2f} "
-          f"({result['measured_over_analytic']:.0%} of analytic)", file=sys.stderr)
+        args.json.parent.mkdir(parents=True, exist_ok=True)
+        args.json.write_text(json.dumps(result, indent=2) + "\n")
+    print_table(result)
     return 0
 
 
