@@ -117,20 +117,25 @@ def finish(nodes: list[Node], timeout: float = 180) -> None:
         assert code == 0, f"{node.host.namespace} exited {code}:\n{node.text()[-4000:]}"
 
 
+def fault_on_host_b(nodes: list[Node], sig: int, *, after: str) -> tuple[int, float]:
+    """Once host a has logged ``after``, send ``sig`` to host b's rank; host a's exit status and seconds to exit."""
+    try:
+        nodes[0].wait_for(after, timeout=120)
+        for pid in nodes[1].rank_pids():
+            os.kill(pid, sig)
+        sent = time.monotonic()
+        code = nodes[0].wait(timeout=120)
+        return code, time.monotonic() - sent
+    finally:
+        for n in nodes:
+            n.kill()
+
+
 def test_killed_peer_fails_fast_then_resume_continues(two_hosts, reference, en_data, tmp_path):
     out = tmp_path / "run"
     args = [*PRETRAIN, "--data", str(en_data), "--out", str(out), "--steps", str(STEPS), "--dist-timeout", "20"]
     nodes = start_nodes(two_hosts, tmp_path, args, "killed")
-    try:
-        nodes[0].wait_for("update 6 loss", timeout=120)
-        for pid in nodes[1].rank_pids():
-            os.kill(pid, signal.SIGKILL)
-        killed = time.monotonic()
-        code = nodes[0].wait(timeout=60)
-        took = time.monotonic() - killed
-    finally:
-        for n in nodes:
-            n.kill()
+    code, took = fault_on_host_b(nodes, signal.SIGKILL, after="update 6 loss")
     assert code != 0
     assert "lost contact with another rank" in nodes[0].text(), nodes[0].text()[-3000:]
     assert "Traceback" not in nodes[0].text()
@@ -151,16 +156,7 @@ def test_frozen_peer_ends_the_run_within_the_timeout(two_hosts, en_data, tmp_pat
     args = [*PRETRAIN, "--data", str(en_data), "--out", str(tmp_path / "run"), "--steps", "10000",
             "--dist-timeout", str(timeout)]
     nodes = start_nodes(two_hosts, tmp_path, args, "frozen")
-    try:
-        nodes[0].wait_for("update 3 loss", timeout=120)
-        for pid in nodes[1].rank_pids():
-            os.kill(pid, signal.SIGSTOP)  # a hung peer: alive, connected, silent
-        stopped = time.monotonic()
-        code = nodes[0].wait(timeout=120)
-        took = time.monotonic() - stopped
-    finally:
-        for n in nodes:
-            n.kill()
+    code, took = fault_on_host_b(nodes, signal.SIGSTOP, after="update 3 loss")  # a hung peer: alive and silent
     assert code != 0
     assert "lost contact with another rank" in nodes[0].text(), nodes[0].text()[-3000:]
     assert took < timeout + 15, f"host a hung {took:.0f} s on a frozen peer with --dist-timeout {timeout}"
