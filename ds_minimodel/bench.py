@@ -139,6 +139,7 @@ def time_stage(stage: str, args: argparse.Namespace) -> dict[str, Any]:
     init_distributed()
     ds_config = fill_schedule(load_ds_config(args.ds_config), args.warmup + args.updates, 0.08)
     model, loss_fn, analytic, cfg = stage_setup(stage, args)
+    model.activation_checkpointing = args.activation_checkpointing
     trainable = [p for p in model.parameters() if p.requires_grad]
     config = {**ds_config, "train_batch_size": args.micro_batch, "train_micro_batch_size_per_gpu": args.micro_batch,
               "gradient_accumulation_steps": 1}
@@ -186,7 +187,8 @@ def time_stage(stage: str, args: argparse.Namespace) -> dict[str, Any]:
             "parameters": sum(p.numel() for p in model.parameters()), "median_s": median, "min_s": min(times),
             "tokens_per_s": args.micro_batch * args.seq_len / median, "analytic_flops": analytic,
             "achieved_tflops": analytic / median / 1e12, "peak_memory_mb": peak_bytes / 2**20,
-            "memory_kind": "GPU max allocated" if cuda else "process peak RSS"}
+            "memory_kind": "GPU max allocated" if cuda else "process peak RSS",
+            "activation_checkpointing": args.activation_checkpointing}
 
 
 # ----------------------------------------------------------------------------------------------- commands
@@ -194,7 +196,8 @@ def _stage_argv(args: argparse.Namespace) -> list[str]:
     return ["--preset", args.preset, "--vocab", str(args.vocab), "--layers", str(args.layers), "--seq-len",
             str(args.seq_len), "--micro-batch", str(args.micro_batch), "--mask-prob", str(args.mask_prob),
             "--mini-layers", str(args.mini_layers), "--new-layers", str(args.new_layers), "--warmup",
-            str(args.warmup), "--updates", str(args.updates), "--ds-config", str(args.ds_config)]
+            str(args.warmup), "--updates", str(args.updates), "--ds-config", str(args.ds_config),
+            *(["--activation-checkpointing"] if args.activation_checkpointing else [])]
 
 
 def stages(args: argparse.Namespace) -> dict[str, Any]:
@@ -370,6 +373,7 @@ def build_parser() -> argparse.ArgumentParser:
         s.add_argument("--mini-layers", type=int, default=4, help="N: MiniJoint's head, the layers MiniPost keeps")
         s.add_argument("--new-layers", type=int, default=2, help="MiniPost's new layers")
         s.add_argument("--ds-config", type=Path, default=Path("ds_configs/cpu_fp32.json"))
+        s.add_argument("--activation-checkpointing", action="store_true", help="recompute layers in the backward")
     h = sub.add_parser("hf", help="our MLM update vs transformers' RobertaForMaskedLM, plain PyTorch loop")
     _shape_args(h)
     h.add_argument("--bf16", action="store_true", help="bf16 autocast for both (GPU)")

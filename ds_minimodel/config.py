@@ -121,6 +121,9 @@ class TrainConfig:
     """Keep only the newest this many checkpoints; None keeps all (Step 2's curves need them all)."""
     warmup_ratio: float = 0.08
     """Warm-up share of the updates where the DeepSpeed scheduler says ``"auto"`` (paper: 10,000 of 125,000)."""
+    activation_checkpointing: bool = False
+    """Keep only each layer's input during the forward pass and recompute the layer in the backward pass: less
+    activation memory for about one more forward pass of compute. The results are the same."""
 
     def __post_init__(self) -> None:
         for name in ("steps", "seq_len", "save_every", "log_every"):

@@ -300,6 +300,8 @@ def train(
             f"{ds_config_source}: the run asks for {train_cfg.steps} updates but the scheduler's total_num_steps is "
             f"{total_steps} (the learning rate would be 0 after it); lower --steps or raise total_num_steps")
     config = fill_schedule(ds_config, train_cfg.steps, train_cfg.warmup_ratio)
+    if train_cfg.activation_checkpointing:
+        stage.model.activation_checkpointing = True
     config.update(train_batch_size=batch.global_batch, train_micro_batch_size_per_gpu=batch.micro,
                   gradient_accumulation_steps=batch.accumulation)
     engine, _, _, _ = deepspeed.initialize(model=stage.model, model_parameters=stage.trainable_parameters(),

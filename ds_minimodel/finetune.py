@@ -95,7 +95,8 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     rows = len(features.arrays["input_ids"])
     steps = max(1, int(args.epochs * (rows // batch.global_batch)))
     train_cfg = TrainConfig(steps=steps, seq_len=args.max_len, seed=args.seed, save_every=args.save_every,
-                            log_every=args.log_every, warmup_ratio=args.warmup_ratio)
+                            log_every=args.log_every, warmup_ratio=args.warmup_ratio,
+                            activation_checkpointing=args.activation_checkpointing)
     model, primary_meta = build_task_model(args.model, spec, args.seed)
     description = {"stage": "finetune", "variant": spec.kind, "model": model.cfg.to_dict(),
                    "data": str(Path(args.train).resolve()), "tokenizer_sha256": tokenizer.sha256, "seed": args.seed,

@@ -12,6 +12,7 @@ from typing import Iterator
 import torch
 import torch.nn.functional as F
 from torch import nn
+from torch.utils.checkpoint import checkpoint
 
 from ds_minimodel.config import ModelConfig
 
@@ -103,6 +104,8 @@ class Body(nn.Module):
         self.cfg = cfg
         self.embeddings = Embeddings(cfg)
         self.layers = nn.ModuleList(EncoderLayer(cfg) for _ in range(cfg.num_layers))
+        self.activation_checkpointing = False
+        """Recompute each layer in the backward pass instead of keeping its activations (a training option)."""
 
     def _init_weights(self, module: nn.Module) -> None:
         # BERT/RoBERTa initialisation: N(0, 0.02) weights, zero biases, LayerNorm at identity.
@@ -125,8 +128,11 @@ class Body(nn.Module):
         if attention_mask is not None and not bool(attention_mask.all()):
             attn_mask = attention_mask[:, None, None, :]
         x = self.embeddings(input_ids)
+        recompute = self.activation_checkpointing and self.training and torch.is_grad_enabled()
         for layer in self.layers:
-            x = layer(x, attn_mask)
+            # Non-reentrant checkpointing restores the RNG state for the recomputation, so dropout masks (and the
+            # gradients) equal those of a normal pass; it also works when the layer's own weights are frozen.
+            x = checkpoint(layer, x, attn_mask, use_reentrant=False) if recompute else layer(x, attn_mask)
             yield x
 
     def num_parameters(self) -> int:

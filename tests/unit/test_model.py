@@ -304,3 +304,34 @@ def test_sequence_longer_than_max_positions_raises() -> None:
         model(_random_ids(MICRO, 1, MICRO.max_positions))  # exactly max_positions is fine
         with pytest.raises(ValueError, match="max_positions"):
             model(_random_ids(MICRO, 1, MICRO.max_positions + 1))
+
+
+@pytest.mark.parametrize("frozen_body", [False, True])
+def test_activation_checkpointing_changes_nothing_but_memory(frozen_body):
+    """Same losses and gradients, bitwise in fp32, with dropout on (the recomputation replays the RNG), for full
+    training and for Step 2's frozen body (only the embeddings get gradients)."""
+    from ds_minimodel.surgery import freeze_for_adaptation
+
+    cfg = get_preset("tiny").replace(aux_head_layer=4, dropout=0.1, attention_dropout=0.1)
+    torch.manual_seed(0)
+    ids = torch.randint(5, cfg.vocab_size, (2, 24))
+    labels = torch.where(torch.rand(2, 24) < 0.3, ids, torch.full_like(ids, IGNORE_INDEX))
+    results = []
+    for checkpointed in (False, True):
+        torch.manual_seed(1)
+        model = MaskedLM(cfg).train()
+        if frozen_body:
+            freeze_for_adaptation(model)
+        model.activation_checkpointing = checkpointed
+        calls, layer_forward = [], model.layers[0].forward
+        model.layers[0].forward = lambda *a: calls.append(1) or layer_forward(*a)  # (hooks skip recomputation)
+        torch.manual_seed(2)  # the same dropout masks for both runs
+        loss = mlm_losses(model(ids, None, labels != IGNORE_INDEX), labels)["loss"]
+        loss.backward()
+        assert len(calls) == (2 if checkpointed else 1)  # recomputed in the backward pass, or kept
+        results.append((loss.detach(), {n: p.grad for n, p in model.named_parameters() if p.grad is not None}))
+    (plain_loss, plain_grads), (ckpt_loss, ckpt_grads) = results
+    assert torch.equal(plain_loss, ckpt_loss) and plain_grads.keys() == ckpt_grads.keys()
+    assert ("layers.0.ffn_in.weight" in plain_grads) != frozen_body
+    for name in plain_grads:
+        assert torch.equal(plain_grads[name], ckpt_grads[name]), name
