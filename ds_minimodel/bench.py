@@ -92,9 +92,7 @@ def stage_setup(stage: str, args: argparse.Namespace) -> tuple[torch.nn.Module, 
         def loss(m: torch.nn.Module, batch: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
             return task_loss(m, {"input_ids": batch["input_ids"], "attention_mask": batch["attention_mask"],
                                  "labels": batch["input_ids"][:, 0] % 3})
-        # As the finetuning stage counts it: the body's forward and backward, 3 x l x FLOP_layer per sequence.
-        per_update = 3 * cfg.num_layers * flops.layer_forward(h=cfg.hidden_size, s=args.seq_len) * args.micro_batch
-        return model, loss, per_update, cfg
+        return model, loss, flops.finetune_per_update(cfg, seq_len=args.seq_len, batch=args.micro_batch), cfg
     system = stage.split("-", 1)[1]
     if system == "bl_base":
         model = MaskedLM(cfg)

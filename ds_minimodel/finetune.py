@@ -112,10 +112,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
                          seed=args.seed, source=str(args.train))
     stage = Stage(
         name=args.run_name or f"finetune-{spec.name}-seed{args.seed}", model=model, loss_fn=task_loss,
-        # The body's forward and backward (3 x l x FLOP_layer per sequence, appendix A.1); the small task head and
-        # the frozen embeddings' missing weight gradient are left out, as the paper leaves out minor terms.
-        flops_per_update=3 * model.cfg.num_layers * flops.layer_forward(h=model.cfg.hidden_size, s=args.max_len)
-        * batch.global_batch,
+        flops_per_update=flops.finetune_per_update(model.cfg, seq_len=args.max_len, batch=batch.global_batch),
         meta={"kind": TASK_KIND, "task": spec.to_dict(), "model_config": model.cfg.to_dict(),
               "tokenizer": primary_meta["tokenizer"], "primary_sha256": checkpoint.lineage(primary_meta),
               "finetuned_from": str(Path(args.model).resolve()), "seed": args.seed},

@@ -97,6 +97,29 @@ def forward_flops(*, h: float, V: float, l: float, s: float, p: float, ffn: floa
     return l * layer_forward(h=h, s=s, ffn=ffn) + lm_head_forward(h=h, V=V, s=s, p=p)
 
 
+def finetune_per_update(cfg: ModelConfig, *, seq_len: int, batch: int) -> float:
+    """Step 3: one update of ``batch`` sequences, 3 x l x FLOP_layer each (the body's forward and backward).
+
+    The small task head and the frozen embeddings' missing weight gradient are left out, as the paper leaves out
+    minor terms (A.1).
+    """
+    return 3 * cfg.num_layers * layer_forward(h=cfg.hidden_size, s=seq_len) * batch
+
+
+def head_training_per_update(cfg: ModelConfig, *, seq_len: int, batch: int, mask_prob: float) -> float:
+    """Training only the MLM head of a frozen body (an imported encoder's new head): one update of ``batch``.
+
+    1. The forward: l FLOP_layer + FLOP_lm (A2).
+    2. A backward through the head only: dLoss/dactivations through the frozen tied projection (p 2shV) and
+       dLoss/dweights of its dense layer (p 2sh^2), which is FLOP_lm again (as A4 counts a frozen head). No layer
+       runs backward.
+    """
+    h, s = cfg.hidden_size, seq_len
+    per_sequence = (cfg.num_layers * layer_forward(h=h, s=s, ffn=cfg.ffn_size)
+                    + 2 * lm_head_forward(h=h, V=cfg.vocab_size, s=s, p=mask_prob))
+    return per_sequence * batch
+
+
 def pretrain_flops(*, h: float, V: float, l: float, s: float, p: float, B: float, U: float,
                    ffn: float | None = None) -> float:
     """Equation A1: full pretraining (Step 1, everything trainable), 3 x A2 x B x U."""

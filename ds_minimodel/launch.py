@@ -30,8 +30,13 @@ def option_value(args: list[str], name: str) -> str | None:
     return None
 
 
+def deepspeed_runner() -> str:
+    """The ``deepspeed`` launcher: on PATH, else next to this interpreter (a venv not activated)."""
+    return shutil.which("deepspeed") or str(Path(sys.executable).parent / "deepspeed")
+
+
 def deepspeed_command(args: argparse.Namespace, hosts: dict[str, int]) -> list[str]:
-    runner = shutil.which("deepspeed") or str(Path(sys.executable).parent / "deepspeed")
+    runner = deepspeed_runner()
     master = args.master_addr or next(iter(hosts))
     cmd = [runner, "--hostfile", str(args.hostfile), "--master_addr", master, "--master_port", str(args.master_port)]
     if args.no_ssh:

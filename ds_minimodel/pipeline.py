@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import shutil
 import statistics
 import subprocess
 import sys
@@ -24,6 +23,7 @@ from ds_minimodel.config import SYSTEMS, dataclass_from_dict, file_sha256, read_
 from ds_minimodel.data import META_FILE
 from ds_minimodel.engine import free_port
 from ds_minimodel.errors import InputError, report
+from ds_minimodel.launch import deepspeed_runner
 from ds_minimodel.evaluate import zero_shot
 
 PRIMARY_OF = {"bl_base": "base", "bl_small": "small", "minijoint": "minijoint", "minipost": "base"}
@@ -136,8 +136,7 @@ def launch(script: str, args: list[str], ranks: int, launcher: str = "deepspeed"
     elif ranks == 1:
         cmd = [sys.executable, script, *args]
     else:
-        runner = shutil.which("deepspeed") or str(Path(sys.executable).parent / "deepspeed")
-        cmd = [runner, "--num_gpus", str(ranks), "--master_port", str(free_port()), script, *args]
+        cmd = [deepspeed_runner(), "--num_gpus", str(ranks), "--master_port", str(free_port()), script, *args]
     print("$ " + " ".join(cmd), flush=True)
     env = {k: v for k, v in os.environ.items()
            if k not in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT")}

@@ -127,14 +127,9 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     stream = MLMBatchStream(dataset, micro_batch_size=batch.micro, world_size=info.world_size, rank=info.rank,
                             seed=args.seed, vocab_size=cfg.vocab_size, seq_len=train_cfg.seq_len,
                             mask_prob=train_cfg.mask_prob)
-    if args.variant == "head":
-        # Frozen body and embeddings: the forward, l FLOP_layer + FLOP_lm (A2), and a backward through the head
-        # only: dLoss/dactivations through the frozen tied projection (p 2shV) and dLoss/dweights of its dense
-        # layer (p 2sh^2), which is FLOP_lm again (as A4 counts a frozen head). No layer runs backward.
-        per_sequence = (cfg.num_layers * flops.layer_forward(h=cfg.hidden_size, s=train_cfg.seq_len, ffn=cfg.ffn_size)
-                        + 2 * flops.lm_head_forward(h=cfg.hidden_size, V=cfg.vocab_size, s=train_cfg.seq_len,
-                                                    p=train_cfg.mask_prob))
-        flops_per_update = per_sequence * batch.global_batch
+    if args.variant == "head":  # frozen body and embeddings
+        flops_per_update = flops.head_training_per_update(cfg, seq_len=train_cfg.seq_len, batch=batch.global_batch,
+                                                          mask_prob=train_cfg.mask_prob)
     else:
         if args.variant == "minipost":  # A4: frozen copied layers and head, l_t trainable layers
             flop_stage, trainable_layers = "minipost", args.new_layers

@@ -14,6 +14,8 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from ds_minimodel.engine import free_port
+
 
 def _run(*cmd: str, timeout: float = 30) -> subprocess.CompletedProcess:
     return subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
@@ -127,7 +129,7 @@ class Slurm:
             f"SlurmctldLogFile={root / 'log' / 'slurmctld.log'}", f"SlurmdLogFile={root / 'log' / 'slurmd.log'}",
             f"AuthInfo=socket={socket_path},cred_expire=10", "MpiDefault=none", "ReturnToService=2",
             "SchedulerType=sched/backfill", "KillWait=10", "MinJobAge=600", "JobRequeue=1",
-            f"SlurmctldPort={_free_port()}", f"SlurmdPort={_free_port()}", ""]))
+            f"SlurmctldPort={free_port()}", f"SlurmdPort={free_port()}", ""]))
         self._spawn(["slurmctld", "-D", "-i", "-f", str(self.conf)], "slurmctld")
         self._spawn(["slurmd", "-D", "-f", str(self.conf)], "slurmd")
         self._wait(self._node_idle, "the node to become idle", root / "log" / "slurmctld.log")
@@ -173,8 +175,3 @@ class Slurm:
                 os.killpg(d.pid, signal.SIGKILL)
         self._daemons.clear()
 
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("", 0))
-        return s.getsockname()[1]
