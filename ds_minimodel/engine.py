@@ -56,6 +56,14 @@ def load_ds_config(path: str | os.PathLike) -> dict[str, Any]:
         value = config.get(key)
         if value is not None and (not isinstance(value, int) or isinstance(value, bool) or value <= 0):
             raise InputError(f"{path}: {key} must be a positive integer, got {value!r}")
+    if uses_fp16(config) and not (config.get("zero_optimization") or {}).get("stage"):
+        # Measured with DeepSpeed 0.19.8: engine.backward() scales the loss only for ZeRO optimizers, while the
+        # stage-0 fp16 optimizers divide every gradient by the loss scale in step(), so each update is loss-scale
+        # times too small and nothing overflows however high the scale (deepspeedai/DeepSpeed PR 8393, open).
+        raise InputError(
+            f"{path}: fp16 needs ZeRO stage 1 or higher: under ZeRO stage 0 DeepSpeed's engine never applies the "
+            "loss scale that its fp16 optimizer divides out, so training silently stalls. Set "
+            '"zero_optimization": {"stage": 1} (on one GPU it costs the same as stage 0), or use bf16')
     return config
 
 
@@ -233,6 +241,8 @@ class TrainResult:
     """The DeepSpeed engine (tests inspect its optimizer; in-process callers may evaluate with it)."""
     stopped_by: str | None = None
     """The signal that stopped the run before its last update (it saved a checkpoint first), or None."""
+    skipped_updates: int = 0
+    """fp16: updates of this run that the loss scaler skipped because the gradients overflowed."""
 
 
 class StopSignals:
@@ -268,6 +278,42 @@ class StopSignals:
     def restore(self) -> None:
         for sig, handler in self._previous.items():
             signal.signal(sig, handler)
+
+
+class LossScaleWatch:
+    """fp16 only: counts the updates DeepSpeed's loss scaler skips for overflowing gradients (normal early in
+    training, while the dynamic scale finds its level), and turns a collapse into a ``TrainingError``: gradients that
+    overflow even at the smallest scale the config allows, i.e. that are inf or NaN however they are scaled. ZeRO's
+    scaler (every stage ``load_ds_config`` lets fp16 use) signals that with a bare ``Exception``."""
+
+    def __init__(self, engine: Any):
+        from deepspeed.runtime.fp16.loss_scaler import MIN_LOSS_SCALE
+
+        self.engine = engine
+        self.min_scale = engine.dynamic_loss_scale_args()[MIN_LOSS_SCALE] if engine.dynamic_loss_scale() else None
+        self.skipped = 0
+        self._skipped_before = engine.skipped_steps
+
+    def scale(self) -> float | None:
+        scale = getattr(self.engine.optimizer, "loss_scale", None)
+        return None if scale is None else float(scale)
+
+    def after_update(self) -> None:
+        self.skipped += self.engine.skipped_steps - self._skipped_before
+        self._skipped_before = self.engine.skipped_steps
+
+    @staticmethod
+    def is_deepspeed_collapse(err: Exception) -> bool:
+        """DeepSpeed's ZeRO loss scaler raises a bare ``Exception`` with this text when it cannot go lower."""
+        return "loss scale already at minimum" in str(err)
+
+    def error(self, run_dir: Path, stage: str, step: int, last_ckpt: Path | None) -> TrainingError:
+        return TrainingError(
+            f"{run_dir}: [{stage}] the fp16 loss scale collapsed: the gradients of update {step} overflowed with the "
+            f"loss scale already at its minimum ({self.min_scale:g}, fp16.min_loss_scale), so they are inf or NaN "
+            f"at any scale ({self.skipped} updates of this run skipped before it). Skipped updates leave the weights "
+            f"unchanged; the last good checkpoint is {last_ckpt or 'none'}. Lower the learning rate, check the "
+            "data or train in bf16, then resume with --resume.")
 
 
 def _stream_to(batch: dict[str, Any], device: torch.device) -> dict[str, Any]:
@@ -323,6 +369,7 @@ def train(
     logger = MetricsLogger(run_dir / "metrics.jsonl", (log_root or run_dir / "tensorboard") / stage.name,
                            enabled=rank == 0, resume_step=step)
     fp16 = uses_fp16(ds_config)
+    scale_watch = LossScaleWatch(engine) if fp16 else None
     last_ckpt = latest
     metrics: dict[str, float] = {}
     progress = _progress(stage.name, step, train_cfg.steps, enabled=rank == 0)
@@ -338,10 +385,19 @@ def train(
                 local_tokens += int(micro["num_tokens"])
                 losses = stage.loss_fn(engine, micro)
                 engine.backward(losses["loss"])
-                engine.step()
+                try:
+                    engine.step()
+                except Exception as err:
+                    # DeepSpeed all-reduces the overflow flag, so every rank raises this at the same update.
+                    if scale_watch is None or not scale_watch.is_deepspeed_collapse(err):
+                        raise
+                    scale_watch.after_update()
+                    raise scale_watch.error(run_dir, stage.name, step + 1, last_ckpt) from None
                 for name, value in losses.items():
                     sums[name] = sums.get(name, 0.0) + value.detach().float()
             step += 1
+            if scale_watch is not None:
+                scale_watch.after_update()
             samples += batch.global_batch
             # One small all-reduce per update: losses averaged over ranks and micro-batches, tokens summed, and
             # whether any rank was asked to stop (so that all ranks save and leave together).
@@ -362,7 +418,7 @@ def train(
                     "data, then resume with --resume.")
             metrics = dict(zip(names, values))
             if step % train_cfg.log_every == 0 or step == train_cfg.steps:
-                metrics.update(_engine_metrics(engine, fp16))
+                metrics.update(_engine_metrics(engine, scale_watch))
                 metrics.update(tokens_per_s=update_tokens / elapsed, samples=samples, tokens=tokens,
                                flops=step * stage.flops_per_update,
                                v100_days=to_gpu_days(step * stage.flops_per_update))
@@ -394,8 +450,13 @@ def train(
         signals.restore()
         progress.close()
         logger.close()
+    skipped = scale_watch.skipped if scale_watch is not None else 0
+    if skipped and rank == 0:
+        print(f"[{stage.name}] fp16: the loss scaler skipped {skipped} updates of this run for overflowing gradients "
+              f"(loss scale now {scale_watch.scale():g})", flush=True)
     return TrainResult(step=step, samples=samples, tokens=tokens, flops=step * stage.flops_per_update,
-                       last_metrics=metrics, checkpoint=last_ckpt, engine=engine, stopped_by=stopped_by)
+                       last_metrics=metrics, checkpoint=last_ckpt, engine=engine, stopped_by=stopped_by,
+                       skipped_updates=skipped)
 
 
 # What Gloo, NCCL and torch's c10d say when a collective's peer is gone or silent (measured with a SIGKILLed and a
@@ -410,18 +471,16 @@ def _lost_a_peer(err: RuntimeError) -> bool:
                                                and any(k in text for k in _PEER_FAILURE))
 
 
-def _engine_metrics(engine: Any, fp16: bool) -> dict[str, float]:
+def _engine_metrics(engine: Any, scale_watch: LossScaleWatch | None) -> dict[str, float]:
     out = {"lr": float(engine.get_lr()[0])}
     norm = engine.get_global_grad_norm()
     if norm is not None:
         out["grad_norm"] = float(norm)
-    if fp16:
-        optimizer = engine.optimizer
-        scale = getattr(optimizer, "cur_scale", None) or getattr(getattr(optimizer, "loss_scaler", None),
-                                                                 "cur_scale", None)
+    if scale_watch is not None:
+        scale = scale_watch.scale()
         if scale is not None:
-            out["loss_scale"] = float(scale)
-        out["skipped_steps"] = float(engine.skipped_steps)
+            out["loss_scale"] = scale
+        out["skipped_steps"] = float(engine.skipped_steps)  # DeepSpeed's count, over the whole run incl. resumes
     return out
 
 

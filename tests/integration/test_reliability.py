@@ -131,8 +131,9 @@ def test_damaged_checkpoints_are_reported_and_the_previous_good_one_used(en_data
     assert all(checkpoint.verify(p) is None for p in checkpoint.complete_checkpoints(out))
 
 
-def test_non_finite_loss_stops_with_a_clear_error_and_the_last_good_checkpoint_intact(en_data, tmp_path):
-    config = json.loads((REPO / "ds_configs/cpu_fp32.json").read_text())
+@pytest.mark.parametrize("precision", ["cpu_fp32.json", "cpu_bf16_zero2.json"])
+def test_non_finite_loss_stops_with_a_clear_error_and_the_last_good_checkpoint_intact(en_data, tmp_path, precision):
+    config = json.loads((REPO / "ds_configs" / precision).read_text())
     config["optimizer"]["params"]["lr"] = 1e30  # the weights overflow within a few updates
     config["scheduler"] = None
     ds = tmp_path / "ds.json"

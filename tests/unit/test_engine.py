@@ -1,5 +1,6 @@
 """Batch arithmetic and DeepSpeed-config checks (no process group needed)."""
 import json
+from pathlib import Path
 
 import pytest
 
@@ -44,12 +45,28 @@ def test_ds_config_errors_name_the_file(tmp_path):
         load_ds_config(tmp_path / "missing.json")
 
 
-@pytest.mark.parametrize("name", ["v100_fp16_zero1.json", "bf16_zero1.json", "cpu_fp32.json", "cpu_bf16_zero2.json"])
-def test_shipped_configs_parse_and_fit_their_clusters(name):
-    from pathlib import Path
+def test_fp16_under_zero_stage_0_is_refused_with_the_reason(tmp_path):
+    # DeepSpeed 0.19's stage-0 fp16 optimizers divide gradients by a loss scale engine.backward() never applied.
+    for zero in ({}, {"zero_optimization": {"stage": 0}}):
+        path = tmp_path / "fp16.json"
+        path.write_text(json.dumps({"train_batch_size": 4, "fp16": {"enabled": True}, **zero}))
+        with pytest.raises(InputError, match=rf"{path}: fp16 needs ZeRO stage 1 or higher.*silently stalls"):
+            load_ds_config(path)
+    path.write_text(json.dumps({"train_batch_size": 4, "fp16": {"enabled": True}, "zero_optimization": {"stage": 1}}))
+    assert load_ds_config(path)["zero_optimization"] == {"stage": 1}
+    path.write_text(json.dumps({"train_batch_size": 4, "bf16": {"enabled": True}}))  # bf16 has no loss scale
+    assert load_ds_config(path)["bf16"] == {"enabled": True}
 
-    config = load_ds_config(Path(__file__).resolve().parents[2] / "ds_configs" / name)
-    if name.startswith(("v100", "bf16")):  # the paper's global batch of 2,048 on 64 GPUs
+
+DS_CONFIGS = Path(__file__).resolve().parents[2] / "ds_configs"
+
+
+@pytest.mark.parametrize("name", sorted(p.name for p in DS_CONFIGS.glob("*.json")))
+def test_shipped_configs_parse_and_fit_their_clusters(name):
+    config = load_ds_config(DS_CONFIGS / name)
+    if name.startswith("finetune"):
+        assert resolve_batch(config, 1, source=name).global_batch == 32
+    elif name.startswith(("v100", "bf16")):  # the paper's global batch of 2,048 on 64 GPUs
         assert resolve_batch(config, 64, source=name).global_batch == 2048
         assert config["scheduler"]["params"]["total_num_steps"] == 125_000
         assert config["scheduler"]["params"]["warmup_num_steps"] == 10_000
