@@ -217,18 +217,34 @@ def save(engine: Any, run_dir: Path, step: int, meta: dict[str, Any], *, keep: i
             error = err
     error = _agree_on_failure(error, engine.device)
     if error is not None:
+        previous = latest_checkpoint(run_dir)
+        why = _write_failure(error, root, previous)  # before the partial folder's space is given back
         if rank == 0:
             shutil.rmtree(staging, ignore_errors=True)
         dist.barrier()
-        previous = latest_checkpoint(run_dir)
         raise CheckpointWriteError(
-            f"{staging}: could not write the checkpoint of update {step} ({error}); the newest good checkpoint "
+            f"{staging}: could not write the checkpoint of update {step} ({why}); the newest good checkpoint "
             f"is {previous or 'none'}. Free space (or fix permissions) and resume with --resume")
     if rank == 0 and keep is not None:
         for old in complete_checkpoints(run_dir)[:-keep]:
             shutil.rmtree(old)
     dist.barrier()
     return final
+
+
+def _write_failure(error: BaseException, root: Path, previous: Path | None) -> str:
+    """The error, with the free space where it happened: torch.save reports a full disk as "unexpected pos N vs M"
+    (measured on a full tmpfs), which does not say that the disk is full."""
+    try:
+        free = shutil.disk_usage(root).free
+    except OSError:
+        return str(error)
+    text = f"{error}; {free / 2**20:,.1f} MiB free there"
+    if previous is not None:
+        needed = sum(f.stat().st_size for f in previous.rglob("*") if f.is_file())
+        if free < needed:
+            text += f", less than the {needed / 2**20:,.1f} MiB the previous checkpoint takes: the disk is full"
+    return text
 
 
 def _agree_on_failure(error: BaseException | None, device: Any) -> BaseException | None:

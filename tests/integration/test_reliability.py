@@ -148,25 +148,74 @@ def test_non_finite_loss_stops_with_a_clear_error_and_the_last_good_checkpoint_i
     assert checkpoint.verify(last) is None and checkpoint.load_weights(last)
 
 
-def test_a_checkpoint_that_cannot_be_written_fails_cleanly_and_keeps_the_previous_one(en_data, tmp_path, reference):
-    """A full disk, simulated with a per-file size limit (RLIMIT_FSIZE: writes beyond it fail with EFBIG, as they
-    fail with ENOSPC on a full disk): the optimizer-state file of the tiny model (about 9 MB) cannot be written."""
+def mount_tmpfs(where: Path) -> None:
+    where.mkdir(parents=True)
+    subprocess.run(["mount", "-t", "tmpfs", "-o", "size=256m", "tmpfs", str(where)], check=True, capture_output=True)
+
+
+def resize_tmpfs(where: Path, size: int) -> None:
+    subprocess.run(["mount", "-o", f"remount,size={size}", str(where)], check=True, capture_output=True)
+
+
+def can_mount() -> str | None:
+    """Why a tmpfs cannot be mounted here, or None."""
+    if os.geteuid() != 0:
+        return "mounting a small tmpfs needs root"
+    probe = Path(f"/tmp/ds_minimodel_mount_probe_{os.getpid()}")
+    try:
+        mount_tmpfs(probe)
+    except (subprocess.CalledProcessError, FileNotFoundError) as err:
+        return f"mount -t tmpfs failed: {err}"
+    finally:
+        subprocess.run(["umount", str(probe)], capture_output=True)
+        probe.rmdir()
+    return None
+
+
+@pytest.mark.parametrize("full", ["file-size-limit", "full-filesystem"])
+def test_a_checkpoint_that_cannot_be_written_fails_cleanly_and_keeps_the_previous_one(
+        en_data, tmp_path, reference, full):
+    """Two ways a checkpoint write fails midway. ``file-size-limit``: RLIMIT_FSIZE, so that the optimizer-state file
+    of the tiny model (about 9 MB) fails with EFBIG; it runs anywhere. ``full-filesystem``: the run folder on a
+    tmpfs shrunk after the first checkpoint to leave room for half of another, so the write fails with ENOSPC as on
+    a real full disk (root only)."""
     import resource
 
+    if full == "full-filesystem" and (why := can_mount()):
+        pytest.skip(why)
     # The reference's "auto" schedule written out, so that a first run stopped at update 8 follows it too.
     config = json.loads((REPO / "ds_configs/cpu_fp32.json").read_text())
     config["scheduler"]["params"].update(warmup_num_steps=round(0.08 * STEPS), total_num_steps=STEPS)
     ds = tmp_path / "ds.json"
     ds.write_text(json.dumps(config))
-    out = tmp_path / "run"
+    disk = tmp_path / "disk"
+    out = disk / "run"
     cmd = [*pretrain(en_data, out, "--save-every", "8"), "--ds-config", str(ds)]
-    run_cmd([*cmd, "--steps", "8"])  # a good checkpoint at update 8
-    limit = 5 << 20
-    proc = run_cmd([*cmd, "--resume"], check=False,
-                   preexec_fn=lambda: resource.setrlimit(resource.RLIMIT_FSIZE, (limit, limit)))
-    assert proc.returncode == 1 and "Traceback" not in proc.stderr, proc.stderr[-3000:]
-    assert "could not write the checkpoint of update 16" in proc.stderr
-    assert f"newest good checkpoint is {out / 'checkpoints' / 'step_00000008'}" in proc.stderr
-    assert [p.name for p in (out / "checkpoints").iterdir() if p.is_dir()] == ["step_00000008"]  # no partial left
-    run_cmd([*cmd, "--resume"])  # space freed: it carries on from 8
-    assert_same(final_weights(out), reference)
+    if full == "full-filesystem":
+        mount_tmpfs(disk)
+    try:
+        run_cmd([*cmd, "--steps", "8"])  # a good checkpoint at update 8
+        if full == "full-filesystem":
+            first = out / "checkpoints" / "step_00000008"
+            ckpt_bytes = sum(f.stat().st_size for f in first.rglob("*") if f.is_file())
+            used = os.statvfs(disk).f_blocks - os.statvfs(disk).f_bfree
+            resize_tmpfs(disk, used * os.statvfs(disk).f_frsize + ckpt_bytes // 2)
+            limits = {}
+        else:
+            limit = 5 << 20
+            limits = {"preexec_fn": lambda: resource.setrlimit(resource.RLIMIT_FSIZE, (limit, limit))}
+        proc = run_cmd([*cmd, "--resume"], check=False, **limits)
+        assert proc.returncode == 1 and "Traceback" not in proc.stderr, proc.stderr[-3000:]
+        assert "could not write the checkpoint of update 16" in proc.stderr
+        if full == "full-filesystem":  # torch.save's own words ("unexpected pos N vs M") do not say it
+            assert "MiB free there" in proc.stderr and "the disk is full" in proc.stderr, proc.stderr[-2000:]
+        assert f"newest good checkpoint is {out / 'checkpoints' / 'step_00000008'}" in proc.stderr
+        assert [p.name for p in (out / "checkpoints").iterdir() if p.is_dir()] == ["step_00000008"]  # no partial
+        assert checkpoint.verify(out / "checkpoints" / "step_00000008") is None
+        if full == "full-filesystem":
+            resize_tmpfs(disk, 256 << 20)
+        run_cmd([*cmd, "--resume"])  # space freed: it carries on from 8
+        assert_same(final_weights(out), reference)
+    finally:
+        if full == "full-filesystem":
+            subprocess.run(["umount", str(disk)], capture_output=True)
