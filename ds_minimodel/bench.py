@@ -3,6 +3,7 @@
     python -m ds_minimodel.bench stages --preset base --seq-len 128 --micro-batch 8     # every stage of the method
     python -m ds_minimodel.bench hf --seq-len 128 --micro-batch 8                        # ours vs HF RoBERTa
     python -m ds_minimodel.bench prepare --corpus demo_data/corpus/en.txt                # preprocessing MB/s
+    python -m ds_minimodel.bench loader                                                  # waits for data
 
 ``stages`` times one optimizer update (forward, backward, step, through the DeepSpeed engine of ``--ds-config``) of
 Step 1 (plain and MiniJoint's dual head), Step 1b (MiniPost), Step 2 over each system's body and Step 3, each in its
@@ -307,6 +308,51 @@ def preprocessing(args: argparse.Namespace) -> dict[str, Any]:
             "cpu_count": os.cpu_count(), "runs": runs, "python": platform.python_version()}
 
 
+def loader(args: argparse.Namespace) -> dict[str, Any]:
+    """How long the training loop waits for each micro-batch (masking and collation from the memory-mapped shards,
+    then the copy to the device), built when asked for and prefetched on a thread. The model's compute is stood in
+    for by a sleep, which is what the host thread does while a GPU computes: by default the analytic FLOPs of a
+    ``--preset`` Step-1 micro-batch at 45% of an H100's bf16 peak (target 4's utilisation)."""
+    import tempfile
+
+    from ds_minimodel.data import MLMBatchStream, PackedDataset, Prefetcher, TokenShards
+    from ds_minimodel.prepare import prepare
+
+    cfg = get_preset(args.preset)
+    shape = {"seq_len": args.seq_len, "batch": args.micro_batch, "mask_prob": args.mask_prob}
+    gpu_peak = GPU_PEAK_TFLOPS["H100 SXM"]["bf16"] * 1e12
+    compute_s = (args.compute_ms / 1e3 if args.compute_ms is not None
+                 else flops.per_update_flops("pretrain", cfg, **shape) / (0.45 * gpu_peak))
+    device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    with tempfile.TemporaryDirectory() as tmp:
+        data = args.data
+        if data is None:
+            data = Path(tmp) / "en"
+            prepare(args.corpus, data, vocab_size=8000, progress=False)
+        shards = TokenShards.open(data)
+        dataset = PackedDataset(shards, args.seq_len - 1)
+        runs = []
+        for depth in (0, 2):
+            stream = MLMBatchStream(dataset, micro_batch_size=args.micro_batch, world_size=1, rank=0, seed=1,
+                                    vocab_size=shards.vocab_size, seq_len=args.seq_len, mask_prob=args.mask_prob)
+            batches = Prefetcher(stream, depth=depth, pin_for=device) if depth else stream
+            waits = []
+            for i in range(args.warmup + args.updates):
+                start = time.perf_counter()
+                batch = {k: v.to(device, non_blocking=True) if isinstance(v, torch.Tensor) else v
+                         for k, v in next(batches).items()}
+                if i >= args.warmup:
+                    waits.append(time.perf_counter() - start)
+                time.sleep(compute_s)
+            if depth:
+                batches.close()
+            mean = statistics.fmean(waits)
+            runs.append({"prefetch": depth, "mean_wait_ms": mean * 1e3, "max_wait_ms": max(waits) * 1e3,
+                         "stall_share": mean / (mean + compute_s),
+                         "tokens_per_s_when_built_on_demand": batch["num_tokens"] / mean if not depth else None})
+    return {"benchmark": "loader", **_environment(args), "compute_ms": compute_s * 1e3, "runs": runs}
+
+
 def _environment(args: argparse.Namespace) -> dict[str, Any]:
     import deepspeed
 
@@ -334,6 +380,12 @@ def print_table(result: dict[str, Any]) -> None:
         for name, ratio in result["ratios"].items():
             print(f"{name}: " + ", ".join(f"{k} {v:.3f}" if isinstance(v, float) else f"{k} {v}"
                                           for k, v in ratio.items()))
+    elif result["benchmark"] == "loader":
+        print(f"compute stood in for: {result['compute_ms']:.2f} ms per micro-batch of {result['micro_batch']} x "
+              f"{result['seq_len']}")
+        for r in result["runs"]:
+            print(f"prefetch {r['prefetch']}: waits {r['mean_wait_ms']:.3f} ms on average (max "
+                  f"{r['max_wait_ms']:.3f}), {r['stall_share']:.2%} of each step")
     elif result["benchmark"] == "hf":
         print(f"ours {result['ours']['median_s']:.4f} s/update, HF RobertaForMaskedLM {result['hf']['median_s']:.4f}"
               f" s/update: ours is {result['speedup']:.2f}x as fast (target {result['target']})")
@@ -377,6 +429,13 @@ def build_parser() -> argparse.ArgumentParser:
     h.add_argument("--bf16", action="store_true", help="bf16 autocast for both (GPU)")
     h.add_argument("--hf-attention", default="sdpa", choices=("sdpa", "eager"),
                    help="HF's attention implementation (default sdpa: the same fused kernel as ours)")
+    ld = sub.add_parser("loader", help="the loop's wait for each micro-batch, built on demand and prefetched")
+    _shape_args(ld, updates=200)
+    ld.set_defaults(seq_len=512, micro_batch=16)
+    ld.add_argument("--data", type=Path, help="a prepared folder (default: the demo corpus, prepared in a temp dir)")
+    ld.add_argument("--corpus", type=Path, default=Path("demo_data/corpus/en.txt"))
+    ld.add_argument("--compute-ms", type=float,
+                    help="compute per micro-batch to stand in for (default: analytic, H100 bf16 at 45%% MFU)")
     pre = sub.add_parser("prepare", help="SentencePiece encoding into shards: MB/s with 1 worker and every core")
     pre.add_argument("--corpus", type=Path, default=Path("demo_data/corpus/en.txt"))
     pre.add_argument("--vocab", type=int, default=8000)
@@ -390,7 +449,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.command == "one-stage":
         print(json.dumps(time_stage(args.stage, args)))
         return 0
-    result = {"stages": stages, "hf": hf_comparison, "prepare": preprocessing}[args.command](args)
+    result = {"stages": stages, "hf": hf_comparison, "prepare": preprocessing, "loader": loader}[args.command](args)
     if args.json:
         args.json.parent.mkdir(parents=True, exist_ok=True)
         args.json.write_text(json.dumps(result, indent=2) + "\n")

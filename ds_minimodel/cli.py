@@ -41,6 +41,8 @@ def add_run_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--run-name", help="this run's name under --log-root (default: stage, language and system)")
     p.add_argument("--activation-checkpointing", action="store_true",
                    help="recompute each layer in the backward pass: less activation memory, ~1 more forward pass")
+    p.add_argument("--prefetch", type=int, default=2, metavar="N",
+                   help="micro-batches built ahead on a background thread, pinned on a GPU (0: none; default 2)")
     p.add_argument("--dist-timeout", type=float, default=DEFAULT_DIST_TIMEOUT.total_seconds(), metavar="SECONDS",
                    help="a collective that waits longer than this on a dead or hung peer ends the run with an error "
                         "(every process group; default %(default)g)")
@@ -52,7 +54,8 @@ def train_config(args: argparse.Namespace, ds_config: dict[str, Any]) -> TrainCo
         raise InputError(f"{args.ds_config}: the scheduler's total_num_steps is not a number; pass --steps")
     return TrainConfig(steps=steps, seq_len=args.seq_len, mask_prob=args.mask_prob, seed=args.seed,
                        save_every=args.save_every, log_every=args.log_every, keep_checkpoints=args.keep_checkpoints,
-                       warmup_ratio=args.warmup_ratio, activation_checkpointing=args.activation_checkpointing)
+                       warmup_ratio=args.warmup_ratio, activation_checkpointing=args.activation_checkpointing,
+                       prefetch=args.prefetch)
 
 
 def dist_timeout(args: argparse.Namespace) -> datetime.timedelta:

@@ -124,8 +124,12 @@ class TrainConfig:
     activation_checkpointing: bool = False
     """Keep only each layer's input during the forward pass and recompute the layer in the backward pass: less
     activation memory for about one more forward pass of compute. The results are the same."""
+    prefetch: int = 2
+    """Micro-batches built ahead on a background thread (pinned memory on a GPU); 0 builds each when needed."""
 
     def __post_init__(self) -> None:
+        if not isinstance(self.prefetch, int) or isinstance(self.prefetch, bool) or self.prefetch < 0:
+            raise InputError(f"train config: prefetch must be a non-negative integer, got {self.prefetch!r}")
         for name in ("steps", "seq_len", "save_every", "log_every"):
             value = getattr(self, name)
             if not isinstance(value, int) or isinstance(value, bool) or value <= 0:

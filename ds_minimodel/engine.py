@@ -25,6 +25,7 @@ from torch import nn
 
 from ds_minimodel import checkpoint, slurm
 from ds_minimodel.config import TrainConfig, read_json, write_json
+from ds_minimodel.data import Prefetcher
 from ds_minimodel.errors import InputError, TrainingError
 from ds_minimodel.flops import to_gpu_days
 from ds_minimodel.metrics import MetricsLogger
@@ -352,6 +353,8 @@ def train(
                   gradient_accumulation_steps=batch.accumulation)
     engine, _, _, _ = deepspeed.initialize(model=stage.model, model_parameters=stage.trainable_parameters(),
                                            config=config)
+    if train_cfg.prefetch:
+        stream = Prefetcher(stream, depth=train_cfg.prefetch, pin_for=engine.device)
 
     step, samples, tokens = 0, 0, 0
     say = print if rank == 0 else (lambda _: None)
@@ -450,6 +453,8 @@ def train(
         signals.restore()
         progress.close()
         logger.close()
+        if isinstance(stream, Prefetcher):
+            stream.close()
     skipped = scale_watch.skipped if scale_watch is not None else 0
     if skipped and rank == 0:
         print(f"[{stage.name}] fp16: the loss scaler skipped {skipped} updates of this run for overflowing gradients "

@@ -6,6 +6,7 @@ from __future__ import annotations
 import hashlib
 import random
 import shutil
+import time
 from pathlib import Path
 
 import numpy as np
@@ -17,6 +18,7 @@ from ds_minimodel.data import (
     IGNORE_INDEX,
     MLMBatchStream,
     PackedDataset,
+    Prefetcher,
     TokenShards,
     mask_tokens,
     prepare_corpus,
@@ -436,6 +438,46 @@ def test_resume_refuses_an_offset_inside_a_chunk(dataset: PackedDataset) -> None
         make_stream(dataset, micro_batch_size=2, world_size=2).load_state_dict(stream.state_dict())
     with pytest.raises(InputError):
         stream.load_state_dict({"epoch": 0})
+
+
+def test_prefetching_hands_out_the_same_batches_and_the_consumed_position(dataset: PackedDataset) -> None:
+    reference = take(make_stream(dataset, micro_batch_size=32), 12)  # crosses the epoch end after 7 or 8
+    plain = make_stream(dataset, micro_batch_size=32)
+    prefetched = Prefetcher(make_stream(dataset, micro_batch_size=32), depth=3)
+    for step in range(9):
+        assert same(next(prefetched), reference[step])
+        next(plain)
+        deadline = time.monotonic() + 5  # let the thread build ahead, so that its stream is past the consumed one
+        while prefetched._queue.qsize() < 3 and time.monotonic() < deadline:
+            time.sleep(0.001)
+        assert prefetched.state_dict() == plain.state_dict()
+    assert prefetched.stream.state_dict() != plain.state_dict()  # built ahead...
+    state = prefetched.state_dict()
+    prefetched.close()
+    assert prefetched.stream.state_dict() == state  # ...and rewound on close, for whoever uses the stream next
+    resumed = Prefetcher(make_stream(dataset, micro_batch_size=32))
+    resumed.load_state_dict(state)
+    assert all(same(a, b) for a, b in zip(take(resumed, 3), reference[9:]))
+    resumed.load_state_dict(plain.state_dict())  # rewinding a running prefetcher stops it first
+    assert same(next(resumed), reference[9])
+    resumed.close()
+    with pytest.raises(InputError, match="at least 1"):
+        Prefetcher(plain, depth=0)
+
+
+def test_an_error_while_prefetching_is_raised_in_the_consumer(dataset: PackedDataset) -> None:
+    class Broken(MLMBatchStream):
+        def _collate(self, indices: np.ndarray) -> dict:
+            if self.offset >= 2 * self.samples_per_step:
+                raise InputError("block 3 is damaged")
+            return super()._collate(indices)
+
+    prefetched = Prefetcher(Broken(dataset, micro_batch_size=8, world_size=1, rank=0, seed=5, vocab_size=VOCAB_SIZE,
+                                   seq_len=SEQ_LEN))
+    take(prefetched, 2)
+    with pytest.raises(InputError, match="block 3 is damaged"):
+        next(prefetched)
+    assert prefetched._thread is None and prefetched.stream.state_dict()["offset"] == 16
 
 
 def test_too_few_blocks_is_an_input_error(dataset: PackedDataset) -> None:
