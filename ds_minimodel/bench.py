@@ -143,6 +143,9 @@ def time_stage(stage: str, args: argparse.Namespace) -> dict[str, Any]:
     config = {**ds_config, "train_batch_size": args.micro_batch, "train_micro_batch_size_per_gpu": args.micro_batch,
               "gradient_accumulation_steps": 1}
     engine, *_ = deepspeed.initialize(model=model, model_parameters=trainable, config=config)
+    if args.compile:
+        torch._dynamo.config.capture_dynamic_output_shape_ops = True  # as engine.train does
+        engine.compile()
     generator = torch.Generator().manual_seed(0)
     batch = {k: v.to(engine.device) for k, v in
              synthetic_batch(args.micro_batch, args.seq_len, cfg.vocab_size, args.mask_prob, generator).items()}
@@ -187,7 +190,7 @@ def time_stage(stage: str, args: argparse.Namespace) -> dict[str, Any]:
             "tokens_per_s": args.micro_batch * args.seq_len / median, "analytic_flops": analytic,
             "achieved_tflops": analytic / median / 1e12, "peak_memory_mb": peak_bytes / 2**20,
             "memory_kind": "GPU max allocated" if cuda else "process peak RSS",
-            "activation_checkpointing": args.activation_checkpointing}
+            "activation_checkpointing": args.activation_checkpointing, "compile": args.compile}
 
 
 # ----------------------------------------------------------------------------------------------- commands
@@ -196,7 +199,8 @@ def _stage_argv(args: argparse.Namespace) -> list[str]:
             str(args.seq_len), "--micro-batch", str(args.micro_batch), "--mask-prob", str(args.mask_prob),
             "--mini-layers", str(args.mini_layers), "--new-layers", str(args.new_layers), "--warmup",
             str(args.warmup), "--updates", str(args.updates), "--ds-config", str(args.ds_config),
-            *(["--activation-checkpointing"] if args.activation_checkpointing else [])]
+            *(["--activation-checkpointing"] if args.activation_checkpointing else []),
+            *(["--compile"] if args.compile else [])]
 
 
 def stages(args: argparse.Namespace) -> dict[str, Any]:
@@ -424,6 +428,7 @@ def build_parser() -> argparse.ArgumentParser:
         s.add_argument("--new-layers", type=int, default=2, help="MiniPost's new layers")
         s.add_argument("--ds-config", type=Path, default=Path("ds_configs/cpu_fp32.json"))
         s.add_argument("--activation-checkpointing", action="store_true", help="recompute layers in the backward")
+        s.add_argument("--compile", action="store_true", help="torch.compile the model (DeepSpeed engine.compile)")
     h = sub.add_parser("hf", help="our MLM update vs transformers' RobertaForMaskedLM, plain PyTorch loop")
     _shape_args(h)
     h.add_argument("--bf16", action="store_true", help="bf16 autocast for both (GPU)")

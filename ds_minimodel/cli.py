@@ -41,6 +41,8 @@ def add_run_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--run-name", help="this run's name under --log-root (default: stage, language and system)")
     p.add_argument("--activation-checkpointing", action="store_true",
                    help="recompute each layer in the backward pass: less activation memory, ~1 more forward pass")
+    p.add_argument("--compile", action="store_true",
+                   help="torch.compile the model: faster updates after a compilation of about a minute")
     p.add_argument("--prefetch", type=int, default=2, metavar="N",
                    help="micro-batches built ahead on a background thread, pinned on a GPU (0: none; default 2)")
     p.add_argument("--dist-timeout", type=float, default=DEFAULT_DIST_TIMEOUT.total_seconds(), metavar="SECONDS",
@@ -55,7 +57,7 @@ def train_config(args: argparse.Namespace, ds_config: dict[str, Any]) -> TrainCo
     return TrainConfig(steps=steps, seq_len=args.seq_len, mask_prob=args.mask_prob, seed=args.seed,
                        save_every=args.save_every, log_every=args.log_every, keep_checkpoints=args.keep_checkpoints,
                        warmup_ratio=args.warmup_ratio, activation_checkpointing=args.activation_checkpointing,
-                       prefetch=args.prefetch)
+                       compile=args.compile, prefetch=args.prefetch)
 
 
 def dist_timeout(args: argparse.Namespace) -> datetime.timedelta:

@@ -124,6 +124,9 @@ class TrainConfig:
     activation_checkpointing: bool = False
     """Keep only each layer's input during the forward pass and recompute the layer in the backward pass: less
     activation memory for about one more forward pass of compute. The results are the same."""
+    compile: bool = False
+    """``torch.compile`` the model (DeepSpeed's ``engine.compile()``, in place: checkpoints are unchanged). The
+    first updates pay for compilation."""
     prefetch: int = 2
     """Micro-batches built ahead on a background thread (pinned memory on a GPU); 0 builds each when needed."""
 

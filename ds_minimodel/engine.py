@@ -353,6 +353,11 @@ def train(
                   gradient_accumulation_steps=batch.accumulation)
     engine, _, _, _ = deepspeed.initialize(model=stage.model, model_parameters=stage.trainable_parameters(),
                                            config=config)
+    if train_cfg.compile:
+        # Only the masked positions go through the vocabulary projection: a boolean index whose size depends on
+        # the data. Without this Dynamo gives up on the model's forward and runs it eagerly.
+        torch._dynamo.config.capture_dynamic_output_shape_ops = True
+        engine.compile()
     if train_cfg.prefetch:
         stream = Prefetcher(stream, depth=train_cfg.prefetch, pin_for=engine.device)
 
