@@ -43,8 +43,9 @@ def add_run_args(p: argparse.ArgumentParser) -> None:
                    help="recompute each layer in the backward pass: less activation memory, ~1 more forward pass")
     p.add_argument("--compile", action="store_true",
                    help="torch.compile the model: faster updates after a compilation of about a minute")
-    p.add_argument("--prefetch", type=int, default=2, metavar="N",
-                   help="micro-batches built ahead on a background thread, pinned on a GPU (0: none; default 2)")
+    p.add_argument("--prefetch", type=int, metavar="N",
+                   help="micro-batches built ahead on a background thread, pinned on a GPU (default: 2 on a GPU, "
+                        "0 on a CPU)")
     p.add_argument("--dist-timeout", type=float, default=DEFAULT_DIST_TIMEOUT.total_seconds(), metavar="SECONDS",
                    help="a collective that waits longer than this on a dead or hung peer ends the run with an error "
                         "(every process group; default %(default)g)")

@@ -127,11 +127,13 @@ class TrainConfig:
     compile: bool = False
     """``torch.compile`` the model (DeepSpeed's ``engine.compile()``, in place: checkpoints are unchanged). The
     first updates pay for compilation."""
-    prefetch: int = 2
-    """Micro-batches built ahead on a background thread (pinned memory on a GPU); 0 builds each when needed."""
+    prefetch: int | None = None
+    """Micro-batches built ahead on a background thread, in pinned memory; 0 builds each when needed. None: 2 on a
+    GPU, 0 on a CPU, where the thread would only compete with the model for the same cores."""
 
     def __post_init__(self) -> None:
-        if not isinstance(self.prefetch, int) or isinstance(self.prefetch, bool) or self.prefetch < 0:
+        if self.prefetch is not None and (not isinstance(self.prefetch, int) or isinstance(self.prefetch, bool)
+                                          or self.prefetch < 0):
             raise InputError(f"train config: prefetch must be a non-negative integer, got {self.prefetch!r}")
         for name in ("steps", "seq_len", "save_every", "log_every"):
             value = getattr(self, name)

@@ -358,8 +358,9 @@ def train(
         # the data. Without this Dynamo gives up on the model's forward and runs it eagerly.
         torch._dynamo.config.capture_dynamic_output_shape_ops = True
         engine.compile()
-    if train_cfg.prefetch:
-        stream = Prefetcher(stream, depth=train_cfg.prefetch, pin_for=engine.device)
+    prefetch = train_cfg.prefetch if train_cfg.prefetch is not None else (2 if engine.device.type == "cuda" else 0)
+    if prefetch:
+        stream = Prefetcher(stream, depth=prefetch, pin_for=engine.device)
 
     step, samples, tokens = 0, 0, 0
     say = print if rank == 0 else (lambda _: None)

@@ -68,13 +68,11 @@ def test_overflowing_updates_are_skipped_counted_and_leave_the_weights_alone(en_
     assert sum(losses[-5:]) / 5 < sum(losses[:total]) / total - 0.2
 
 
-# DeepSpeed's ZeRO scaler raises a bare Exception once it overflows at the minimum scale with its hysteresis used
-# up: at once with hysteresis 1, after one more skipped update with 2 (the paper recipe's setting).
-@pytest.mark.parametrize("hysteresis", [1, 2])
 @pytest.mark.parametrize("device", DEVICES)
-def test_a_collapsed_loss_scale_stops_with_a_clear_error_and_the_last_good_checkpoint(
-        en_data, tmp_path, device, hysteresis):
-    ds = fp16_config(tmp_path, device, initial_scale_power=4, hysteresis=hysteresis)
+def test_a_collapsed_loss_scale_stops_with_a_clear_error_and_the_last_good_checkpoint(en_data, tmp_path, device):
+    # DeepSpeed's ZeRO scaler raises a bare Exception once gradients overflow at the minimum scale with its
+    # hysteresis used up (2 here, the paper recipe's setting; measured the same with 1).
+    ds = fp16_config(tmp_path, device, initial_scale_power=4, hysteresis=2)
     config = json.loads(ds.read_text())
     config["optimizer"]["params"]["lr"] = 1e30  # the first update makes the weights inf: every gradient after is NaN
     ds.write_text(json.dumps(config))
