@@ -72,24 +72,22 @@ def test_resume_is_bitwise_identical(en_data, tmp_path, num_ranks):
     assert [r["loss"] for r in la] == [r["loss"] for r in lb]
 
 
-def test_compiled_training_matches_eager_and_its_checkpoints_resume_eagerly(en_data, tmp_path):
+def test_compiled_training_is_one_graph_and_its_checkpoints_resume_eagerly(en_data, tmp_path):
     common = ["--variant", "minijoint", *TINY, "--data", str(en_data), "--save-every", "3", "--log-every", "1"]
-    eager, compiled = tmp_path / "eager", tmp_path / "compiled"
-    run_cmd(pretrain_cmd(1, *common, "--out", str(eager), "--steps", "6"))
-    proc = run_cmd(pretrain_cmd(1, *common, "--out", str(compiled), "--steps", "3", "--compile"),
+    out = tmp_path / "compiled"
+    proc = run_cmd(pretrain_cmd(1, *common, "--out", str(out), "--steps", "3", "--compile"),
                    env={"TORCH_LOGS": "graph_breaks,recompiles"})
-    # The whole forward is one graph, also across micro-batches with different numbers of masked tokens.
+    # The whole forward is one graph, also across micro-batches with different numbers of masked tokens. (That it
+    # computes what the eager forward does is the next test's question: compiled dropout draws other random bits.)
     assert "Graph break" not in proc.stderr and "Recompiling" not in proc.stderr, proc.stderr[-3000:]
-    # Compiled dropout draws from another random stream, so the losses agree only statistically here; the forward
-    # itself is compared exactly below.
-    for a, c in zip(read_metrics(eager)[:3], read_metrics(compiled)):
-        for name in ("loss", "loss_aux"):
-            assert c[name] == pytest.approx(a[name], rel=0.02)
+    losses = [r["loss"] for r in read_metrics(out)]
+    assert len(losses) == 3 and all(7.0 < x < 8.5 for x in losses), losses  # about ln(2,000) = 7.6 at the start
     # compiled in place: the checkpoint has the usual names, and an eager run resumes from it
-    run_cmd(pretrain_cmd(1, *common, "--out", str(compiled), "--steps", "6", "--resume"))
-    a = torch.load(eager / "checkpoints/step_00000006/model.pt", weights_only=True)
-    c = torch.load(compiled / "checkpoints/step_00000006/model.pt", weights_only=True)
-    assert a.keys() == c.keys() and all(torch.isfinite(c[k]).all() for k in c)
+    run_cmd(pretrain_cmd(1, *common, "--out", str(out), "--steps", "6", "--resume"))
+    first = torch.load(out / "checkpoints/step_00000003/model.pt", weights_only=True)
+    last = torch.load(out / "checkpoints/step_00000006/model.pt", weights_only=True)
+    assert first.keys() == last.keys() and not any(k.startswith("_orig_mod") for k in last)
+    assert all(torch.isfinite(w).all() for w in last.values())
 
 
 def test_the_compiled_forward_equals_the_eager_one():
