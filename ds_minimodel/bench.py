@@ -133,7 +133,7 @@ def time_stage(stage: str, args: argparse.Namespace) -> dict[str, Any]:
     """Time ``stage`` in this process through a DeepSpeed engine; every figure for one row of the table."""
     import deepspeed
 
-    from ds_minimodel.engine import fill_schedule, init_distributed, load_ds_config
+    from ds_minimodel.engine import batch_to, compile_model, fill_schedule, init_distributed, load_ds_config
 
     init_distributed()
     ds_config = fill_schedule(load_ds_config(args.ds_config), args.warmup + args.updates, 0.08)
@@ -144,11 +144,10 @@ def time_stage(stage: str, args: argparse.Namespace) -> dict[str, Any]:
               "gradient_accumulation_steps": 1}
     engine, *_ = deepspeed.initialize(model=model, model_parameters=trainable, config=config)
     if args.compile:
-        torch._dynamo.config.capture_dynamic_output_shape_ops = True  # as engine.train does
-        engine.compile()
+        compile_model(engine)
     generator = torch.Generator().manual_seed(0)
-    batch = {k: v.to(engine.device) for k, v in
-             synthetic_batch(args.micro_batch, args.seq_len, cfg.vocab_size, args.mask_prob, generator).items()}
+    batch = batch_to(synthetic_batch(args.micro_batch, args.seq_len, cfg.vocab_size, args.mask_prob, generator),
+                     engine.device)
     cuda = torch.cuda.is_available()
     if cuda:
         torch.cuda.reset_peak_memory_stats()
@@ -320,6 +319,7 @@ def loader(args: argparse.Namespace) -> dict[str, Any]:
     import tempfile
 
     from ds_minimodel.data import MLMBatchStream, PackedDataset, Prefetcher, TokenShards
+    from ds_minimodel.engine import batch_to
     from ds_minimodel.prepare import prepare
 
     cfg = get_preset(args.preset)
@@ -343,8 +343,7 @@ def loader(args: argparse.Namespace) -> dict[str, Any]:
             waits = []
             for i in range(args.warmup + args.updates):
                 start = time.perf_counter()
-                batch = {k: v.to(device, non_blocking=True) if isinstance(v, torch.Tensor) else v
-                         for k, v in next(batches).items()}
+                batch = batch_to(next(batches), device)
                 if i >= args.warmup:
                     waits.append(time.perf_counter() - start)
                 time.sleep(compute_s)

@@ -317,8 +317,17 @@ class LossScaleWatch:
             "data or train in bf16, then resume with --resume.")
 
 
-def _stream_to(batch: dict[str, Any], device: torch.device) -> dict[str, Any]:
+def batch_to(batch: dict[str, Any], device: torch.device) -> dict[str, Any]:
+    """A micro-batch's tensors on ``device`` (asynchronous from pinned memory); other values as they are."""
     return {k: v.to(device, non_blocking=True) if isinstance(v, torch.Tensor) else v for k, v in batch.items()}
+
+
+def compile_model(engine: Any) -> None:
+    """``torch.compile`` the engine's model in place (checkpoint names unchanged), as one graph."""
+    # Only the masked positions go through the vocabulary projection: a boolean index whose size depends on the
+    # data. Without this Dynamo gives up on the model's forward and runs it eagerly.
+    torch._dynamo.config.capture_dynamic_output_shape_ops = True
+    engine.compile()
 
 
 def train(
@@ -354,10 +363,7 @@ def train(
     engine, _, _, _ = deepspeed.initialize(model=stage.model, model_parameters=stage.trainable_parameters(),
                                            config=config)
     if train_cfg.compile:
-        # Only the masked positions go through the vocabulary projection: a boolean index whose size depends on
-        # the data. Without this Dynamo gives up on the model's forward and runs it eagerly.
-        torch._dynamo.config.capture_dynamic_output_shape_ops = True
-        engine.compile()
+        compile_model(engine)
     prefetch = train_cfg.prefetch if train_cfg.prefetch is not None else (2 if engine.device.type == "cuda" else 0)
     if prefetch:
         stream = Prefetcher(stream, depth=prefetch, pin_for=engine.device)
@@ -390,7 +396,7 @@ def train(
             sums: dict[str, torch.Tensor] = {}
             local_tokens = 0
             for _ in range(batch.accumulation):
-                micro = _stream_to(next(stream), engine.device)
+                micro = batch_to(next(stream), engine.device)
                 local_tokens += int(micro["num_tokens"])
                 losses = stage.loss_fn(engine, micro)
                 engine.backward(losses["loss"])
@@ -554,7 +560,7 @@ def evaluate(model: nn.Module, stream: Any, loss_fn: LossFn, num_batches: int) -
     sums: dict[str, torch.Tensor] = {}
     try:
         for _ in range(num_batches):
-            for name, value in loss_fn(model, _stream_to(next(stream), device)).items():
+            for name, value in loss_fn(model, batch_to(next(stream), device)).items():
                 sums[name] = sums.get(name, 0.0) + value.detach().float()
     finally:
         model.train(was_training)

@@ -96,7 +96,7 @@ def test_the_compiled_forward_equals_the_eager_one():
 
     model = MaskedLM(get_preset("tiny").replace(vocab_size=300, aux_head_layer=4)).eval()
     compiled = torch.compile(model)
-    with torch._dynamo.config.patch(capture_dynamic_output_shape_ops=True):  # as engine.train sets for --compile
+    with torch._dynamo.config.patch(capture_dynamic_output_shape_ops=True):  # as engine.compile_model sets it
         check_against_eager(model, compiled)
 
 
