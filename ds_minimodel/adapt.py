@@ -40,6 +40,9 @@ from ds_minimodel.tokenizer import load_tokenizer
 
 
 
+INITS = ("overlap", "specials")
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--system", choices=SYSTEMS, required=True)
@@ -50,6 +53,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--lang", help="target language code for run names (default: the --data folder's name)")
     p.add_argument("--body-dropout", choices=("on", "off"), default="on",
                    help="dropout inside the frozen body during Step 2 (recorded in every checkpoint)")
+    p.add_argument("--init", choices=INITS, default="overlap",
+                   help="overlap: pieces shared with the source vocabulary start from the source rows (the paper); "
+                        "specials: only the 5 special pieces do (the source-relearn control: Step 2 on the source "
+                        "language itself, from scratch)")
     p.add_argument("--train-positions", action="store_true", help="also train the position embeddings")
     p.add_argument("--train-embedding-norm", action="store_true", help="also train the embedding LayerNorm")
     add_training_args(p, save_every=500)
@@ -109,7 +116,8 @@ def train_embeddings(args: argparse.Namespace) -> tuple[TrainResult, Stage]:
     generator = torch.Generator().manual_seed(args.seed)
     source_embeddings, source_bias = extract_embeddings(model)
     embeddings, bias, overlap = overlap_init(source.pieces(), source_embeddings, source_bias, target.pieces(),
-                                             std=model.cfg.init_std, generator=generator)
+                                             std=model.cfg.init_std, generator=generator,
+                                             specials_only=args.init == "specials")
     swap_embeddings(model, embeddings, bias)
     trainable = freeze_for_adaptation(model, train_positions=args.train_positions,
                                       train_embedding_norm=args.train_embedding_norm)
@@ -124,7 +132,7 @@ def train_embeddings(args: argparse.Namespace) -> tuple[TrainResult, Stage]:
         "data": str(Path(args.data).resolve()), "tokenizer_sha256": shards.tokenizer_sha256, "seed": args.seed,
         "seq_len": args.seq_len, "mask_prob": args.mask_prob, "global_batch": batch.global_batch,
         "source": body_sha256, "body": str(Path(args.body).resolve()), "body_dropout": args.body_dropout,
-        "trainable": trainable, "ds_config": ds_config, "ds_config_path": str(args.ds_config),
+        "init": args.init, "trainable": trainable, "ds_config": ds_config, "ds_config_path": str(args.ds_config),
         "train": train_cfg.to_dict(), "world_size": info.world_size,
     }
     if info.rank == 0:
@@ -150,7 +158,7 @@ def train_embeddings(args: argparse.Namespace) -> tuple[TrainResult, Stage]:
               "vocab_size": cfg.vocab_size, "hidden_size": cfg.hidden_size,
               "tokenizer": {"path": str(target.path), "sha256": target.sha256},
               "source_tokenizer": {"path": str(source.path), "sha256": source.sha256},
-              "overlap": overlap, "body_dropout": args.body_dropout, "trainable": trainable},
+              "overlap": overlap, "init": args.init, "body_dropout": args.body_dropout, "trainable": trainable},
         compact_checkpoints=True,
     )
     result = train(stage, stream, ds_config=ds_config, ds_config_source=str(args.ds_config), train_cfg=train_cfg,

@@ -18,7 +18,14 @@ Definitions (paper section 4.2 and footnotes 5 and 6):
   updates and 1.755 EFLOPs). A target met at the first checkpoint has no earlier point: its cost is the first
   checkpoint's, an upper bound, flagged ``at_first_checkpoint``. A target never met is ``never``;
 - the speedup for a language is BL_BASE's V100-days to the target over the system's; the average speedup is the
-  mean of the per-language ratios, over the languages where both reach it.
+  mean of the per-language ratios, over the languages where both reach it;
+- no speedup on noise: where BL_BASE's final score is not clearly above the majority class of that language's test
+  file (by more than ``CLEAR_MARGIN`` points and twice its standard deviation over seeds), there is no transfer
+  to be fast at, and that language gets no target and no speedup ("no transfer" in the tables).
+
+The diagnostics (``diagnostics.txt``) put each score next to what it should be read against: the majority class and
+a bag-of-words classifier per test file, each primary's score with its own source-language embeddings, and the
+source-relearn control (Step 2 on the source language itself) when the pipeline ran it.
 
 Only Step 2 is counted: it is what is paid again for every new language. Step 1 (and MiniPost's Step 1b) are
 one-time costs, reported by ``python -m ds_minimodel.flops``.
@@ -38,6 +45,9 @@ from ds_minimodel.flops import EFLOP
 
 BASELINE = "bl_base"
 NEAR_MAXIMAL = 0.95
+CLEAR_MARGIN = 2.0
+"""Points by which BL_BASE's final score must exceed the majority class (and twice its spread over seeds) for a
+language to count as transferred."""
 
 
 @dataclass(frozen=True)
@@ -86,12 +96,13 @@ def time_to_target(curve: list[Point], target: float) -> Reached:
 
 
 # ----------------------------------------------------------------------------------------------- reading results
-def curves(results: dict[str, Any], source: str) -> tuple[dict[tuple[str, str, str], list[Point]], dict[str, str]]:
-    """{(task, lang, system): checkpoints ordered by updates} from results.json's per-checkpoint means over seeds,
-    and the metric of each task."""
-    rows = results.get("zero_shot_over_seeds") if isinstance(results, dict) else None
+def curves(results: dict[str, Any], source: str, *, key: str = "zero_shot_over_seeds"
+           ) -> tuple[dict[tuple[str, str, str], list[Point]], dict[str, str]]:
+    """{(task, lang, system): checkpoints ordered by updates} from results.json's per-checkpoint means over seeds
+    (``key``: the zero-shot runs, or ``source_relearn_over_seeds`` for the control), and the metric of each task."""
+    rows = results.get(key, [] if key != "zero_shot_over_seeds" else None) if isinstance(results, dict) else None
     if not isinstance(rows, list):
-        raise InputError(f"{source}: no 'zero_shot_over_seeds' list; is this a results.json written by "
+        raise InputError(f"{source}: no {key!r} list; is this a results.json written by "
                          "python -m ds_minimodel.pipeline?")
     out: dict[tuple[str, str, str], list[Point]] = {}
     metrics: dict[str, str] = {}
@@ -102,9 +113,9 @@ def curves(results: dict[str, Any], source: str) -> tuple[dict[tuple[str, str, s
                           float(row["mean"]), float(row.get("std", 0.0)))
             metrics[row["task"]] = row["metric"]
         except (KeyError, TypeError, ValueError) as err:
-            raise InputError(f"{source}: zero_shot_over_seeds[{i}] is malformed ({err!r})") from None
+            raise InputError(f"{source}: {key}[{i}] is malformed ({err!r})") from None
         if row["system"] not in SYSTEMS:
-            raise InputError(f"{source}: zero_shot_over_seeds[{i}]: unknown system {row['system']!r}")
+            raise InputError(f"{source}: {key}[{i}]: unknown system {row['system']!r}")
         out.setdefault(key, []).append(point)
     for points in out.values():
         points.sort(key=lambda p: p.updates)
@@ -116,21 +127,33 @@ def ordered_systems(present: set[str]) -> list[str]:
 
 
 # ----------------------------------------------------------------------------------------------- analyses
-def analyse(all_curves: dict[tuple[str, str, str], list[Point]]) -> list[dict[str, Any]]:
-    """One row per task, language and system: the target, the cost to reach it and the speedup over BL_BASE."""
+def transfer_is_clear(final: Point, majority: float | None) -> bool:
+    """BL_BASE's final point is clearly above the majority class: by CLEAR_MARGIN points and by twice its sample
+    standard deviation over seeds. Without a trivial baseline (QA) every score counts."""
+    return majority is None or final.score - majority > max(CLEAR_MARGIN, 2 * final.std)
+
+
+def analyse(all_curves: dict[tuple[str, str, str], list[Point]],
+            majority: dict[tuple[str, str], float] | None = None) -> list[dict[str, Any]]:
+    """One row per task, language and system: the target, the cost to reach it and the speedup over BL_BASE.
+    ``majority``: {(task, lang): majority-class score}; a language where BL_BASE is not clearly above it gets no
+    target and no speedup (``transfer`` False)."""
+    majority = majority or {}
     rows = []
     for task, lang in sorted({(k[0], k[1]) for k in all_curves}):
         baseline = all_curves.get((task, lang, BASELINE))
         if not baseline:
             continue  # no BL_BASE run: no target (footnote 5 defines it from BL_BASE)
-        target = NEAR_MAXIMAL * baseline[-1].score
-        base_cost = time_to_target(baseline, target)
+        transfer = transfer_is_clear(baseline[-1], majority.get((task, lang)))
+        target = NEAR_MAXIMAL * baseline[-1].score if transfer else None
+        base_cost = time_to_target(baseline, target) if transfer else Reached(None, None, None)
         for system in ordered_systems({k[2] for k in all_curves if k[:2] == (task, lang)}):
             curve = all_curves[(task, lang, system)]
-            reached = time_to_target(curve, target)
+            reached = time_to_target(curve, target) if transfer else Reached(None, None, None)
             speedup = (base_cost.v100_days / reached.v100_days
                        if not reached.never and not base_cost.never and reached.v100_days > 0 else None)
             rows.append({"task": task, "lang": lang, "system": system, "target": target,
+                         "transfer": transfer, "majority": majority.get((task, lang)),
                          "final_score": curve[-1].score, "final_updates": curve[-1].updates,
                          "final_v100_days": curve[-1].v100_days, **asdict(reached), "never": reached.never,
                          "speedup": speedup})
@@ -148,8 +171,20 @@ def average_speedups(rows: list[dict[str, Any]]) -> dict[tuple[str, str], float 
 
 
 # ----------------------------------------------------------------------------------------------- tables
-def table2(all_curves: dict[tuple[str, str, str], list[Point]], metrics: dict[str, str]) -> str:
-    """Final checkpoint's score per language (mean over seeds) next to Step 2's cost, per task."""
+TRIVIAL = {"majority": "majority class", "bag_of_words": "bag of words (Naive Bayes, source-trained)"}
+
+
+def trivial_scores(results: dict[str, Any]) -> dict[tuple[str, str, str], dict[str, float]]:
+    """{(task, lang, split): {"majority": ..., "bag_of_words": ...}} from results.json's ``baselines``."""
+    return {(r["task"], r["lang"], r["split"]): {k: r[k] for k in TRIVIAL if k in r}
+            for r in results.get("baselines", [])}
+
+
+def table2(all_curves: dict[tuple[str, str, str], list[Point]], metrics: dict[str, str],
+           trivial: dict[tuple[str, str, str], dict[str, float]] | None = None) -> str:
+    """Final checkpoint's score per language (mean over seeds) next to Step 2's cost, per task; below, the trivial
+    baselines of each language's test file."""
+    trivial = trivial or {}
     lines = []
     for task in sorted({k[0] for k in all_curves}):
         langs = sorted({k[1] for k in all_curves if k[0] == task})
@@ -163,6 +198,12 @@ def table2(all_curves: dict[tuple[str, str, str], list[Point]], metrics: dict[st
             cells = [f"{p.score:6.1f}+-{p.std:4.1f}" if p else f"{'-':>12}" for p in finals]
             lines.append(f"{system:<10} {cost.updates:8.0f} {cost.flops / EFLOP:10.3g} {cost.v100_days:10.3g} "
                          + " ".join(cells) + f" {statistics.mean(p.score for p in present):7.1f}")
+        for name, label in TRIVIAL.items():
+            values = [trivial.get((task, lang, "test"), {}).get(name) for lang in langs]
+            if any(v is not None for v in values):
+                known = [v for v in values if v is not None]
+                lines.append(f"{label:<41} " + " ".join(f"{v:12.1f}" if v is not None else f"{'-':>12}"
+                                                        for v in values) + f" {statistics.mean(known):7.1f}")
         lines.append("")
     return "\n".join(lines).rstrip()
 
@@ -183,6 +224,8 @@ def table3(rows: list[dict[str, Any]]) -> str:
                 r = by_key.get((lang, system))
                 if r is None:
                     cells.append(f"{'-':>18}")
+                elif not r.get("transfer", True):
+                    cells.append(f"{'no transfer':>18}")
                 elif r["never"]:
                     cells.append(f"{'never':>18}")
                 else:
@@ -191,9 +234,58 @@ def table3(rows: list[dict[str, Any]]) -> str:
                     cells.append(f"{mark + format(r['v100_days'], '.3g'):>11} {ratio:>6}")
             avg = speedups.get((task, system))
             lines.append(f"{system:<10} " + " ".join(cells) + f" {(f'{avg:.2f}x' if avg else '-'):>12}")
-        targets = sorted({(r["lang"], r["target"]) for r in rows if r["task"] == task})
-        lines.append("targets: " + ", ".join(f"{lang} {t:.1f}" for lang, t in targets)
+        if not any(r.get("transfer", True) for r in rows if r["task"] == task):
+            lines.append("BL_BASE transfers to none of these languages: the run is too small to measure a speedup "
+                         "(see RESULTS.md and configs/reference.json for a run that transfers)")
+        targets = sorted({(r["lang"], r["target"]) for r in rows if r["task"] == task and r["target"] is not None})
+        lines.append("targets: " + (", ".join(f"{lang} {t:.1f}" for lang, t in targets) or "none")
                      + "   (<=: reached at the first checkpoint, an upper bound)")
+        for r in rows:
+            if r["task"] == task and r["system"] == BASELINE and not r.get("transfer", True):
+                lines.append(f"no transfer in {r['lang']}: BL_BASE's final score {r['final_score']:.1f} is not "
+                             f"clearly above the majority class {r['majority']:.1f} (by {CLEAR_MARGIN:g} points and "
+                             "twice its spread over seeds), so no speedup is computed there")
+        lines.append("")
+    return "\n".join(lines).rstrip()
+
+
+def own_scores(results: dict[str, Any]) -> dict[tuple[str, str, str], Point]:
+    """{(task, lang, primary): mean +- std over seeds of the finetuned primary with its own embeddings}."""
+    groups: dict[tuple[str, str, str], list[float]] = {}
+    for r in results.get("source_test", []):
+        metric = "accuracy" if "accuracy" in r else "f1"
+        groups.setdefault((r["task"], r["lang"], r["primary"]), []).append(r[metric])
+    return {k: Point(0, 0, 0, statistics.mean(v), statistics.stdev(v) if len(v) > 1 else 0.0)
+            for k, v in groups.items()}
+
+
+def diagnostics(results: dict[str, Any], all_curves: dict[tuple[str, str, str], list[Point]],
+                relearn_curves: dict[tuple[str, str, str], list[Point]], metrics: dict[str, str]) -> str:
+    """Where transfer is lost (issue 16's rows): the trivial baselines, each primary with its own source embeddings,
+    the source-relearn control's curve, then each target language's final scores against its baselines."""
+    trivial, own = trivial_scores(results), own_scores(results)
+    lines = []
+    for task in sorted({k[0] for k in all_curves} | {k[0] for k in own} | {k[0] for k in relearn_curves}):
+        metric = metrics.get(task, "accuracy")
+        lines.append(f"Diagnostics ({task}, {metric}, mean +- std over seeds)")
+        for (t, lang, split), values in sorted(trivial.items()):
+            if t == task:
+                lines.append(f"  {lang:<11} {split:<5} " + ", ".join(f"{TRIVIAL[k]} {v:.1f}"
+                                                                      for k, v in values.items()))
+        for (t, lang, primary), p in sorted(own.items()):
+            if t == task:
+                lines.append(f"  {lang:<11} test  primary {primary} finetuned, its own embeddings: "
+                             f"{p.score:.1f} +- {p.std:.1f}")
+        for (t, lang, system), curve in sorted(relearn_curves.items()):
+            if t == task:
+                lines.append(f"  {lang:<11} test  {system} source embeddings relearned from scratch (Step 2 without a "
+                             "language gap): " + ", ".join(f"{p.updates:.0f}: {p.score:.1f}" for p in curve)
+                             + f" (final +- {curve[-1].std:.1f})")
+        for (t, lang, system), curve in sorted(all_curves.items()):
+            if t == task and system == BASELINE:
+                majority = trivial.get((task, lang, "test"), {}).get("majority")
+                gap = "" if majority is None else f", {curve[-1].score - majority:+.1f} over the majority class"
+                lines.append(f"  {lang:<11} test  BL_BASE final {curve[-1].score:.1f} +- {curve[-1].std:.1f}{gap}")
         lines.append("")
     return "\n".join(lines).rstrip()
 
@@ -208,9 +300,12 @@ def _pyplot() -> Any:
 
 
 def plot_curves(all_curves: dict[tuple[str, str, str], list[Point]], rows: list[dict[str, Any]],
-                metrics: dict[str, str], out: Path) -> list[Path]:
-    """Figure 3: score against Step-2 V100-days per system, one file per task and language."""
+                metrics: dict[str, str], out: Path, *, majority: dict[tuple[str, str], float] | None = None,
+                source_score: dict[str, float] | None = None, prefix: str = "figure3") -> list[Path]:
+    """Figure 3: score against Step-2 V100-days per system, one file per task and language, with the majority
+    class and the source-language score (BL_BASE's primary, its own embeddings) as reference lines."""
     plt = _pyplot()
+    majority, source_score = majority or {}, source_score or {}
     targets = {(r["task"], r["lang"]): r["target"] for r in rows}
     written = []
     for task, lang in sorted({k[:2] for k in all_curves}):
@@ -218,13 +313,17 @@ def plot_curves(all_curves: dict[tuple[str, str, str], list[Point]], rows: list[
         for system in ordered_systems({k[2] for k in all_curves if k[:2] == (task, lang)}):
             curve = all_curves[(task, lang, system)]
             ax.plot([p.v100_days for p in curve], [p.score for p in curve], marker="o", label=system)
-        if (task, lang) in targets:
+        if targets.get((task, lang)) is not None:
             ax.axhline(targets[(task, lang)], color="grey", linestyle="--", label="95% of BL_BASE final")
+        if (task, lang) in majority:
+            ax.axhline(majority[(task, lang)], color="black", linestyle=":", label="majority class")
+        if task in source_score:
+            ax.axhline(source_score[task], color="tab:green", linestyle="-.", label="source language, own embeddings")
         ax.set(xlabel="Step-2 compute (V100-days)", ylabel=f"{metrics[task]} (mean over seeds)",
                title=f"{task}, {lang}: zero-shot score against adaptation compute")
         ax.legend()
         fig.tight_layout()
-        path = out / f"figure3_{task}_{lang}.png"
+        path = out / f"{prefix}_{task}_{lang}.png"
         fig.savefig(path, dpi=100)
         plt.close(fig)
         written.append(path)
@@ -259,19 +358,32 @@ def plot_speedups(rows: list[dict[str, Any]], out: Path) -> Path:
 
 # ----------------------------------------------------------------------------------------------- driver
 def run(results_path: Path, out: Path, *, plots: bool = True) -> dict[str, Any]:
-    all_curves, metrics = curves(read_json(results_path), str(results_path))
+    results = read_json(results_path)
+    all_curves, metrics = curves(results, str(results_path))
     if not all_curves:
         raise InputError(f"{results_path}: holds no zero-shot scores yet")
+    relearn_curves = curves(results, str(results_path), key="source_relearn_over_seeds")[0]
+    trivial = trivial_scores(results)
+    majority = {(task, lang): v["majority"] for (task, lang, split), v in trivial.items()
+                if split == "test" and "majority" in v}
+    source_score = {task: p.score for (task, _, primary), p in own_scores(results).items() if primary == "base"}
     out.mkdir(parents=True, exist_ok=True)
-    rows = analyse(all_curves)
-    t2, t3 = table2(all_curves, metrics), table3(rows)
+    rows = analyse(all_curves, majority)
+    t2, t3 = table2(all_curves, metrics, trivial), table3(rows)
+    diag = diagnostics(results, all_curves, relearn_curves, metrics)
     (out / "table2.txt").write_text(t2 + "\n", encoding="utf-8")
     (out / "table3.txt").write_text(t3 + "\n", encoding="utf-8")
+    (out / "diagnostics.txt").write_text(diag + "\n", encoding="utf-8")
     write_json(out / "time_to_target.json", {"near_maximal": NEAR_MAXIMAL, "baseline": BASELINE, "rows": rows})
     if rows:
         write_csv(out / "time_to_target.csv", rows, fieldnames=list(rows[0]))
-    figures = [*plot_curves(all_curves, rows, metrics, out), plot_speedups(rows, out)] if plots else []
-    return {"table2": t2, "table3": t3, "figures": [str(p) for p in figures], "out": str(out)}
+    figures = []
+    if plots:
+        figures = [*plot_curves(all_curves, rows, metrics, out, majority=majority, source_score=source_score),
+                   *plot_curves(relearn_curves, [], metrics, out, majority=majority, source_score=source_score,
+                                prefix="relearn"),
+                   plot_speedups(rows, out)]
+    return {"table2": t2, "table3": t3, "diagnostics": diag, "figures": [str(p) for p in figures], "out": str(out)}
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -285,7 +397,7 @@ def main(argv: list[str] | None = None) -> int:
         summary = run(args.results, args.out or args.results.parent / "analysis", plots=not args.no_plots)
     except InputError as err:
         return report(err)
-    print(summary["table2"] + "\n\n" + summary["table3"])
+    print(summary["table2"] + "\n\n" + summary["table3"] + "\n\n" + summary["diagnostics"])
     print(f"\ntables and time to target: {summary['out']}")
     for figure in summary["figures"]:
         print(f"plot: {figure}")

@@ -24,7 +24,7 @@ import torch.distributed as dist
 from torch import nn
 
 from ds_minimodel import checkpoint, slurm
-from ds_minimodel.config import TrainConfig, read_json, write_json
+from ds_minimodel.config import ModelConfig, TrainConfig, read_json, write_json
 from ds_minimodel.data import Prefetcher
 from ds_minimodel.errors import InputError, TrainingError
 from ds_minimodel.flops import to_gpu_days
@@ -534,7 +534,8 @@ def write_run_description(run_dir: Path, description: dict[str, Any], *, resume:
             raise InputError(
                 f"{run_dir}: this folder already holds a run ({path}); pass --resume to continue it, "
                 f"or choose another --out")
-        differing = sorted(k for k in description if k in _IDENTITY_KEYS and existing.get(k) != description[k])
+        differing = sorted(k for k in description if k in _IDENTITY_KEYS
+                           and _as_now(k, existing.get(k, _IDENTITY_DEFAULTS.get(k))) != _as_now(k, description[k]))
         if differing:
             raise InputError(
                 f"{path}: --resume with settings that differ from the run in this folder: {', '.join(differing)}")
@@ -545,7 +546,19 @@ def write_run_description(run_dir: Path, description: dict[str, Any], *, resume:
 
 # Settings that define a run: resuming with any of these changed would silently train a different model.
 _IDENTITY_KEYS = ("variant", "model", "data", "tokenizer_sha256", "seed", "seq_len", "mask_prob", "global_batch",
-                  "source")
+                  "source", "init")
+# What a run written before a setting existed had, in effect.
+_IDENTITY_DEFAULTS = {"init": "overlap"}
+
+
+def _as_now(key: str, value: Any) -> Any:
+    """A recorded setting as this version writes it: a model config gains the defaults of fields added since."""
+    if key == "model" and isinstance(value, dict):
+        try:
+            return ModelConfig.from_dict(value).to_dict()
+        except InputError:
+            return value
+    return value
 
 
 @torch.no_grad()

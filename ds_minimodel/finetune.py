@@ -22,7 +22,7 @@ from ds_minimodel.config import ModelConfig, TrainConfig, write_json
 from ds_minimodel.data import ArrayStream
 from ds_minimodel.engine import Stage, init_distributed, load_ds_config, resolve_batch, train, write_run_description
 from ds_minimodel.errors import InputError
-from ds_minimodel.model import TaskModel
+from ds_minimodel.model import MAIN_HEAD, POOLINGS, TaskModel
 from ds_minimodel.task import KIND_OF_FORMAT, TaskSpec, featurize, predict, read_eval_examples, read_examples, \
     score, task_labels, task_loss
 from ds_minimodel.tokenizer import load_tokenizer
@@ -46,6 +46,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--warmup-ratio", type=float, default=0.06)
     p.add_argument("--max-len", type=int, default=128, help="tokens per input (paper QA: 384)")
     p.add_argument("--doc-stride", type=int, default=128, help="QA: overlap of context windows")
+    p.add_argument("--pooling", choices=POOLINGS, default="cls",
+                   help="sequence tasks: classify from the <s> position (RoBERTa) or the mean over real tokens")
     p.add_argument("--seed", type=int, default=1)
     p.add_argument("--log-every", type=int, default=10)
     p.add_argument("--save-every", type=int, default=1_000_000, help="updates between checkpoints (default: end)")
@@ -61,10 +63,13 @@ def build_task_model(primary_folder: Path, spec: TaskSpec, seed: int) -> tuple[T
     cfg = mlm.cfg.replace(aux_head_layer=None)
     with torch.random.fork_rng():
         torch.manual_seed(seed)  # the head's initialisation is part of what a finetuning seed varies
-        model = TaskModel(cfg, spec.kind, spec.num_labels)
-    body = {k: v for k, v in mlm.state_dict().items() if k.startswith(("embeddings.", "layers."))}
+        model = TaskModel(cfg, spec.kind, spec.num_labels, spec.pooling)
+    state = mlm.state_dict()
+    body = {k: v for k, v in state.items() if k.startswith(("embeddings.", "layers."))}
+    if cfg.pre_norm:  # the top layer's output was read through the MLM head's own LayerNorm
+        body.update({f"final_norm.{k}": state[f"heads.{MAIN_HEAD}.input_norm.{k}"] for k in ("weight", "bias")})
     missing = model.load_state_dict(body, strict=False).missing_keys
-    assert all(not k.startswith(("embeddings.", "layers.")) for k in missing), missing
+    assert all(not k.startswith(("embeddings.", "layers.", "final_norm.")) for k in missing), missing
     model.embeddings.tokens.weight.requires_grad_(False)
     return model, meta
 
@@ -74,7 +79,8 @@ def load_task_model(folder: Path) -> tuple[TaskModel, TaskSpec, dict[str, Any]]:
     if meta.get("kind") != TASK_KIND:
         raise InputError(f"{Path(folder) / checkpoint.META}: not a finetuned task model (kind {meta.get('kind')!r})")
     spec = TaskSpec(**meta["task"])
-    model = TaskModel(ModelConfig.from_dict(meta["model_config"], source=str(folder)), spec.kind, spec.num_labels)
+    model = TaskModel(ModelConfig.from_dict(meta["model_config"], source=str(folder)), spec.kind, spec.num_labels,
+                      spec.pooling)
     try:
         model.load_state_dict(checkpoint.load_weights(folder))
     except RuntimeError as err:
@@ -90,7 +96,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     tokenizer = load_tokenizer(primary_meta.get("tokenizer"), args.model)
     examples = read_examples(args.format, args.train, language=args.language, training=True)
     spec = TaskSpec(name=args.task, format=args.format, labels=task_labels(args.format, examples),
-                    max_len=args.max_len, doc_stride=args.doc_stride)
+                    max_len=args.max_len, doc_stride=args.doc_stride, pooling=args.pooling)
     features = featurize(spec, examples, tokenizer)
     rows = len(features.arrays["input_ids"])
     steps = max(1, int(args.epochs * (rows // batch.global_batch)))

@@ -557,6 +557,8 @@ def export_folder(source: Path, out: Path, *, embeddings: Path | None = None) ->
                              "lang": emb_meta.get("lang"), "system": emb_meta.get("system")}
     tokenizer = load_tokenizer(tokenizer_ref, owner)
     cfg = model.cfg
+    if cfg.pre_norm:
+        raise InputError(f"{source}: a pre-LN model (pre_norm true); RobertaFor* folders hold post-LN models only")
     if tokenizer.vocab_size != cfg.vocab_size:
         raise InputError(f"{owner}: tokenizer {tokenizer.path} has {tokenizer.vocab_size} tokens but the model "
                          f"{cfg.vocab_size} embedding rows")

@@ -59,7 +59,10 @@ class SelfAttention(nn.Module):
 
 
 class EncoderLayer(nn.Module):
-    """Post-LN transformer block as in BERT/RoBERTa: x = LN(x + Attn(x)); x = LN(x + FFN(x))."""
+    """Post-LN transformer block as in BERT/RoBERTa: x = LN(x + Attn(x)); x = LN(x + FFN(x)).
+
+    With ``cfg.pre_norm``: x = x + Attn(LN(x)); x = x + FFN(LN(x)) (same parameters, other order).
+    """
 
     def __init__(self, cfg: ModelConfig) -> None:
         super().__init__()
@@ -69,10 +72,17 @@ class EncoderLayer(nn.Module):
         self.ffn_out = nn.Linear(cfg.ffn_size, cfg.hidden_size)
         self.ffn_norm = nn.LayerNorm(cfg.hidden_size, eps=cfg.layer_norm_eps)
         self.dropout = nn.Dropout(cfg.dropout)
+        self.pre_norm = cfg.pre_norm
+
+    def ffn(self, x: torch.Tensor) -> torch.Tensor:
+        return self.dropout(self.ffn_out(F.gelu(self.ffn_in(x))))
 
     def forward(self, x: torch.Tensor, attn_mask: torch.Tensor | None) -> torch.Tensor:
+        if self.pre_norm:
+            x = x + self.dropout(self.attention(self.attention_norm(x), attn_mask))
+            return x + self.ffn(self.ffn_norm(x))
         x = self.attention_norm(x + self.dropout(self.attention(x, attn_mask)))
-        return self.ffn_norm(x + self.dropout(self.ffn_out(F.gelu(self.ffn_in(x)))))
+        return self.ffn_norm(x + self.ffn(x))
 
 
 class MLMHead(nn.Module):
@@ -80,15 +90,21 @@ class MLMHead(nn.Module):
 
     The projection weight is not a parameter of the head: it is passed in (the token embedding matrix), so that both
     of MiniJoint's heads and the input share one matrix, and swapping embeddings swaps all three at once.
+    Pre-LN models leave the residual stream unnormalised, so there each head starts with a LayerNorm of its own
+    (``input_norm``): a head and the layers below it are then a complete model, as a mini-model must be.
     """
 
     def __init__(self, cfg: ModelConfig) -> None:
         super().__init__()
+        if cfg.pre_norm:
+            self.input_norm = nn.LayerNorm(cfg.hidden_size, eps=cfg.layer_norm_eps)
         self.dense = nn.Linear(cfg.hidden_size, cfg.hidden_size)
         self.norm = nn.LayerNorm(cfg.hidden_size, eps=cfg.layer_norm_eps)
         self.bias = nn.Parameter(torch.zeros(cfg.vocab_size))  # per-token output bias
 
     def forward(self, hidden: torch.Tensor, embedding: torch.Tensor) -> torch.Tensor:
+        if hasattr(self, "input_norm"):
+            hidden = self.input_norm(hidden)
         return F.linear(self.norm(F.gelu(self.dense(hidden))), embedding, self.bias)
 
 
@@ -179,22 +195,30 @@ class MaskedLM(Body):
 
 
 TASK_KINDS = ("sequence", "token", "span")
+POOLINGS = ("cls", "mean")
 
 
 class TaskModel(Body):
     """The body with a task head for Step 3 (finetuning) and Step 4 (zero-shot evaluation).
 
-    - ``sequence``: RoBERTa's classification head on the ``<s>`` token (dropout, dense, tanh, dropout, projection):
+    - ``sequence``: RoBERTa's classification head (dropout, dense, tanh, dropout, projection) on one vector per
+      input: the ``<s>`` position (``pooling="cls"``, RoBERTa) or the mean over the real tokens (``"mean"``):
       (B, num_labels) logits, for XNLI, PAWS-X and generic text (pair) classification.
     - ``token``: dropout + projection at every position: (B, S, num_labels), for POS tagging.
     - ``span``: start and end logits at every position: (B, S, 2), for extractive QA (SQuAD, MLQA, XQuAD).
+
+    A pre-LN body ends in ``final_norm``, which finetuning starts from the MLM head's ``input_norm``.
     """
 
-    def __init__(self, cfg: ModelConfig, kind: str, num_labels: int) -> None:
+    def __init__(self, cfg: ModelConfig, kind: str, num_labels: int, pooling: str = "cls") -> None:
         super().__init__(cfg)
         if kind not in TASK_KINDS:
             raise ValueError(f"unknown task kind {kind!r}; known: {', '.join(TASK_KINDS)}")
-        self.kind, self.num_labels = kind, num_labels
+        if pooling not in POOLINGS:
+            raise ValueError(f"unknown pooling {pooling!r}; known: {', '.join(POOLINGS)}")
+        self.kind, self.num_labels, self.pooling = kind, num_labels, pooling
+        if cfg.pre_norm:
+            self.final_norm = nn.LayerNorm(cfg.hidden_size, eps=cfg.layer_norm_eps)
         self.dropout = nn.Dropout(cfg.dropout)
         if kind == "sequence":
             self.dense = nn.Linear(cfg.hidden_size, cfg.hidden_size)
@@ -203,6 +227,15 @@ class TaskModel(Body):
 
     def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor | None = None) -> torch.Tensor:
         *_, x = self.hidden_states(input_ids, attention_mask)  # last layer's output (B, S, h)
+        if self.cfg.pre_norm:
+            x = self.final_norm(x)
         if self.kind == "sequence":
-            x = torch.tanh(self.dense(self.dropout(x[:, 0])))  # the <s> position
+            if self.pooling == "mean" and attention_mask is not None:
+                weights = attention_mask.to(x.dtype)[..., None]  # (B, S, 1): 1 at real tokens
+                pooled = (x * weights).sum(1) / weights.sum(1).clamp(min=1.0)
+            elif self.pooling == "mean":
+                pooled = x.mean(1)
+            else:
+                pooled = x[:, 0]  # the <s> position
+            x = torch.tanh(self.dense(self.dropout(pooled)))
         return self.out(self.dropout(x))

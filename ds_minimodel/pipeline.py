@@ -27,6 +27,7 @@ from ds_minimodel.launch import deepspeed_runner
 from ds_minimodel.evaluate import zero_shot
 
 PRIMARY_OF = {"bl_base": "base", "bl_small": "small", "minijoint": "minijoint", "minipost": "base"}
+RELEARN_SUFFIX = "-relearn"
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -47,6 +48,8 @@ class FinetuneSettings:
     seeds: list = field(default_factory=lambda: [1, 2, 3, 4, 5])
     max_len: int = 128
     warmup_ratio: float = 0.06
+    pooling: str = "cls"
+    """Sequence tasks: classify from the <s> position (RoBERTa) or from the mean over real tokens."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -91,6 +94,10 @@ class PipelineConfig:
     seed: int = 1
     slurm: dict | None = None
     """Batch-job settings for ``python -m ds_minimodel.submit`` (``submit.SlurmSettings``)."""
+    source_relearn: list = field(default_factory=list)
+    """Systems that also run the source-relearn control: Step 2 on the source corpus itself with only the special
+    rows copied (``run_adapt.py --init specials``), scored on the source test files. No language gap is involved,
+    so the gap to the model's own source score is what Step 2 loses at that budget (issue 16)."""
 
     @classmethod
     def load(cls, path: Path) -> PipelineConfig:
@@ -102,6 +109,9 @@ class PipelineConfig:
             raise InputError(f"{source}: systems must be a non-empty subset of {', '.join(SYSTEMS)}; got {cfg.systems}")
         if "minipost" in cfg.systems and cfg.step1b is None:
             raise InputError(f"{source}: minipost needs a step1b section")
+        if not set(cfg.source_relearn) <= set(cfg.systems):
+            raise InputError(f"{source}: source_relearn must name systems of this pipeline ({', '.join(cfg.systems)});"
+                             f" got {cfg.source_relearn}")
         return cfg
 
     def parsed(self, source: str) -> dict[str, Any]:
@@ -200,6 +210,8 @@ class Pipeline:
         self.log_root = self.out / "tensorboard"
         self.languages = [c.lang for c in [self.sections["source"], *self.sections["targets"]]]
         self.primaries = sorted({PRIMARY_OF[s] for s in cfg.systems})
+        self.relearn_lang = f"{self.sections['source'].lang}{RELEARN_SUFFIX}"
+        """The source-relearn control's name where a target language's would stand (runs, results)."""
 
     # -- the plan
     def body_job(self, system: str) -> str:
@@ -211,7 +223,9 @@ class Pipeline:
         jobs += [Job(f"step1-{v}", after=("prepare",)) for v in self.primaries]
         if "minipost" in self.cfg.systems:
             jobs.append(Job("step1b-minipost", after=("step1-base",)))
-        jobs += [Job(f"step2-{s}", after=(self.body_job(s),), array=targets) for s in self.cfg.systems]
+        relearn = (self.relearn_lang,)
+        jobs += [Job(f"step2-{s}", after=(self.body_job(s),),
+                     array=targets + (relearn if s in self.cfg.source_relearn else ())) for s in self.cfg.systems]
         jobs += [Job(f"step3-{v}", after=(f"step1-{v}",)) for v in self.primaries]
         jobs.append(Job("step4", after=tuple(j.name for j in jobs if j.name.startswith(("step2-", "step3-"))),
                         trains=False))
@@ -316,9 +330,12 @@ class Pipeline:
         """Step 2 for one system and target language; every checkpoint is kept for Step 4."""
         needed_by = f"step2-{system} ({lang})"
         body = self._finished(self.body_dir(system), self.body_job(system), needed_by)
+        relearn = lang == self.relearn_lang
+        data = self._data(self.sections["source"].lang if relearn else lang, needed_by)
         self._train("run_adapt.py", self.step2_dir(lang, system), f"step2-{lang}-{system}",
-                    ["--system", system, "--body", str(body), "--data", str(self._data(lang, needed_by)),
-                     "--lang", lang, "--seq-len", str(self.cfg.seq_len), "--seed", str(self.cfg.seed),
+                    ["--system", system, "--body", str(body), "--data", str(data),
+                     "--init", "specials" if relearn else "overlap", "--lang", lang,
+                     "--seq-len", str(self.cfg.seq_len), "--seed", str(self.cfg.seed),
                      *stage_args(self.sections["step2"])])
 
     def _step3(self, variant: str) -> None:
@@ -335,12 +352,15 @@ class Pipeline:
                              "--train", task.train, *(["--dev", dev] if dev else []),
                              *(["--dev-format", task.eval_format] if task.eval_format else []), "--language",
                              source, "--ds-config", ft.ds_config, "--epochs", str(ft.epochs),
-                             "--warmup-ratio", str(ft.warmup_ratio), "--max-len", str(ft.max_len), "--seed",
-                             str(seed)])
+                             "--warmup-ratio", str(ft.warmup_ratio), "--max-len", str(ft.max_len),
+                             "--pooling", ft.pooling, "--seed", str(seed)])
 
     def _step4(self) -> dict[str, Any]:
-        """Zero-shot: every Step-2 checkpoint of every system, with every seed's task model; then the results."""
+        """Zero-shot: every Step-2 checkpoint of every system, with every seed's task model; the controls (each
+        primary with its own embeddings and the source-relearn runs on the source test files) and the trivial
+        baselines of every test file; then the results."""
         ft: FinetuneSettings = self.sections["step3"]
+        source = self.sections["source"].lang
         task_models, dev_scores = {}, []
         for task in self.sections["tasks"]:
             for variant in self.primaries:
@@ -350,8 +370,23 @@ class Pipeline:
                     if (run_dir / "dev_scores.json").is_file():
                         dev_scores.append({"task": task.name, "primary": variant, "seed": seed,
                                            **read_json(run_dir / "dev_scores.json")})
-        results = []
+        results, own, relearned, trivial = [], [], [], []
         for task in self.sections["tasks"]:
+            trivial += task_baselines(task, source)
+            if source in task.test:  # diagnostics (a) and (b) of issue 16: the body, and Step 2 without a gap
+                for variant in self.primaries:
+                    for seed in ft.seeds:
+                        own.append({"primary": variant, **self._score(
+                            task, source, None, None, seed, task_models[(task.name, variant, seed)],
+                            own_of=variant)})
+                for system in self.cfg.source_relearn:
+                    run_dir = self.step2_dir(self.relearn_lang, system)
+                    self._finished(run_dir, f"step2-{system}", "step4")
+                    for ckpt in checkpoint.complete_checkpoints(run_dir):
+                        for seed in ft.seeds:
+                            relearned.append(self._score(task, source, system, ckpt, seed,
+                                                         task_models[(task.name, PRIMARY_OF[system], seed)],
+                                                         as_lang=self.relearn_lang))
             for target in self.sections["targets"]:
                 for system in self.cfg.systems:
                     run_dir = self.step2_dir(target.lang, system)
@@ -362,23 +397,46 @@ class Pipeline:
                         for seed in ft.seeds:
                             results.append(self._score(task, target.lang, system, ckpt, seed,
                                                        task_models[(task.name, PRIMARY_OF[system], seed)]))
-        return write_results(self.out, results, dev_scores)
+        return write_results(self.out, results, dev_scores, source_test=own, source_relearn=relearned,
+                             baselines=trivial)
 
-    def _score(self, task: TaskSettings, lang: str, system: str, ckpt: Path, seed: int, task_model: Path
-               ) -> dict[str, Any]:
-        cache = self.out / "step4" / task.name / lang / system / f"seed{seed}" / f"{ckpt.name}.json"
+    def _score(self, task: TaskSettings, lang: str, system: str | None, ckpt: Path | None, seed: int,
+               task_model: Path, *, as_lang: str | None = None, own_of: str | None = None) -> dict[str, Any]:
+        """One Step-4 score: ``task_model`` with ``ckpt``'s embeddings (None: its own, those of primary
+        ``own_of``) on ``lang``'s test file, recorded under ``as_lang`` (default ``lang``)."""
+        as_lang = as_lang or lang
+        where = f"{system}/seed{seed}/{ckpt.name}" if ckpt is not None else f"own-{own_of}/seed{seed}"
+        cache = self.out / "step4" / task.name / as_lang / f"{where}.json"
         record = scored(cache, task_model, ckpt, Path(task.test[lang]), lang, task.eval_format)
-        print(f"[step4] {task.name} {lang} {system} update {record['step2_update']} seed {seed}: "
+        record["lang"] = as_lang
+        what = f"{system} update {record['step2_update']}" if ckpt is not None else "own embeddings"
+        print(f"[step4] {task.name} {as_lang} {what} seed {seed}: "
               + ", ".join(f"{k} {record[k]:.1f}" for k in ("accuracy", "macro_f1", "f1") if k in record), flush=True)
         return record
 
 
-def scored(cache: Path, task_model: Path, embeddings: Path, test_file: Path, lang: str, test_format: str | None
-           ) -> dict[str, Any]:
-    """Step 4 for one (finetuned model, Step-2 checkpoint, test file), kept in ``cache`` and reused while the
-    inputs it names are unchanged (weights hashes), so a re-run only scores what is new."""
+def task_baselines(task: TaskSettings, source: str) -> list[dict[str, Any]]:
+    """Majority-class and bag-of-words scores of every dev and test file of ``task`` (``tasks.baselines``)."""
+    from ds_minimodel.task import read_examples
+    from ds_minimodel.tasks.baselines import baselines
+
+    train = read_examples(task.format, Path(task.train), language=source, training=True)
+    rows = []
+    for split, files in (("dev", task.dev), ("test", task.test)):
+        for lang, path in sorted(files.items()):
+            test = read_examples(task.eval_format or task.format, Path(path), labels=train.labels, language=lang)
+            rows.append({"task": task.name, "lang": lang, "split": split, "file": str(path),
+                         **baselines(train, test)})
+    return rows
+
+
+def scored(cache: Path, task_model: Path, embeddings: Path | None, test_file: Path, lang: str,
+           test_format: str | None) -> dict[str, Any]:
+    """Step 4 for one (finetuned model, Step-2 checkpoint or None for its own embeddings, test file), kept in
+    ``cache`` and reused while the inputs it names are unchanged (weights hashes), so a re-run only scores what is
+    new."""
     inputs = {"task_model_sha256": checkpoint.load_meta(task_model)["weights_sha256"],
-              "embeddings_sha256": checkpoint.load_meta(embeddings)["weights_sha256"],
+              "embeddings_sha256": None if embeddings is None else checkpoint.load_meta(embeddings)["weights_sha256"],
               "test_file": str(test_file.resolve()), "test_sha256": file_sha256(test_file),
               "test_format": test_format}
     if cache.is_file():
@@ -386,7 +444,8 @@ def scored(cache: Path, task_model: Path, embeddings: Path, test_file: Path, lan
         if kept.get("inputs") == inputs:
             return kept["record"]
     record = zero_shot(task_model, embeddings, test_file, lang, test_format=test_format)
-    record.update(v100_days=flops.to_gpu_days(record["step2_flops"]))
+    if embeddings is not None:
+        record.update(v100_days=flops.to_gpu_days(record["step2_flops"]))
     cache.parent.mkdir(parents=True, exist_ok=True)
     write_json(cache, {"inputs": inputs, "record": record})
     return record
@@ -418,12 +477,18 @@ def over_seeds(results: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return rows
 
 
-def write_results(out: Path, results: list[dict[str, Any]], dev_scores: list[dict[str, Any]]) -> dict[str, Any]:
-    """results.json (every record, the per-checkpoint means over seeds, the source-language dev scores),
-    results.csv (one row per seed and checkpoint) and results_mean.csv (one row per checkpoint)."""
+def write_results(out: Path, results: list[dict[str, Any]], dev_scores: list[dict[str, Any]], *,
+                  source_test: list[dict[str, Any]] = (), source_relearn: list[dict[str, Any]] = (),
+                  baselines: list[dict[str, Any]] = ()) -> dict[str, Any]:
+    """results.json (every record, the per-checkpoint means over seeds, the source-language dev scores, the
+    controls and the trivial baselines), results.csv (one row per seed and checkpoint) and results_mean.csv (one row
+    per checkpoint)."""
     summary = over_seeds(results)
     write_json(out / "results.json", {"zero_shot": results, "zero_shot_over_seeds": summary,
-                                      "source_dev": dev_scores})
+                                      "source_dev": dev_scores, "source_test": list(source_test),
+                                      "source_relearn": list(source_relearn),
+                                      "source_relearn_over_seeds": over_seeds(list(source_relearn)),
+                                      "baselines": list(baselines)})
     if results:
         write_csv(out / "results.csv", results)
         write_csv(out / "results_mean.csv", [{**r, "seeds": " ".join(map(str, r["seeds"]))} for r in summary])

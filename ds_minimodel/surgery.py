@@ -184,6 +184,7 @@ def overlap_init(
     *,
     std: float = 0.02,
     generator: torch.Generator,
+    specials_only: bool = False,
 ) -> tuple[torch.Tensor, torch.Tensor, dict[str, Any]]:
     """Initial L_trg embeddings and output bias (paper footnote 1, after Pfeiffer et al. 2021).
 
@@ -192,6 +193,10 @@ def overlap_init(
     tokenizer) are shared by construction. Returns (embeddings (Vt, h), bias (Vt,), stats) in the source tensors'
     dtype and device; stats = {"overlap": shared pieces (specials included), "target_vocab": Vt,
     "ratio": overlap / Vt, "special": 5}. One dict lookup per piece then two index copies: milliseconds at 50k.
+
+    ``specials_only`` copies the special pieces alone and draws every other row: the "source relearn" control,
+    which relearns the source language's own embeddings from scratch to measure what Step 2 loses without any
+    language gap (issue 16).
     """
     vs, hidden = source_embeddings.shape
     if len(source_pieces) != vs or source_bias.shape != (vs,):
@@ -206,7 +211,8 @@ def overlap_init(
     if len(source_index) != vs:
         raise ValueError("source vocabulary has duplicate pieces: the source row of a shared piece is ambiguous")
 
-    found = [source_index.get(piece, -1) for piece in target_pieces]
+    found = [source_index.get(piece, -1) if not specials_only or i < NUM_SPECIAL else -1
+             for i, piece in enumerate(target_pieces)]
     src_ids = torch.tensor(found, dtype=torch.long)
     shared = src_ids >= 0
     tgt_shared = shared.nonzero().squeeze(1)

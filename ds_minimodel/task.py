@@ -22,6 +22,7 @@ import torch.nn.functional as F
 
 from ds_minimodel.errors import InputError
 from ds_minimodel.losses import IGNORE_INDEX
+from ds_minimodel.model import POOLINGS
 from ds_minimodel.tasks import qa, readers
 from ds_minimodel.tasks.features import classification_features, token_classification_features
 from ds_minimodel.tokenizer import AnyTokenizer
@@ -42,10 +43,15 @@ class TaskSpec:
     """Class names (sequence) or tags (token), in the order of the head's outputs; empty for span."""
     max_len: int = 128
     doc_stride: int = 128
+    pooling: str = "cls"
+    """Sequence tasks: the vector the classifier reads, ``cls`` (the <s> position, RoBERTa) or ``mean`` (the mean
+    over real tokens: positions that MLM pretraining and Step 2 both trained)."""
 
     def __post_init__(self) -> None:
         if self.format not in KIND_OF_FORMAT:
             raise InputError(f"task {self.name}: unknown format {self.format!r}; known: {', '.join(KIND_OF_FORMAT)}")
+        if self.pooling not in POOLINGS:
+            raise InputError(f"task {self.name}: unknown pooling {self.pooling!r}; known: {', '.join(POOLINGS)}")
 
     @property
     def kind(self) -> str:
@@ -57,7 +63,7 @@ class TaskSpec:
 
     def to_dict(self) -> dict[str, Any]:
         return {"name": self.name, "format": self.format, "labels": self.labels, "max_len": self.max_len,
-                "doc_stride": self.doc_stride}
+                "doc_stride": self.doc_stride, "pooling": self.pooling}
 
 
 def read_examples(fmt: str, path: Path, *, labels: Sequence[str] | None = None, language: str | None = None,

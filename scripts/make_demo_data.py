@@ -1,4 +1,5 @@
-"""Rebuild ``demo_data/`` from the full data pack (``../shared/data`` in the developers' checkout).
+"""Rebuild ``demo_data/`` (or, with ``--reference``, ``reference_data/``) from the full data pack (``../shared/data``
+in the developers' checkout).
 
 The demo set must be small (a few MB), real, and free to redistribute: it keeps the MPL-2.0 LibreOffice-help
 documents and the Brown corpus documents, and leaves out the GPL-licensed dictionary, manual-page and fortune text.
@@ -6,6 +7,12 @@ The pack writes documents source by source (LibreOffice help first, then Brown f
 taken from the front of each source. Deterministic: the same pack gives byte-identical files.
 
     python scripts/make_demo_data.py ../shared/data demo_data
+
+The reference experiment (``configs/reference.json``) takes every redistributable document instead: all LibreOffice
+help and Brown documents in English, all help documents in German, French and Spanish, and the whole ``lohelp`` task
+in the four languages. It ships xz-compressed (``scripts/reference.sh`` unpacks it):
+
+    python scripts/make_demo_data.py --reference ../shared/data reference_data
 """
 from __future__ import annotations
 
@@ -17,6 +24,7 @@ from pathlib import Path
 # Documents per source, in the pack's order (see its README "corpus/<lang>.txt"); byte caps keep the demo small.
 EN_LOHELP_DOCS, EN_BROWN_DOCS = 2185, 448
 DE_LOHELP_DOCS = 2190
+LOHELP_DOCS = {"de": DE_LOHELP_DOCS, "fr": 2179, "es": 2153}
 EN_LOHELP_BYTES, EN_BROWN_BYTES, DE_LOHELP_BYTES = 1_000_000, 600_000, 1_200_000
 TRAIN_EXAMPLES = 3000  # of the 12,374 English lohelp training examples, a seeded sample
 
@@ -77,5 +85,31 @@ def main(pack: Path, out: Path) -> None:
     json.loads((out / "tasks/lohelp/train.en.jsonl").read_text(encoding="utf-8").splitlines()[0])
 
 
+def main_reference(pack: Path, out: Path) -> None:
+    """Every MPL-2.0 help document and every Brown document, and the whole task, xz-compressed."""
+    import lzma
+
+    en = read_documents(pack / "corpus/en.txt")
+    files = {"corpus/en.txt": en[:EN_LOHELP_DOCS + EN_BROWN_DOCS]}
+    for lang, docs in LOHELP_DOCS.items():
+        files[f"corpus/{lang}.txt"] = read_documents(pack / f"corpus/{lang}.txt")[:docs]
+    for name, docs in files.items():
+        text = "\n\n".join("\n".join(doc) for doc in docs) + "\n"
+        write_xz(out / f"{name}.xz", text.encode("utf-8"), lzma)
+        print(f"{name}: {len(docs):,} documents, {len(text.encode('utf-8')) / 1e6:.2f} MB")
+    for path in sorted((pack / "tasks/lohelp").glob("*.jsonl")):
+        write_xz(out / "tasks/lohelp" / f"{path.name}.xz", path.read_bytes(), lzma)
+        print(f"tasks/lohelp/{path.name}: {path.stat().st_size / 1e6:.2f} MB")
+
+
+def write_xz(path: Path, data: bytes, lzma) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    # No timestamps or names in an .xz stream: the same pack gives byte-identical files.
+    path.write_bytes(lzma.compress(data, preset=9 | lzma.PRESET_EXTREME))
+
+
 if __name__ == "__main__":
-    main(Path(sys.argv[1]), Path(sys.argv[2]))
+    if sys.argv[1] == "--reference":
+        main_reference(Path(sys.argv[2]), Path(sys.argv[3]))
+    else:
+        main(Path(sys.argv[1]), Path(sys.argv[2]))

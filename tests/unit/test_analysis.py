@@ -5,7 +5,8 @@ import json
 
 import pytest
 
-from ds_minimodel.analysis import Point, analyse, average_speedups, curves, run, time_to_target
+from ds_minimodel.analysis import (Point, analyse, average_speedups, curves, run, table3, time_to_target,
+                                   transfer_is_clear)
 from ds_minimodel.errors import InputError
 from ds_minimodel.pipeline import over_seeds
 
@@ -95,3 +96,54 @@ def test_results_that_are_not_a_pipelines_are_refused(tmp_path):
     path.write_text(json.dumps({"zero_shot_over_seeds": [{"task": "x"}]}))
     with pytest.raises(InputError, match=r"zero_shot_over_seeds\[0\] is malformed"):
         run(path, tmp_path / "a")
+
+
+def with_controls(results: dict, majority: dict) -> dict:
+    """``results`` plus trivial baselines ({lang: majority score}), own-embedding scores and a relearn curve."""
+    results = dict(results)
+    results["baselines"] = [{"task": "xnli", "lang": lang, "split": "test", "majority": m, "bag_of_words": m + 5}
+                            for lang, m in majority.items()]
+    results["source_test"] = [{"task": "xnli", "lang": "en", "primary": "base", "seed": seed, "accuracy": acc}
+                              for seed, acc in ((1, 80.0), (2, 82.0))]
+    relearn = [dict(record("bl_base", u, seed, acc + seed, "en-relearn")) for u, acc in ((1000, 40), (2000, 70))
+               for seed in (1, 2)]
+    results["source_relearn"], results["source_relearn_over_seeds"] = relearn, over_seeds(relearn)
+    return results
+
+
+def test_no_speedup_where_bl_base_is_not_clearly_above_the_majority_class(tmp_path):
+    # German: BL_BASE ends at 60 +- 1.4 over seeds. A majority class of 58.5 is within 2 points: no transfer there;
+    # French (70 against 40) keeps its target and speedups.
+    results = with_controls(synthetic_results(), {"de": 58.5, "fr": 40.0})
+    path = tmp_path / "results.json"
+    path.write_text(json.dumps(results))
+    summary = run(path, tmp_path / "analysis")
+    rows = json.loads((tmp_path / "analysis/time_to_target.json").read_text())["rows"]
+    de = [r for r in rows if r["lang"] == "de"]
+    assert de and all(not r["transfer"] and r["target"] is None and r["speedup"] is None for r in de)
+    fr = {r["system"]: r for r in rows if r["lang"] == "fr"}
+    assert fr["minijoint"]["transfer"] and fr["minijoint"]["speedup"] == pytest.approx(2.5)
+    assert average_speedups(rows)[("xnli", "minijoint")] == pytest.approx(2.5)  # German is not averaged in
+    t3 = summary["table3"]
+    assert "no transfer" in t3 and "no transfer in de: BL_BASE's final score 60.0 is not clearly above" in t3
+    assert "targets: fr 66.5" in t3
+    # The majority class and the bag-of-words scores are rows of Table 2; the diagnostics carry the controls.
+    t2 = summary["table2"]
+    assert "majority class" in t2 and "58.5" in t2 and "bag of words" in t2
+    diag = summary["diagnostics"]
+    assert "primary base finetuned, its own embeddings: 81.0 +- 1.4" in diag
+    assert "relearned from scratch" in diag and "1000: 41.5, 2000: 71.5" in diag
+    assert "BL_BASE final 60.0 +- 1.4, +1.5 over the majority class" in diag
+    assert any(p.endswith("relearn_xnli_en-relearn.png") for p in summary["figures"])
+
+
+def test_a_run_without_transfer_anywhere_says_so():
+    rows = analyse(curves(synthetic_results(), "results.json")[0], {("xnli", "de"): 60.0, ("xnli", "fr"): 69.0})
+    assert all(r["speedup"] is None and not r["transfer"] for r in rows)
+    assert "too small to measure a speedup" in table3(rows)
+
+
+@pytest.mark.parametrize("majority, clear", [(57.9, True), (58.0, False), (None, True)])
+def test_transfer_is_clear_takes_the_margin_and_the_spread(majority, clear):
+    assert transfer_is_clear(Point(0, 0, 0, 60.0, 0.5), majority) is clear  # margin 2 points > 2 x 0.5
+    assert not transfer_is_clear(Point(0, 0, 0, 60.0, 2.0), 56.5)  # 3.5 points, but twice the spread is 4

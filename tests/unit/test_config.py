@@ -36,8 +36,8 @@ def test_tiny_preset_keeps_the_papers_depth_at_a_small_width() -> None:
 def test_unknown_preset_is_an_input_error_listing_the_known_names() -> None:
     with pytest.raises(InputError, match="'huge'") as err:
         get_preset("huge")
-    assert "base, demo, small, tiny" in str(err.value)
-    assert set(PRESETS) == {"base", "demo", "small", "tiny"}
+    assert "base, demo, reference, small, tiny" in str(err.value)
+    assert set(PRESETS) == {"base", "demo", "reference", "small", "tiny"}
     assert issubclass(InputError, ValueError)
 
 
@@ -192,3 +192,10 @@ def test_write_json_failure_keeps_old_file_and_leaves_no_temp_file(tmp_path: Pat
         write_json(path, {"step": 2, "bad": object()})
     assert read_json(path) == {"step": 1}
     assert os.listdir(tmp_path) == ["state.json"]
+
+
+def test_pre_norm_is_a_boolean_and_defaults_to_the_papers_post_ln() -> None:
+    assert ModelConfig().pre_norm is False and get_preset("reference").pre_norm is True
+    assert ModelConfig.from_dict({"pre_norm": True}).pre_norm is True
+    with pytest.raises(InputError, match="pre_norm must be bool, got 'yes'"):
+        ModelConfig.from_dict({"pre_norm": "yes"}, source="overrides.json")

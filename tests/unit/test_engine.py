@@ -64,8 +64,10 @@ DS_CONFIGS = Path(__file__).resolve().parents[2] / "ds_configs"
 @pytest.mark.parametrize("name", sorted(p.name for p in DS_CONFIGS.glob("*.json")))
 def test_shipped_configs_parse_and_fit_their_clusters(name):
     config = load_ds_config(DS_CONFIGS / name)
-    if name.startswith("finetune"):
+    if name.startswith("finetune") or name == "cpu_bf16_finetune.json":
         assert resolve_batch(config, 1, source=name).global_batch == 32
+    elif name == "cpu_bf16_reference.json":  # the CPU reference experiment: 64 sequences over 2 ranks
+        assert resolve_batch(config, 2, source=name).global_batch == 64
     elif name.startswith(("v100", "bf16")):  # the paper's global batch of 2,048 on 64 GPUs
         assert resolve_batch(config, 64, source=name).global_batch == 2048
         assert config["scheduler"]["params"]["total_num_steps"] == 125_000
@@ -102,3 +104,18 @@ def test_an_output_folder_that_holds_another_run_is_refused(tmp_path):
         write_run_description(run, {**description, "seed": 2, "data": "/data/de"}, resume=True)
     write_run_description(run, description, resume=True)  # the same run: fine
     assert (run / "run.json").read_text() == before  # nothing rewritten by a refused call
+
+
+def test_a_run_recorded_before_a_setting_existed_resumes_with_its_default(tmp_path):
+    """Runs written before pre_norm (model config) and --init (Step 2) existed resume as what they were."""
+    from ds_minimodel.config import get_preset
+    from ds_minimodel.engine import write_run_description
+
+    run = tmp_path / "run"
+    model = get_preset("tiny").to_dict()
+    old = {k: v for k, v in model.items() if k != "pre_norm"}
+    write_run_description(run, {"variant": "bl_base", "model": old, "seed": 1}, resume=False)
+    write_run_description(run, {"variant": "bl_base", "model": model, "init": "overlap", "seed": 1}, resume=True)
+    with pytest.raises(InputError, match="differ from the run in this folder: init, model"):
+        write_run_description(run, {"variant": "bl_base", "model": {**model, "pre_norm": True}, "init": "specials",
+                                    "seed": 1}, resume=True)

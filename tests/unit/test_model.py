@@ -335,3 +335,41 @@ def test_activation_checkpointing_changes_nothing_but_memory(frozen_body):
     assert ("layers.0.ffn_in.weight" in plain_grads) != frozen_body
     for name in plain_grads:
         assert torch.equal(plain_grads[name], ckpt_grads[name]), name
+
+
+# --- pre-LN and the task head's pooling ------------------------------------------------------------------------------
+
+
+def test_pre_norm_block_normalises_the_sublayer_inputs_and_every_head_has_its_own_norm() -> None:
+    cfg = MICRO_JOINT.replace(pre_norm=True, dropout=0.0, attention_dropout=0.0)
+    model = _perturbed(cfg)
+    assert all(hasattr(model.heads[name], "input_norm") for name in (MAIN_HEAD, AUX_HEAD))
+    assert not hasattr(MaskedLM(MICRO).heads[MAIN_HEAD], "input_norm")  # post-LN state dicts are unchanged
+    ids = _random_ids(cfg, 2, 8)
+    with torch.no_grad():
+        x = model.embeddings(ids)
+        for layer in model.layers:  # x + Attn(LN(x)); x + FFN(LN(x)), by hand
+            x = x + layer.attention(layer.attention_norm(x), None)
+            x = x + layer.ffn_out(torch.nn.functional.gelu(layer.ffn_in(layer.ffn_norm(x))))
+        head = model.heads[MAIN_HEAD]
+        want = torch.nn.functional.linear(
+            head.norm(torch.nn.functional.gelu(head.dense(head.input_norm(x)))), model.embeddings.tokens.weight,
+            head.bias)
+        assert torch.allclose(model(ids)[MAIN_HEAD], want, atol=1e-5)
+
+
+def test_mean_pooling_reads_only_real_tokens() -> None:
+    from ds_minimodel.model import TaskModel
+
+    torch.manual_seed(0)
+    model = TaskModel(MICRO.replace(pre_norm=True), "sequence", 3, pooling="mean").eval()
+    ids = _random_ids(MICRO, 1, 6, low=5)
+    short = model(ids[:, :4], torch.ones(1, 4, dtype=torch.bool))
+    padded_ids = torch.cat([ids[:, :4], torch.ones(1, 2, dtype=torch.long)], dim=1)
+    mask = torch.tensor([[True] * 4 + [False] * 2])
+    assert torch.allclose(model(padded_ids, mask), short, atol=1e-5)
+    cls = TaskModel(MICRO.replace(pre_norm=True), "sequence", 3, pooling="cls").eval()
+    cls.load_state_dict(model.state_dict())
+    assert not torch.allclose(cls(padded_ids, mask), short, atol=1e-3)  # the pooling is what differs
+    with pytest.raises(ValueError, match="pooling"):
+        TaskModel(MICRO, "sequence", 3, pooling="max")

@@ -72,10 +72,11 @@ def tokenizers(tmp_path_factory: pytest.TempPathFactory) -> tuple[Tokenizer, Tok
 # --- MiniJoint -------------------------------------------------------------------------------------------------------
 
 
-def test_extract_minijoint_is_bottom_layers_plus_aux_head_bit_identical() -> None:
-    primary = _perturbed(TINY_JOINT)
+@pytest.mark.parametrize("cfg", [TINY_JOINT, TINY_JOINT.replace(pre_norm=True)], ids=["post-LN", "pre-LN"])
+def test_extract_minijoint_is_bottom_layers_plus_aux_head_bit_identical(cfg) -> None:
+    primary = _perturbed(cfg)
     mini = surgery.extract_minijoint(primary)
-    assert mini.cfg == TINY_JOINT.replace(num_layers=4, aux_head_layer=None)
+    assert mini.cfg == cfg.replace(num_layers=4, aux_head_layer=None)
     assert len(mini.layers) == 4 and set(mini.heads) == {MAIN_HEAD}
     assert surgery.copied_prefix_identical(mini, primary, 4, head=AUX_HEAD)
     assert not surgery.copied_prefix_identical(mini, primary, 4, head=MAIN_HEAD)  # the helper can say no
@@ -105,7 +106,8 @@ def test_extract_minijoint_refuses_a_one_head_model() -> None:
 # --- MiniPost --------------------------------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("cfg", [TINY, TINY_JOINT], ids=["one-head", "joint-primary"])
+@pytest.mark.parametrize("cfg", [TINY, TINY_JOINT, TINY.replace(pre_norm=True)],
+                         ids=["one-head", "joint-primary", "pre-LN"])
 def test_build_minipost_copies_bottom_layers_and_head_and_trains_only_new_layers(cfg) -> None:
     primary = _perturbed(cfg)
     rng_before = torch.get_rng_state()
@@ -217,6 +219,21 @@ def test_overlap_init_copies_exactly_the_shared_pieces(tokenizers) -> None:
     emb2, _, _ = surgery.overlap_init(src_pieces, src_emb, src_bias, trg_pieces,
                                       generator=torch.Generator().manual_seed(0))
     assert torch.equal(emb, emb2) and torch.equal(torch.get_rng_state(), rng_before)
+
+
+def test_specials_only_init_relearns_everything_but_the_special_rows(tokenizers) -> None:
+    """The source-relearn control: the source vocabulary against itself, only the 5 special rows copied."""
+    en, _ = tokenizers
+    pieces = en.pieces()
+    src_emb, src_bias = torch.randn(len(pieces), 64), torch.randn(len(pieces))
+    emb, bias, stats = surgery.overlap_init(pieces, src_emb, src_bias, pieces, specials_only=True,
+                                            generator=torch.Generator().manual_seed(0))
+    assert stats["overlap"] == NUM_SPECIAL
+    assert torch.equal(emb[:NUM_SPECIAL], src_emb[:NUM_SPECIAL]) and torch.equal(bias[:NUM_SPECIAL],
+                                                                                  src_bias[:NUM_SPECIAL])
+    assert abs(emb[NUM_SPECIAL:].std().item() - 0.02) < 0.002 and not bias[NUM_SPECIAL:].any()
+    full, _, _ = surgery.overlap_init(pieces, src_emb, src_bias, pieces, generator=torch.Generator().manual_seed(0))
+    assert torch.equal(full, src_emb)  # without the flag every row is shared
 
 
 def test_overlap_init_refuses_vocabularies_without_the_special_pieces() -> None:

@@ -439,3 +439,25 @@ def test_token_classification_truncation_counts_words(tokenizer: Tokenizer) -> N
     assert features["input_ids"][0, -1] == EOS_ID
     assert_input_error(lambda: token_classification_features(
         [TokenExample("s7", ["river"], ["VERB"])], tokenizer, ["NOUN"]), "s7", "'VERB'", "NOUN")
+
+
+# --- trivial baselines -------------------------------------------------------------------------------------------------
+
+
+def test_majority_and_bag_of_words_baselines(tmp_path: Path) -> None:
+    from ds_minimodel.task import TaskSpec
+    from ds_minimodel.tasks.baselines import baselines
+    from ds_minimodel.tasks.readers import ClassificationExample, TokenExample
+
+    def cls(text: str, label: int) -> ClassificationExample:
+        return ClassificationExample(id=text, text=text, text_pair=None, label=label, label_name=str(label))
+
+    train = [cls("sum of cells in a sheet", 0), cls("the cell formula", 0), cls("a macro module", 1),
+             cls("sheet cells", 0)]
+    test = [cls("Cells of the SHEET", 0), cls("macro", 1), cls("module in a macro", 1), cls("unseen words", 0)]
+    # majority (label 0): 2 of 4; Naive Bayes gets the first three by their words and the last by the prior.
+    assert baselines(train, test) == {"majority": 50.0, "bag_of_words": 100.0}
+    tagged = [TokenExample(id="a", tokens=["x", "y", "z"], tags=["NOUN", "NOUN", "VERB"])]
+    assert baselines(tagged, [TokenExample(id="b", tokens=["p", "q"], tags=["NOUN", "DET"])]) == {"majority": 50.0}
+    with pytest.raises(InputError, match="unknown pooling 'max'"):
+        TaskSpec(name="t", format="generic", pooling="max")
