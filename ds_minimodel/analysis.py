@@ -236,7 +236,7 @@ def table3(rows: list[dict[str, Any]]) -> str:
             lines.append(f"{system:<10} " + " ".join(cells) + f" {(f'{avg:.2f}x' if avg else '-'):>12}")
         if not any(r.get("transfer", True) for r in rows if r["task"] == task):
             lines.append("BL_BASE transfers to none of these languages: the run is too small to measure a speedup "
-                         "(see RESULTS.md and configs/reference.json for a run that transfers)")
+                         "(RESULTS.md reports the larger reference run, configs/reference.json)")
         targets = sorted({(r["lang"], r["target"]) for r in rows if r["task"] == task and r["target"] is not None})
         lines.append("targets: " + (", ".join(f"{lang} {t:.1f}" for lang, t in targets) or "none")
                      + "   (<=: reached at the first checkpoint, an upper bound)")

@@ -790,6 +790,22 @@ class MLMBatchStream(ShardedStream):
         }
 
 
+def trim_padding(rows: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+    """Rows of task features cut to their longest input: every per-position array (the second axis as long as
+    ``attention_mask``'s) loses the trailing columns that are padding in every row. Features are padded to
+    ``max_len`` (128 by default) while a classification input averages 27 tokens on lohelp, so an uncut batch is
+    mostly padding. Exact: padding sits after the real tokens, positions count from the left, and padded keys get no
+    attention, so the real positions' outputs are the same."""
+    mask = rows.get("attention_mask")
+    if mask is None or mask.ndim != 2 or not len(mask):
+        return rows
+    width = mask.shape[1]
+    used = int(np.flatnonzero(mask.any(0)).max(initial=0)) + 1
+    if used == width:
+        return rows
+    return {name: a[:, :used] if a.ndim >= 2 and a.shape[1] == width else a for name, a in rows.items()}
+
+
 class ArrayStream(ShardedStream):
     """Micro-batches of precomputed task features (Step 3), with the same order, sharding and resume rules."""
 
@@ -803,7 +819,8 @@ class ArrayStream(ShardedStream):
         self.arrays = arrays
 
     def _collate(self, indices: np.ndarray) -> dict:
-        batch = {name: torch.from_numpy(np.ascontiguousarray(a[indices])) for name, a in self.arrays.items()}
+        rows = trim_padding({name: a[indices] for name, a in self.arrays.items()})
+        batch = {name: torch.from_numpy(np.ascontiguousarray(a)) for name, a in rows.items()}
         if "attention_mask" in batch:
             batch["num_tokens"] = int(batch["attention_mask"].sum())
         return batch

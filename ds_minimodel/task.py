@@ -20,6 +20,7 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
+from ds_minimodel.data import trim_padding
 from ds_minimodel.errors import InputError
 from ds_minimodel.losses import IGNORE_INDEX
 from ds_minimodel.model import POOLINGS
@@ -147,10 +148,15 @@ def predict(model: torch.nn.Module, arrays: dict[str, np.ndarray], *, batch_size
     device = next(model.parameters()).device
     out = []
     try:
+        width = arrays["input_ids"].shape[1]
         for start in range(0, len(arrays["input_ids"]), batch_size):
-            ids = torch.from_numpy(arrays["input_ids"][start:start + batch_size]).to(device)
-            mask = torch.from_numpy(arrays["attention_mask"][start:start + batch_size]).to(device)
-            out.append(model(ids, mask).float().cpu().numpy())
+            rows = trim_padding({k: arrays[k][start:start + batch_size] for k in ("input_ids", "attention_mask")})
+            ids = torch.from_numpy(rows["input_ids"]).to(device)
+            mask = torch.from_numpy(rows["attention_mask"]).to(device)
+            logits = model(ids, mask).float().cpu().numpy()
+            if logits.ndim == 3 and logits.shape[1] < width:  # per-position logits back to the features' width
+                logits = np.pad(logits, ((0, 0), (0, width - logits.shape[1]), (0, 0)))
+            out.append(logits)
     finally:
         model.train(was_training)
     return np.concatenate(out)

@@ -73,11 +73,13 @@ def demo_pipeline(tmp_path_factory) -> dict:
     config["step1b"].update(steps=60, save_every=60, log_every=30)
     config["step2"].update(steps=PIPELINE_STEP2_SAVES[-1], save_every=PIPELINE_STEP2_SAVES[0], log_every=30)
     config["step3"].update(epochs=2, seeds=PIPELINE_SEEDS)
-    # Step 4 scores 4 systems x 2 checkpoints x 2 seeds: on the first 400 German test examples, not all 1,586.
-    test_de = root / "test.de.jsonl"
-    source = REPO / config["tasks"][0]["test"]["de"]
-    test_de.write_text("".join(source.read_text(encoding="utf-8").splitlines(keepends=True)[:PIPELINE_TEST_SIZE]))
-    config["tasks"][0]["test"]["de"] = str(test_de)
+    # Step 4 scores 4 systems x 2 checkpoints x 2 seeds: on the first 400 test examples, not all 1,586 (German)
+    # or 1,597 (English, each primary with its own embeddings).
+    for lang, source in config["tasks"][0]["test"].items():
+        head = root / f"test.{lang}.jsonl"
+        head.write_text("".join((REPO / source).read_text(encoding="utf-8").splitlines(keepends=True)
+                                [:PIPELINE_TEST_SIZE]))
+        config["tasks"][0]["test"][lang] = str(head)
     path = root / "pipeline.json"
     path.write_text(json.dumps(config))
     proc = run_cmd([sys.executable, "-m", "ds_minimodel.pipeline", "--config", str(path)], timeout=900)

@@ -65,6 +65,12 @@ def test_every_system_checkpoint_and_seed_is_scored_in_german(pipeline):
     assert table2 in pipeline["stdout"] and table3 in pipeline["stdout"]
     for figure in ("figure3_lohelp_de.png", "figure1_speedup.png"):
         assert (out / "analysis" / figure).read_bytes()[:4] == b"\x89PNG" and figure in pipeline["stdout"]
+    # What the scores are read against: each primary's own English score, and the trivial baselines per test file.
+    assert {(r["primary"], r["seed"]) for r in results["source_test"]} == {
+        (p, seed) for p in ("base", "minijoint", "small") for seed in SEEDS}
+    assert {(b["lang"], b["split"]) for b in results["baselines"]} == {("en", "dev"), ("en", "test"), ("de", "test")}
+    diagnostics = (out / "analysis" / "diagnostics.txt").read_text().strip()
+    assert "primary base finetuned, its own embeddings" in diagnostics and diagnostics in pipeline["stdout"]
     assert f"tensorboard --logdir {out / 'tensorboard'}" in pipeline["stdout"]
     runs = {p.name for p in (out / "tensorboard").iterdir()}  # one log root, a run per step, language and system
     assert {"step1-base", "step1b-minipost", "step2-de-minipost", "step3-lohelp-small-seed2"} <= runs, runs

@@ -461,3 +461,35 @@ def test_majority_and_bag_of_words_baselines(tmp_path: Path) -> None:
     assert baselines(tagged, [TokenExample(id="b", tokens=["p", "q"], tags=["NOUN", "DET"])]) == {"majority": 50.0}
     with pytest.raises(InputError, match="unknown pooling 'max'"):
         TaskSpec(name="t", format="generic", pooling="max")
+
+
+def test_batches_are_cut_to_their_longest_input_and_predictions_do_not_change() -> None:
+    import torch
+
+    from ds_minimodel.config import ModelConfig
+    from ds_minimodel.data import ArrayStream, trim_padding
+    from ds_minimodel.model import TaskModel
+    from ds_minimodel.task import predict
+
+    rng = np.random.default_rng(0)
+    lengths = np.array([3, 7, 5, 2])
+    ids = np.ones((4, 12), dtype=np.int64)  # PAD_ID 1
+    for row, n in enumerate(lengths):
+        ids[row, :n] = rng.integers(5, 50, n)
+    arrays = {"input_ids": ids, "attention_mask": ids != 1, "labels": np.arange(4),
+              "tags": np.where(ids != 1, 1, -100)}
+    cut = trim_padding(arrays)
+    assert cut["input_ids"].shape == (4, 7) and cut["tags"].shape == (4, 7) and cut["labels"].shape == (4,)
+    assert trim_padding({k: v[[0, 3]] for k, v in arrays.items()})["input_ids"].shape == (2, 3)
+    stream = ArrayStream(arrays, micro_batch_size=2, world_size=1, rank=0, seed=1, source="t")
+    batch = next(iter(stream))
+    assert batch["input_ids"].shape[1] == max(lengths[batch["labels"].numpy()])
+    cfg = ModelConfig(vocab_size=50, hidden_size=16, num_layers=2, num_heads=2, ffn_size=32, max_positions=12)
+    for kind in ("sequence", "token"):
+        torch.manual_seed(0)
+        model = TaskModel(cfg, kind, 3, pooling="mean" if kind == "sequence" else "cls")
+        full = model.eval()(torch.from_numpy(ids), torch.from_numpy(ids != 1)).detach().numpy()
+        got = predict(model, arrays, batch_size=2)
+        assert got.shape == full.shape
+        real = (ids != 1) if kind == "token" else np.ones(4, dtype=bool)
+        assert np.allclose(got[real], full[real], atol=1e-5)
