@@ -65,3 +65,31 @@ def baselines(train: Sequence[Any], test: Sequence[Any]) -> dict[str, float]:
     """The trivial scores that apply to this task: {"majority": ..., "bag_of_words": ...}, each when defined."""
     scores = {"majority": majority_accuracy(train, test), "bag_of_words": naive_bayes_accuracy(train, test)}
     return {k: v for k, v in scores.items() if v is not None}
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``python -m ds_minimodel.tasks.baselines --format generic --train train.en.jsonl dev.de.jsonl ...``"""
+    import argparse
+    from pathlib import Path
+
+    from ds_minimodel.errors import InputError, report
+    from ds_minimodel.task import KIND_OF_FORMAT, read_examples
+
+    p = argparse.ArgumentParser(prog="python -m ds_minimodel.tasks.baselines",
+                                description="Majority-class and bag-of-words scores of evaluation files.")
+    p.add_argument("--format", choices=sorted(KIND_OF_FORMAT), required=True)
+    p.add_argument("--train", type=Path, required=True)
+    p.add_argument("files", type=Path, nargs="+", help="dev or test files in the same format")
+    args = p.parse_args(argv)
+    try:
+        train = read_examples(args.format, args.train, training=True)
+        for path in args.files:
+            scores = baselines(train, read_examples(args.format, path, labels=train.labels))
+            print(f"{path}: " + ", ".join(f"{name} {value:.1f}" for name, value in scores.items()))
+    except InputError as err:
+        return report(err)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
