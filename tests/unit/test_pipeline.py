@@ -88,3 +88,27 @@ def test_a_job_refuses_to_start_before_what_it_needs(tmp_path):
         pipeline.run("step5")
     with pytest.raises(InputError, match="step2-minijoint runs for de; not for 'xx'"):
         pipeline.run("step2-minijoint", "xx")
+
+
+def test_source_relearn_is_one_more_step2_run_of_the_systems_it_names(tmp_path):
+    pipeline = demo_pipeline(tmp_path, source_relearn=["bl_base"])
+    by_name = {j.name: j for j in pipeline.jobs()}
+    assert by_name["step2-bl_base"].array == ("de", "en-relearn") and by_name["step2-minijoint"].array == ("de",)
+    assert pipeline.step2_dir("en-relearn", "bl_base") == tmp_path / "out/step2/en-relearn/bl_base"
+    with pytest.raises(InputError, match=r"step2-bl_base \(en-relearn\) needs the finished run in .*step1/base"):
+        pipeline.run("step2-bl_base", "en-relearn")
+    path = tmp_path / "bad.json"
+    base = json.loads((Path(__file__).resolve().parents[2] / "configs/demo.json").read_text())
+    path.write_text(json.dumps({**base, "systems": ["bl_base"], "source_relearn": ["minijoint"]}))
+    with pytest.raises(InputError, match=rf"{path}: source_relearn must name systems of this pipeline"):
+        PipelineConfig.load(path)
+
+
+def test_results_hold_the_controls_and_baselines(tmp_path):
+    own = [{"task": "lohelp", "lang": "en", "primary": "base", "seed": 1, "accuracy": 70.0}]
+    relearn = [record("bl_base", 10, 1, 30.0, lang="en-relearn"), record("bl_base", 10, 2, 32.0, lang="en-relearn")]
+    trivial = [{"task": "lohelp", "lang": "de", "split": "test", "majority": 32.3, "bag_of_words": 38.8}]
+    write_results(tmp_path, RESULTS, [], source_test=own, source_relearn=relearn, baselines=trivial)
+    saved = json.loads((tmp_path / "results.json").read_text())
+    assert saved["source_test"] == own and saved["baselines"] == trivial and saved["source_relearn"] == relearn
+    assert [(r["lang"], r["mean"]) for r in saved["source_relearn_over_seeds"]] == [("en-relearn", 31.0)]
