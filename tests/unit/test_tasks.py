@@ -441,7 +441,7 @@ def test_token_classification_truncation_counts_words(tokenizer: Tokenizer) -> N
         [TokenExample("s7", ["river"], ["VERB"])], tokenizer, ["NOUN"]), "s7", "'VERB'", "NOUN")
 
 
-# --- trivial baselines -------------------------------------------------------------------------------------------------
+# --- trivial baselines ------------------------------------------------------------------------------------------------
 
 
 def test_majority_and_bag_of_words_baselines(tmp_path: Path) -> None:
