@@ -43,6 +43,10 @@ class ModelConfig:
     """Standard deviation of the normal initialisation of weights and embeddings (BERT/RoBERTa)."""
     aux_head_layer: int | None = None
     """MiniJoint: attach a second MLM head to the output of this layer (1-based; paper N=4). None: one head."""
+    position_init: str = "normal"
+    """Initial position table (it is learned either way): ``normal``, N(0, init_std) as BERT/RoBERTa; ``sinusoidal``,
+    the fixed encoding of Vaswani et al. (2017) scaled to the same standard deviation, so that nearby positions
+    start out similar and attention has an order to read from the first update."""
     pre_norm: bool = False
     """Where each block's LayerNorm sits. False: after the residual sum (post-LN, BERT/RoBERTa and the paper).
     True: on the sublayer's input (pre-LN), with one more LayerNorm at the input of every head; it trains stably at
@@ -59,6 +63,8 @@ class ModelConfig:
         for name in ("dropout", "attention_dropout"):
             if not 0.0 <= getattr(self, name) < 1.0:
                 raise InputError(f"model config: {name} must be in [0, 1), got {getattr(self, name)!r}")
+        if self.position_init not in ("normal", "sinusoidal"):
+            raise InputError(f"model config: position_init must be 'normal' or 'sinusoidal', got {self.position_init!r}")
         if self.aux_head_layer is not None and not 1 <= self.aux_head_layer < self.num_layers:
             raise InputError(
                 f"model config: aux_head_layer must be between 1 and num_layers-1 ({self.num_layers - 1}), "

@@ -133,6 +133,19 @@ class Body(nn.Module):
             nn.init.ones_(module.weight)
             nn.init.zeros_(module.bias)
 
+    def _init_positions(self) -> None:
+        """``cfg.position_init == "sinusoidal"``: sin/cos of position x frequency, frequencies 1/10000^(2i/h), scaled to
+        the standard deviation of a normal initialisation."""
+        if self.cfg.position_init != "sinusoidal":
+            return
+        table = self.embeddings.positions.weight
+        positions = torch.arange(table.shape[0], dtype=torch.float32)[:, None]  # (P, 1)
+        frequencies = 10000.0 ** (-torch.arange(0, table.shape[1], 2, dtype=torch.float32) / table.shape[1])
+        angles = positions * frequencies  # (P, h/2)
+        encoding = torch.stack([angles.sin(), angles.cos()], dim=-1).flatten(1)[:, :table.shape[1]]  # (P, h)
+        with torch.no_grad():
+            table.copy_(encoding * (self.cfg.init_std / encoding.std()))
+
     def hidden_states(self, input_ids: torch.Tensor, attention_mask: torch.Tensor | None) -> Iterator[torch.Tensor]:
         """Yields each layer's output (B, S, h), bottom to top. attention_mask: (B, S) bool, True at real tokens."""
         # SDPA's boolean mask is True where attention is allowed: (B, 1, 1, S) broadcasts over heads and queries.
@@ -170,6 +183,7 @@ class MaskedLM(Body):
         if cfg.aux_head_layer is not None:
             self.heads[AUX_HEAD] = MLMHead(cfg)
         self.apply(self._init_weights)
+        self._init_positions()
 
     def head_layers(self) -> dict[str, int]:
         """Which layer's output feeds each head (1-based)."""
@@ -224,6 +238,7 @@ class TaskModel(Body):
             self.dense = nn.Linear(cfg.hidden_size, cfg.hidden_size)
         self.out = nn.Linear(cfg.hidden_size, 2 if kind == "span" else num_labels)
         self.apply(self._init_weights)
+        self._init_positions()
 
     def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor | None = None) -> torch.Tensor:
         *_, x = self.hidden_states(input_ids, attention_mask)  # last layer's output (B, S, h)

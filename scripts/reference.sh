@@ -4,12 +4,8 @@
 # Several hours on a 2-core machine; run it again after an interruption and it resumes where it stopped.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-bash scripts/setup_env.sh
-export PATH="$PWD/.venv/bin:$PATH" DS_ACCELERATOR=${DS_ACCELERATOR:-cpu}
-export TORCH_EXTENSIONS_DIR=${TORCH_EXTENSIONS_DIR:-$PWD/.venv/torch_extensions}
-export OMP_NUM_THREADS=${OMP_NUM_THREADS:-1}
 # Unpack each shipped .xz beside itself, once (an interrupted unpack leaves no half file: it writes, then renames).
-python - <<'PY'
+python3 - <<'PY'
 import lzma, os, pathlib
 for packed in sorted(pathlib.Path("reference_data").rglob("*.xz")):
     plain = packed.with_suffix("")
@@ -18,4 +14,5 @@ for packed in sorted(pathlib.Path("reference_data").rglob("*.xz")):
         tmp.write_bytes(lzma.decompress(packed.read_bytes()))
         os.replace(tmp, plain)
 PY
-python -m ds_minimodel.pipeline --config "${CONFIG:-configs/reference.json}" "$@"
+# The same installation and environment as the demo, with this config.
+CONFIG=${CONFIG:-configs/reference.json} exec bash scripts/demo.sh
