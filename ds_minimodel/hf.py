@@ -549,6 +549,11 @@ def export_folder(source: Path, out: Path, *, embeddings: Path | None = None) ->
     else:
         model, meta = checkpoint.load_model(source)
         head = "mlm"
+    cfg = model.cfg
+    if cfg.pre_norm:
+        raise InputError(f"{source}: a pre-LN model (pre_norm true); RobertaFor* folders hold post-LN models only")
+    if cfg.attention_bias != "none":
+        raise InputError(f"{source}: attention_bias {cfg.attention_bias!r}; RobertaFor* folders have no attention bias")
     tokenizer_ref, owner, record_embeddings = meta.get("tokenizer"), source, None
     if embeddings is not None:
         emb_meta = swap_checked(model, meta, source, Path(embeddings))
@@ -556,9 +561,6 @@ def export_folder(source: Path, out: Path, *, embeddings: Path | None = None) ->
         record_embeddings = {"path": str(Path(embeddings).resolve()), "weights_sha256": emb_meta["weights_sha256"],
                              "lang": emb_meta.get("lang"), "system": emb_meta.get("system")}
     tokenizer = load_tokenizer(tokenizer_ref, owner)
-    cfg = model.cfg
-    if cfg.pre_norm:
-        raise InputError(f"{source}: a pre-LN model (pre_norm true); RobertaFor* folders hold post-LN models only")
     if tokenizer.vocab_size != cfg.vocab_size:
         raise InputError(f"{owner}: tokenizer {tokenizer.path} has {tokenizer.vocab_size} tokens but the model "
                          f"{cfg.vocab_size} embedding rows")

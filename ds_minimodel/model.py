@@ -158,12 +158,26 @@ class Body(nn.Module):
         if attention_mask is not None and (torch.compiler.is_compiling() or not bool(attention_mask.all())):
             attn_mask = attention_mask[:, None, None, :]
         x = self.embeddings(input_ids)
+        if self.cfg.attention_bias == "alibi":
+            attn_mask = self._alibi(input_ids.shape[1], attn_mask, x.dtype)
         recompute = self.activation_checkpointing and self.training and torch.is_grad_enabled()
         for layer in self.layers:
             # Non-reentrant checkpointing restores the RNG state for the recomputation, so dropout masks (and the
             # gradients) equal those of a normal pass; it also works when the layer's own weights are frozen.
             x = checkpoint(layer, x, attn_mask, use_reentrant=False) if recompute else layer(x, attn_mask)
             yield x
+
+    def _alibi(self, seq_len: int, padding: torch.Tensor | None, dtype: torch.dtype) -> torch.Tensor:
+        """Symmetric ALiBi as an additive SDPA mask: (1, H, S, S), or (B, H, S, S) with -inf at padded keys."""
+        heads = self.cfg.num_heads
+        device = self.embeddings.positions.weight.device
+        slopes = 2.0 ** (-8.0 * torch.arange(1, heads + 1, dtype=torch.float32, device=device) / heads)  # (H,)
+        offsets = torch.arange(seq_len, dtype=torch.float32, device=device)
+        distance = (offsets[None, :] - offsets[:, None]).abs()  # (S, S): |i - j|
+        bias = -(slopes[:, None, None] * distance)[None]  # (1, H, S, S)
+        if padding is not None:  # (B, 1, 1, S) bool, True where attention is allowed
+            bias = bias.masked_fill(~padding, float("-inf"))
+        return bias.to(dtype)
 
     def num_parameters(self) -> int:
         return sum(p.numel() for p in self.parameters())

@@ -11,7 +11,10 @@
 #   dropout0-batch32   no dropout, 32 sequences per update (twice the updates for the same tokens)
 #   dropout0-batch32-lr2e-3   the same at twice the peak learning rate
 #   dropout0-batch32-sinusoidal   no dropout, 32 sequences, the position table initialised sinusoidal
+#   dropout0-batch32-sinusoidal-lr2e-3   the same at twice the peak learning rate
+#   dropout0-batch32-alibi   no dropout, 32 sequences, symmetric ALiBi attention bias ("attention_bias": "alibi")
 #   postln             post-LN (the paper's placement), peak lr 5e-4
+# STEPS overrides the number of updates TOKENS gives; SAVE_EVERY saves more often than only at the end (for the probe).
 # Each runs on 2 ranks through the deepspeed launcher, into runs/reference-levers/<name>; finished ones are reused.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -31,6 +34,9 @@ model = {"reference": {}, "dropout0": {"dropout": 0.0, "attention_dropout": 0.0}
          "dropout0-batch32": {"dropout": 0.0, "attention_dropout": 0.0},
          "dropout0-batch32-lr2e-3": {"dropout": 0.0, "attention_dropout": 0.0},
          "dropout0-batch32-sinusoidal": {"dropout": 0.0, "attention_dropout": 0.0, "position_init": "sinusoidal"},
+         "dropout0-batch32-sinusoidal-lr2e-3": {"dropout": 0.0, "attention_dropout": 0.0,
+                                                "position_init": "sinusoidal"},
+         "dropout0-batch32-alibi": {"dropout": 0.0, "attention_dropout": 0.0, "attention_bias": "alibi"},
          "postln": {"pre_norm": False}}[name]
 config = json.load(open("ds_configs/cpu_bf16_reference.json"))
 if name.startswith("dropout0-batch32"):
@@ -48,7 +54,7 @@ PY
   [ -f "$dir/.finished" ] || {
     resume=(); [ -f "$dir/run.json" ] && resume=(--resume)
     deepspeed --num_gpus 2 run_pretrain.py --variant base --preset reference --model-config "$overrides" \
-      --seq-len 128 --seed 1 --data "$DATA" --ds-config "$ds" --steps "$steps" --save-every "$steps" \
+      --seq-len 128 --seed 1 --data "$DATA" --ds-config "$ds" --steps "$steps" --save-every "${SAVE_EVERY:-$steps}" \
       --log-every 25 --out "$dir" "${resume[@]}" > "$dir.log" 2>&1 && touch "$dir/.finished"
   }
 done

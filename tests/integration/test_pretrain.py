@@ -73,7 +73,12 @@ def test_resume_is_bitwise_identical(en_data, tmp_path, num_ranks):
 
 
 def test_compiled_training_is_one_graph_and_its_checkpoints_resume_eagerly(en_data, tmp_path):
-    common = ["--variant", "minijoint", *TINY, "--data", str(en_data), "--save-every", "3", "--log-every", "1"]
+    # Three layers rather than tiny's twelve: Inductor's compile time grows with the layers it unrolls (about 60 s for
+    # twelve on 2 CPU cores), and one graph over three layers with both heads asks the same questions.
+    shallow = tmp_path / "model.json"
+    shallow.write_text(json.dumps({"num_layers": 3}))
+    common = ["--variant", "minijoint", *TINY, "--model-config", str(shallow), "--aux-layer", "2", "--data",
+              str(en_data), "--save-every", "3", "--log-every", "1"]
     out = tmp_path / "compiled"
     proc = run_cmd(pretrain_cmd(1, *common, "--out", str(out), "--steps", "3", "--compile"),
                    env={"TORCH_LOGS": "graph_breaks,recompiles"})
@@ -94,7 +99,7 @@ def test_the_compiled_forward_equals_the_eager_one():
     from ds_minimodel.config import get_preset
     from ds_minimodel.model import MaskedLM
 
-    model = MaskedLM(get_preset("tiny").replace(vocab_size=300, aux_head_layer=4)).eval()
+    model = MaskedLM(get_preset("tiny").replace(vocab_size=300, num_layers=3, aux_head_layer=2)).eval()
     compiled = torch.compile(model)
     with torch._dynamo.config.patch(capture_dynamic_output_shape_ops=True):  # as engine.compile_model sets it
         check_against_eager(model, compiled)
@@ -126,21 +131,3 @@ def test_batch_arithmetic_error_names_the_numbers(en_data, tmp_path):
     assert "train_batch_size 48 != train_micro_batch_size_per_gpu 16 x gradient_accumulation_steps 2 x world size 1" \
         in proc.stderr
     assert not (tmp_path / "run").exists()
-
-
-def test_base_preset_one_step_on_cpu(en_data, tmp_path):
-    """The paper's shapes build and train a step on CPU at a short sequence length."""
-    config = json.loads((REPO / "ds_configs/cpu_fp32.json").read_text())
-    config.update(train_batch_size=2, train_micro_batch_size_per_gpu=2)
-    cfg_path = tmp_path / "ds.json"
-    cfg_path.write_text(json.dumps(config))
-    out = tmp_path / "base"
-    proc = run_cmd(pretrain_cmd(1, "--variant", "minijoint", "--preset", "base", "--seq-len", "32",
-                                "--ds-config", str(cfg_path), "--data", str(en_data), "--out", str(out),
-                                "--steps", "1", "--log-every", "1"))
-    meta = json.loads((out / "checkpoints/step_00000001/meta.json").read_text())
-    # base = 124,491,344 parameters with a 50,000 vocabulary; here the vocabulary is the demo's 2,000 and
-    # MiniJoint adds a second head (dense 768x768+768, LayerNorm 2x768, bias 2,000).
-    expected = 124_491_344 - (50_000 - 2_000) * 768 - (50_000 - 2_000) + (768 * 768 + 768 + 2 * 768 + 2_000)
-    assert meta["num_parameters"] == expected
-    assert f"{expected:,} parameters" in proc.stdout

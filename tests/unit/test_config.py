@@ -199,3 +199,10 @@ def test_pre_norm_is_a_boolean_and_defaults_to_the_papers_post_ln() -> None:
     assert ModelConfig.from_dict({"pre_norm": True}).pre_norm is True
     with pytest.raises(InputError, match="pre_norm must be bool, got 'yes'"):
         ModelConfig.from_dict({"pre_norm": "yes"}, source="overrides.json")
+
+
+def test_attention_bias_defaults_to_robertas_none_and_names_a_bad_value() -> None:
+    assert ModelConfig().attention_bias == "none" and get_preset("reference").attention_bias == "alibi"
+    assert ModelConfig.from_dict({"attention_bias": "alibi"}).attention_bias == "alibi"
+    with pytest.raises(InputError, match="attention_bias must be 'none' or 'alibi', got 'rope'"):
+        ModelConfig.from_dict({"attention_bias": "rope"}, source="overrides.json")

@@ -477,3 +477,15 @@ def test_minilm_imports_exactly_and_its_new_head_learns_english(tmp_path: Path) 
     after = held_out_loss()
     print(f"MiniLM head training, held-out MLM loss: {before:.2f} -> {after:.2f} after 12 updates")
     assert before > 9.0 and after < before - 2.0  # ln(30522) = 10.3 at the start
+
+
+@pytest.mark.parametrize("change", [{"pre_norm": True}, {"attention_bias": "alibi"}], ids=["pre_norm", "alibi"])
+def test_export_refuses_architectures_roberta_cannot_hold(change: dict, tmp_path: Path) -> None:
+    from ds_minimodel.config import get_preset
+    from ds_minimodel.model import MaskedLM
+
+    cfg = get_preset("tiny").replace(**change)
+    folder = tmp_path / "model"
+    checkpoint.save_model_folder(folder, MaskedLM(cfg).state_dict(), {"model_config": cfg.to_dict()})
+    with pytest.raises(InputError, match=next(iter(change))):
+        hf.export_folder(folder, tmp_path / "export")

@@ -92,8 +92,8 @@ def test_masked_only_logits_equal_full_logits_at_masked_positions(cfg: ModelConf
 # --- 3. padding -------------------------------------------------------------------------------------------------------
 
 
-def test_real_tokens_do_not_depend_on_padded_positions() -> None:
-    cfg = MICRO_JOINT
+@pytest.mark.parametrize("cfg", [MICRO_JOINT, MICRO_JOINT.replace(attention_bias="alibi")], ids=["none", "alibi"])
+def test_real_tokens_do_not_depend_on_padded_positions(cfg: ModelConfig) -> None:
     model = _perturbed(cfg)
     lengths = [9, 12, 5]
     seq_len = 12
@@ -416,3 +416,22 @@ def test_word_order_probe_tells_a_model_that_reads_order_from_one_that_does_not(
         optimizer.step()
     after = word_order_losses(model, blocks(64).numpy())
     assert after["shuffled"] - after["as_written"] > 1.0 and after["random"] > after["shuffled"]
+
+
+def test_alibi_adds_a_symmetric_distance_penalty_per_head_and_masks_padding() -> None:
+    model = MaskedLM(MICRO.replace(attention_bias="alibi"))
+    padding = torch.tensor([[True] * 5, [True] * 3 + [False] * 2])[:, None, None, :]  # (B, 1, 1, S)
+    bias = model._alibi(5, padding, torch.float32)
+    assert bias.shape == (2, 4, 5, 5)
+    for head, slope in enumerate([2.0 ** -2, 2.0 ** -4, 2.0 ** -6, 2.0 ** -8]):  # m_h = 2^(-8h/H), H = 4
+        assert bias[0, head, 1, 4].item() == bias[0, head, 4, 1].item() == -3 * slope
+    assert (bias[0].diagonal(dim1=1, dim2=2) == 0).all()
+    assert torch.isinf(bias[1, :, :, 3:]).all() and torch.isfinite(bias[1, :, :, :3]).all()
+    # The same weights without the bias give other outputs: the bias is applied.
+    plain = MaskedLM(MICRO)
+    plain.load_state_dict(model.state_dict())
+    ids = torch.randint(5, MICRO.vocab_size, (1, 12))
+    with torch.no_grad():
+        assert not torch.allclose(model(ids)[MAIN_HEAD], plain(ids)[MAIN_HEAD], atol=1e-4)
+    with pytest.raises(Exception, match="attention_bias"):
+        MICRO.replace(attention_bias="t5")
