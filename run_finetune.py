@@ -1,8 +1,7 @@
 #!/usr/bin/env python
 """Step 3 (finetune the body on a source-language task, embeddings frozen); see ``python run_finetune.py --help``."""
-import sys
-
+from ds_minimodel.cli import exit_now
 from ds_minimodel.finetune import main
 
 if __name__ == "__main__":
-    sys.exit(main())
+    exit_now(main())

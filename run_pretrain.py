@@ -1,8 +1,7 @@
 #!/usr/bin/env python
 """Step 1 (pretraining) entry point; see ``python run_pretrain.py --help`` and README.md."""
-import sys
-
+from ds_minimodel.cli import exit_now
 from ds_minimodel.pretrain import main
 
 if __name__ == "__main__":
-    sys.exit(main())
+    exit_now(main())

@@ -6,9 +6,11 @@ import datetime
 import gc
 import json
 import logging
+import os
+import sys
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
 from ds_minimodel.config import TrainConfig
 from ds_minimodel.engine import DEFAULT_DIST_TIMEOUT, StopSignals, scheduler_total_steps
@@ -87,3 +89,22 @@ def run_main(run: Callable[[argparse.Namespace], dict[str, Any]], args: argparse
         gc.collect()
         dist.destroy_process_group()
     return 0
+
+
+def exit_now(code: int) -> NoReturn:
+    """End a training entry script's process with ``code``, skipping Python's finalization.
+
+    By the time a stage's ``main`` returns, its files are closed (metrics, TensorBoard, checkpoints fsynced) and its
+    process group destroyed. What finalization would still do is free torch, DeepSpeed and Gloo state object by
+    object: measured at 0.9 s per process on CPU, after every handler registered with ``atexit`` had run, and the moment
+    at which Gloo state freed late can abort the process (see ``run_main``). The test suite launches such processes
+    about a hundred times. An exception raised by ``main`` never gets here: it exits the normal way, with its traceback.
+    Under ``mpirun`` MPI is finalized first (mpi4py would do it at exit): a rank that leaves without it is an abnormal
+    termination to the MPI launcher.
+    """
+    mpi = sys.modules.get("mpi4py.MPI")
+    if mpi is not None and mpi.Is_initialized() and not mpi.Is_finalized():
+        mpi.Finalize()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)

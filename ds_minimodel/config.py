@@ -50,8 +50,8 @@ class ModelConfig:
     attention_bias: str = "none"
     """A fixed bias added to every attention score. ``none``: RoBERTa's attention (positions come only from the learned
     table). ``alibi``: symmetric ALiBi (Press et al., 2022, as MosaicBERT uses it in an encoder): head h of H adds
-    -m_h |i - j| with m_h = 2^(-8h/H), so attention starts out local and a small body reads its neighbours from the first
-    updates; the learned table stays, and tells left from right. Not a RoBERTa architecture: Hugging Face export refuses
+    -m_h |i - j| with m_h = 2^(-8h/H), so attention starts out local and a small body reads its neighbours from the
+    first updates; the learned table stays, and tells left from right. Not a RoBERTa architecture: Hugging Face export refuses
     it. Measured on the reference data (RESULTS.md): without it a 6 x 256 body still predicted from the bag of words
     alone after 1,000-1,700 updates."""
     pre_norm: bool = False
@@ -73,7 +73,8 @@ class ModelConfig:
         if self.attention_bias not in ("none", "alibi"):
             raise InputError(f"model config: attention_bias must be 'none' or 'alibi', got {self.attention_bias!r}")
         if self.position_init not in ("normal", "sinusoidal"):
-            raise InputError(f"model config: position_init must be 'normal' or 'sinusoidal', got {self.position_init!r}")
+            raise InputError(
+                f"model config: position_init must be 'normal' or 'sinusoidal', got {self.position_init!r}")
         if self.aux_head_layer is not None and not 1 <= self.aux_head_layer < self.num_layers:
             raise InputError(
                 f"model config: aux_head_layer must be between 1 and num_layers-1 ({self.num_layers - 1}), "
