@@ -51,9 +51,9 @@ class ModelConfig:
     """A fixed bias added to every attention score. ``none``: RoBERTa's attention (positions come only from the learned
     table). ``alibi``: symmetric ALiBi (Press et al., 2022, as MosaicBERT uses it in an encoder): head h of H adds
     -m_h |i - j| with m_h = 2^(-8h/H), so attention starts out local and a small body reads its neighbours from the
-    first updates; the learned table stays, and tells left from right. Not a RoBERTa architecture: Hugging Face export refuses
-    it. Measured on the reference data (RESULTS.md): without it a 6 x 256 body still predicted from the bag of words
-    alone after 1,000-1,700 updates."""
+    first updates; the learned table stays, and tells left from right. Not a RoBERTa architecture: Hugging Face export
+    refuses it. Measured on the reference data (RESULTS.md): without it a 6 x 256 body still predicted from the bag of
+    words alone after 1,000-1,700 updates."""
     pre_norm: bool = False
     """Where each block's LayerNorm sits. False: after the residual sum (post-LN, BERT/RoBERTa and the paper).
     True: on the sublayer's input (pre-LN), with one more LayerNorm at the input of every head; it trains stably at

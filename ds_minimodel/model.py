@@ -133,11 +133,15 @@ class Body(nn.Module):
             nn.init.ones_(module.weight)
             nn.init.zeros_(module.bias)
 
+    def _init_all(self) -> None:
+        """Every module's BERT/RoBERTa initialisation, then the position table's (``cfg.position_init``)."""
+        self.apply(self._init_weights)
+        if self.cfg.position_init == "sinusoidal":
+            self._init_positions()
+
     def _init_positions(self) -> None:
-        """``cfg.position_init == "sinusoidal"``: sin/cos of position x frequency, frequencies 1/10000^(2i/h), scaled to
-        the standard deviation of a normal initialisation."""
-        if self.cfg.position_init != "sinusoidal":
-            return
+        """Sinusoidal table: sin/cos of position x frequency, frequencies 1/10000^(2i/h), scaled to the standard
+        deviation of a normal initialisation."""
         table = self.embeddings.positions.weight
         positions = torch.arange(table.shape[0], dtype=torch.float32)[:, None]  # (P, 1)
         frequencies = 10000.0 ** (-torch.arange(0, table.shape[1], 2, dtype=torch.float32) / table.shape[1])
@@ -159,7 +163,7 @@ class Body(nn.Module):
             attn_mask = attention_mask[:, None, None, :]
         x = self.embeddings(input_ids)
         if self.cfg.attention_bias == "alibi":
-            attn_mask = self._alibi(input_ids.shape[1], attn_mask, x.dtype)
+            attn_mask = self._alibi(input_ids.shape[1], attn_mask, x)
         recompute = self.activation_checkpointing and self.training and torch.is_grad_enabled()
         for layer in self.layers:
             # Non-reentrant checkpointing restores the RNG state for the recomputation, so dropout masks (and the
@@ -167,17 +171,17 @@ class Body(nn.Module):
             x = checkpoint(layer, x, attn_mask, use_reentrant=False) if recompute else layer(x, attn_mask)
             yield x
 
-    def _alibi(self, seq_len: int, padding: torch.Tensor | None, dtype: torch.dtype) -> torch.Tensor:
-        """Symmetric ALiBi as an additive SDPA mask: (1, H, S, S), or (B, H, S, S) with -inf at padded keys."""
-        heads = self.cfg.num_heads
-        device = self.embeddings.positions.weight.device
+    def _alibi(self, seq_len: int, padding: torch.Tensor | None, like: torch.Tensor) -> torch.Tensor:
+        """Symmetric ALiBi as an additive SDPA mask in ``like``'s dtype and device: (1, H, S, S), or (B, H, S, S) with
+        -inf at padded keys."""
+        heads, device = self.cfg.num_heads, like.device
         slopes = 2.0 ** (-8.0 * torch.arange(1, heads + 1, dtype=torch.float32, device=device) / heads)  # (H,)
         offsets = torch.arange(seq_len, dtype=torch.float32, device=device)
         distance = (offsets[None, :] - offsets[:, None]).abs()  # (S, S): |i - j|
         bias = -(slopes[:, None, None] * distance)[None]  # (1, H, S, S)
         if padding is not None:  # (B, 1, 1, S) bool, True where attention is allowed
             bias = bias.masked_fill(~padding, float("-inf"))
-        return bias.to(dtype)
+        return bias.to(like.dtype)
 
     def num_parameters(self) -> int:
         return sum(p.numel() for p in self.parameters())
@@ -196,8 +200,7 @@ class MaskedLM(Body):
         self.heads = nn.ModuleDict({MAIN_HEAD: MLMHead(cfg)})
         if cfg.aux_head_layer is not None:
             self.heads[AUX_HEAD] = MLMHead(cfg)
-        self.apply(self._init_weights)
-        self._init_positions()
+        self._init_all()
 
     def head_layers(self) -> dict[str, int]:
         """Which layer's output feeds each head (1-based)."""
@@ -251,8 +254,7 @@ class TaskModel(Body):
         if kind == "sequence":
             self.dense = nn.Linear(cfg.hidden_size, cfg.hidden_size)
         self.out = nn.Linear(cfg.hidden_size, 2 if kind == "span" else num_labels)
-        self.apply(self._init_weights)
-        self._init_positions()
+        self._init_all()
 
     def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor | None = None) -> torch.Tensor:
         *_, x = self.hidden_states(input_ids, attention_mask)  # last layer's output (B, S, h)
