@@ -4,7 +4,8 @@ seed, Step 4 for every saved Step-2 checkpoint, then results as JSON, CSV and a 
     python -m ds_minimodel.pipeline --config configs/demo.json
 
 Steps whose outputs exist are skipped; a step whose run folder exists but did not finish is resumed. Training
-steps run as separate processes through the ``deepspeed`` launcher (``ranks`` per node); Step 4 runs in process.
+steps run as separate processes through the ``deepspeed`` launcher (``ranks`` per node; ``--launcher torchrun``
+or ``srun`` for the others); Step 4 runs in process.
 Relative paths in the config are taken from the current directory.
 """
 from __future__ import annotations
@@ -131,20 +132,25 @@ class PipelineConfig:
 
 
 # ----------------------------------------------------------------------------------------------- running steps
-LAUNCHERS = ("deepspeed", "srun")
+LAUNCHERS = ("deepspeed", "torchrun", "srun")
 
 
 def launch(script: str, args: list[str], ranks: int, launcher: str = "deepspeed") -> None:
     """Run a training entry point; a failure stops the pipeline with its exit code.
 
-    ``deepspeed``: ``ranks`` processes on this machine (one process when ``ranks`` is 1). ``srun``: one task per
-    rank of the enclosing batch job's allocation (its nodes x tasks per node); ranks find each other from the
-    SLURM_* variables (``ds_minimodel.slurm.rank_env``), and the job's pre-timeout SIGUSR1 reaches every rank.
+    ``deepspeed``: ``ranks`` processes on this machine (one process when ``ranks`` is 1). ``torchrun``: the same
+    through PyTorch's launcher, which starts one interpreter (and one import of DeepSpeed) fewer and passes SIGTERM
+    on to the ranks, which save and exit. ``srun``: one task per rank of the enclosing batch job's allocation (its
+    nodes x tasks per node); ranks find each other from the SLURM_* variables (``ds_minimodel.slurm.rank_env``), and
+    the job's pre-timeout SIGUSR1 reaches every rank.
     """
     if launcher == "srun":
         cmd = ["srun", "--kill-on-bad-exit=1", sys.executable, script, *args]
     elif ranks == 1:
         cmd = [sys.executable, script, *args]
+    elif launcher == "torchrun":
+        cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", str(ranks), "--master_port",
+               str(free_port()), script, *args]
     else:
         cmd = [deepspeed_runner(), "--num_gpus", str(ranks), "--master_port", str(free_port()), script, *args]
     print("$ " + " ".join(cmd), flush=True)
@@ -502,7 +508,8 @@ def main(argv: list[str] | None = None) -> int:
                    help="run one job of the plan (see --list), e.g. step1-base, step2-minijoint")
     p.add_argument("--lang", help="with --only step2-*: just this target language")
     p.add_argument("--launcher", choices=LAUNCHERS, default="deepspeed",
-                   help="how training ranks start: the deepspeed launcher on this machine, or srun inside a batch job")
+                   help="how training ranks start on this machine: the deepspeed launcher or PyTorch's torchrun; "
+                        "or srun inside a batch job")
     p.add_argument("--list", action="store_true", help="print the jobs and what each needs, then exit")
     args = p.parse_args(argv)
     try:

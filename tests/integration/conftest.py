@@ -82,7 +82,10 @@ def demo_pipeline(tmp_path_factory) -> dict:
         config["tasks"][0]["test"][lang] = str(head)
     path = root / "pipeline.json"
     path.write_text(json.dumps(config))
-    proc = run_cmd([sys.executable, "-m", "ds_minimodel.pipeline", "--config", str(path)], timeout=900)
+    # Its 14 training launches go through torchrun, which starts one interpreter fewer than the deepspeed launcher;
+    # test_reference.py runs the pipeline through the deepspeed launcher, the default.
+    proc = run_cmd([sys.executable, "-m", "ds_minimodel.pipeline", "--config", str(path), "--launcher", "torchrun"],
+                   timeout=900)
     return {"out": Path(config["out"]), "config": path, "stdout": proc.stdout, "settings": config}
 
 
