@@ -38,6 +38,12 @@ def deepspeed_cmd(num_ranks: int, script: str, *args: str) -> list[str]:
     return [launcher, "--num_gpus", str(num_ranks), "--master_port", str(free_port()), script, *args]
 
 
+def torchrun_cmd(num_ranks: int, script: str, *args: str) -> list[str]:
+    """PyTorch's launcher: for runs that are not about the launcher (it starts one interpreter fewer)."""
+    return [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", str(num_ranks), "--master_port",
+            str(free_port()), script, *args]
+
+
 @pytest.fixture(scope="session")
 def en_data(tmp_path_factory) -> Path:
     """The demo English corpus, tokenized (vocabulary 2,000) and sharded, once per session."""

@@ -14,7 +14,7 @@ from ds_minimodel.data import MLMBatchStream, PackedDataset, TokenShards
 from ds_minimodel.engine import evaluate
 from ds_minimodel.losses import mlm_step
 from ds_minimodel.surgery import build_minipost
-from tests.integration.conftest import REPO, deepspeed_cmd, run_cmd
+from tests.integration.conftest import REPO, run_cmd, torchrun_cmd
 
 STEP2 = ["--seq-len", "64", "--save-every", "10", "--log-every", "5", "--steps", "30"]
 
@@ -127,9 +127,9 @@ def adapted(primaries, minipost, de_data, tmp_path_factory) -> dict[str, Path]:
     runs = {}
     for system, body in bodies.items():
         out = root / system
-        run_cmd(deepspeed_cmd(2, "run_adapt.py", "--system", system, "--body", str(body), "--data", str(de_data),
-                              "--ds-config", str(ds_config_for(SYSTEM_CONFIGS[system], root)), "--out", str(out),
-                              *STEP2))
+        run_cmd(torchrun_cmd(2, "run_adapt.py", "--system", system, "--body", str(body), "--data", str(de_data),
+                             "--ds-config", str(ds_config_for(SYSTEM_CONFIGS[system], root)), "--out", str(out),
+                             *STEP2))
         runs[system] = out
     return runs
 
