@@ -24,7 +24,7 @@ from ds_minimodel.config import SYSTEMS, dataclass_from_dict, file_sha256, read_
 from ds_minimodel.data import META_FILE
 from ds_minimodel.engine import free_port
 from ds_minimodel.errors import InputError, report
-from ds_minimodel.launch import deepspeed_runner
+from ds_minimodel.launch import local_command
 from ds_minimodel.evaluate import zero_shot
 
 PRIMARY_OF = {"bl_base": "base", "bl_small": "small", "minijoint": "minijoint", "minipost": "base"}
@@ -138,21 +138,17 @@ LAUNCHERS = ("deepspeed", "torchrun", "srun")
 def launch(script: str, args: list[str], ranks: int, launcher: str = "deepspeed") -> None:
     """Run a training entry point; a failure stops the pipeline with its exit code.
 
-    ``deepspeed``: ``ranks`` processes on this machine (one process when ``ranks`` is 1). ``torchrun``: the same
-    through PyTorch's launcher, which starts one interpreter (and one import of DeepSpeed) fewer and passes SIGTERM
-    on to the ranks, which save and exit. ``srun``: one task per rank of the enclosing batch job's allocation (its
-    nodes x tasks per node); ranks find each other from the SLURM_* variables (``ds_minimodel.slurm.rank_env``), and
-    the job's pre-timeout SIGUSR1 reaches every rank.
+    ``deepspeed`` or ``torchrun``: ``ranks`` processes on this machine (``launch.local_command``; one process when
+    ``ranks`` is 1). ``srun``: one task per rank of the enclosing batch job's allocation (its nodes x tasks per
+    node); ranks find each other from the SLURM_* variables (``ds_minimodel.slurm.rank_env``), and the job's
+    pre-timeout SIGUSR1 reaches every rank.
     """
     if launcher == "srun":
         cmd = ["srun", "--kill-on-bad-exit=1", sys.executable, script, *args]
     elif ranks == 1:
         cmd = [sys.executable, script, *args]
-    elif launcher == "torchrun":
-        cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", str(ranks), "--master_port",
-               str(free_port()), script, *args]
     else:
-        cmd = [deepspeed_runner(), "--num_gpus", str(ranks), "--master_port", str(free_port()), script, *args]
+        cmd = local_command(launcher, ranks, free_port(), script, args)
     print("$ " + " ".join(cmd), flush=True)
     env = {k: v for k, v in os.environ.items()
            if k not in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT")}

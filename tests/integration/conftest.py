@@ -12,6 +12,7 @@ import pytest
 
 from ds_minimodel import checkpoint
 from ds_minimodel.engine import free_port
+from ds_minimodel.launch import local_command
 
 REPO = Path(__file__).resolve().parents[2]
 DEMO = REPO / "demo_data"
@@ -40,8 +41,7 @@ def deepspeed_cmd(num_ranks: int, script: str, *args: str) -> list[str]:
 
 def torchrun_cmd(num_ranks: int, script: str, *args: str) -> list[str]:
     """PyTorch's launcher: for runs that are not about the launcher (it starts one interpreter fewer)."""
-    return [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", str(num_ranks), "--master_port",
-            str(free_port()), script, *args]
+    return local_command("torchrun", num_ranks, free_port(), script, list(args))
 
 
 @pytest.fixture(scope="session")
@@ -88,8 +88,8 @@ def demo_pipeline(tmp_path_factory) -> dict:
         config["tasks"][0]["test"][lang] = str(head)
     path = root / "pipeline.json"
     path.write_text(json.dumps(config))
-    # Its 14 training launches go through torchrun, which starts one interpreter fewer than the deepspeed launcher;
-    # test_reference.py runs the pipeline through the deepspeed launcher, the default.
+    # Its 14 training launches go through torchrun, which starts one interpreter fewer than the deepspeed launcher
+    # (the default; its command is unit-tested in test_launch.py and the launcher runs in test_pretrain/test_cluster).
     proc = run_cmd([sys.executable, "-m", "ds_minimodel.pipeline", "--config", str(path), "--launcher", "torchrun"],
                    timeout=900)
     return {"out": Path(config["out"]), "config": path, "stdout": proc.stdout, "settings": config}

@@ -70,7 +70,6 @@ def test_reference_config_runs_end_to_end_at_a_few_updates(tmp_path):
     path.write_text(json.dumps(config))
 
     proc = run_cmd([sys.executable, "-m", "ds_minimodel.pipeline", "--config", str(path)], timeout=600)
-    assert "deepspeed --num_gpus 2 --master_port" in proc.stdout  # the default launcher (the demo test: torchrun)
     results = json.loads((tmp_path / "out/results.json").read_text())
     systems = set(config["systems"])
     assert {r["system"] for r in results["zero_shot"]} == systems and {r["lang"] for r in results["zero_shot"]} == {

@@ -3,11 +3,12 @@ tests/integration/test_cluster.py)."""
 from __future__ import annotations
 
 import re
+import sys
 from pathlib import Path
 
 import pytest
 
-from ds_minimodel.launch import main, option_value
+from ds_minimodel.launch import local_command, main, option_value
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -44,3 +45,14 @@ def test_nothing_starts_when_a_check_fails(tmp_path, capsys, monkeypatch, hosts,
     assert main(["--hostfile", str(hostfile), *args, "run_pretrain.py", "--ds-config", "ds_configs/cpu_fp32.json"]
                 ) == 2
     assert re.search(problem, capsys.readouterr().err)
+
+
+def test_local_command_for_each_single_machine_launcher() -> None:
+    assert local_command("torchrun", 2, 29500, "run_adapt.py", ["--steps", "3"]) == [
+        sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2", "--master_port", "29500",
+        "run_adapt.py", "--steps", "3"]
+    deepspeed = local_command("deepspeed", 2, 29500, "run_adapt.py", [])
+    assert Path(deepspeed[0]).name == "deepspeed" and deepspeed[1:] == [
+        "--num_gpus", "2", "--master_port", "29500", "run_adapt.py"]
+    with pytest.raises(ValueError, match="srun"):
+        local_command("srun", 2, 29500, "run_adapt.py", [])
