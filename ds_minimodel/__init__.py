@@ -1,7 +1,8 @@
 """ds_minimodel: mini-model adaptation (Marchisio et al., 2023) on DeepSpeed.
 
-Import the submodules you need (``ds_minimodel.model``, ``ds_minimodel.engine``...);
-nothing heavy is imported here so that the CLI tools start fast.
+The folders follow a run (ARCHITECTURE.md): ``data`` -> ``model`` -> ``train`` -> ``stages`` -> ``tasks`` ->
+``pipeline``, with ``cluster`` for launching and ``tools`` beside them; ``systems`` registers the systems compared.
+Import the submodules you need; nothing heavy is imported here so that the command line starts fast.
 """
 
 __version__ = "0.1.0"

@@ -21,8 +21,9 @@ import torch
 import torch.nn.functional as F
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from ds_minimodel import checkpoint  # noqa: E402
-from ds_minimodel.data import TokenShards  # noqa: E402
+from ds_minimodel.data.streams import TokenShards  # noqa: E402
+from ds_minimodel.train import checkpoint  # noqa: E402
+from ds_minimodel.model.loading import load_mlm
 
 BANDS = ((0, 1000), (1000, 4000))
 
@@ -45,7 +46,7 @@ def main() -> int:
     p.add_argument("--embeddings", type=Path, nargs="+", required=True)
     p.add_argument("--data", type=Path, required=True)
     args = p.parse_args()
-    body, _ = checkpoint.load_model(args.body)
+    body, _ = load_mlm(args.body)
     original = body.embeddings.tokens.weight.detach()
     shards = TokenShards.open(args.data)
     counts = np.bincount(shards.tokens(0, shards.num_tokens), minlength=original.shape[0])

@@ -16,8 +16,8 @@ CPU="--ds-config ds_configs/cpu_fp32.json --seq-len 64 --log-every 10"
 last() { ls -d "$1"/checkpoints/step_* | tail -1; }
 
 # 1. English encoded with MiniLM's own tokenizer (copied to data/en/hf_tokenizer/); German with a new SentencePiece.
-$PY -m ds_minimodel.prepare --corpus demo_data/corpus/en.txt --out "$OUT/data/en" --tokenizer "$MINILM" --no-progress
-$PY -m ds_minimodel.prepare --corpus demo_data/corpus/de.txt --out "$OUT/data/de" --vocab-size 4000 --no-progress
+$PY -m ds_minimodel prepare --corpus demo_data/corpus/en.txt --out "$OUT/data/en" --tokenizer "$MINILM" --no-progress
+$PY -m ds_minimodel prepare --corpus demo_data/corpus/de.txt --out "$OUT/data/de" --vocab-size 4000 --no-progress
 
 # 2. The folder has no MLM head: train the one the import initialised (body and embeddings frozen).
 $PY run_pretrain.py --variant head --from "$MINILM" --data "$OUT/data/en" $CPU --steps 150 --save-every 150 \
@@ -35,15 +35,15 @@ $PY run_adapt.py --system bl_base --body "$PRIMARY" --data "$OUT/data/de" $CPU -
     --out "$OUT/de-bl_base"
 
 # 5. Export: the primary with the German embeddings, as a RobertaForMaskedLM folder with the German tokenizer.
-$PY -m ds_minimodel.hf export --model "$PRIMARY" --embeddings "$(last "$OUT/de-minipost")" --out "$OUT/hf-mlm-de"
+$PY -m ds_minimodel hf export --model "$PRIMARY" --embeddings "$(last "$OUT/de-minipost")" --out "$OUT/hf-mlm-de"
 
 # 6. Step 3 on English lohelp (embeddings frozen), Step 4 on German, and the classifier exported with German embeddings.
 $PY run_finetune.py --model "$PRIMARY" --task lohelp --format generic --train demo_data/tasks/lohelp/train.en.jsonl \
     --dev demo_data/tasks/lohelp/dev.en.jsonl --ds-config ds_configs/cpu_finetune_pretrained.json --max-len 64 \
     --epochs 1 --out "$OUT/lohelp"
-$PY -m ds_minimodel.evaluate --task-model "$(last "$OUT/lohelp")" --embeddings "$(last "$OUT/de-minipost")" \
+$PY -m ds_minimodel evaluate --task-model "$(last "$OUT/lohelp")" --embeddings "$(last "$OUT/de-minipost")" \
     --test demo_data/tasks/lohelp/test.de.jsonl --lang de
-$PY -m ds_minimodel.hf export --model "$(last "$OUT/lohelp")" --embeddings "$(last "$OUT/de-minipost")" \
+$PY -m ds_minimodel hf export --model "$(last "$OUT/lohelp")" --embeddings "$(last "$OUT/de-minipost")" \
     --out "$OUT/hf-lohelp-de"
 
 # 7. What the issue asks to see: the losses, and transformers agreeing with our evaluation.
@@ -56,12 +56,11 @@ import numpy as np
 import torch
 import transformers
 
-from ds_minimodel import checkpoint
-from ds_minimodel.finetune import load_task_model
-from ds_minimodel.losses import IGNORE_INDEX, mlm_losses
-from ds_minimodel.surgery import extract_embeddings, overlap_init, plug_embeddings, swap_checked, swap_embeddings
-from ds_minimodel.task import featurize, predict, read_eval_examples
-from ds_minimodel.tokenizer import BOS_ID, EOS_ID, MASK_ID, PAD_ID, load_tokenizer
+from ds_minimodel.data.tokenizer import BOS_ID, EOS_ID, IGNORE_INDEX, MASK_ID, PAD_ID, load_tokenizer
+from ds_minimodel.model.loading import load_mlm, load_task_model
+from ds_minimodel.model.losses import mlm_losses
+from ds_minimodel.model.surgery import extract_embeddings, overlap_init, plug_embeddings, swap_checked, swap_embeddings
+from ds_minimodel.tasks.formats import featurize, predict, read_eval_examples
 
 out, task_dir, emb_dir, primary, mini_dir = (Path(a) for a in sys.argv[1:6])
 for run in ("head", "minipost", "de-minipost", "de-bl_base", "lohelp"):
@@ -86,12 +85,12 @@ def held_out_loss(model):
         return mlm_losses(model.eval()(inputs, real, chosen), labels)["loss"].item()
 
 
-start, meta = checkpoint.load_model(mini_dir)
+start, meta = load_mlm(mini_dir)
 english = load_tokenizer(meta["tokenizer"], mini_dir)
 initial = overlap_init(english.pieces(), *extract_embeddings(start), german.pieces(), std=start.cfg.init_std,
                        generator=torch.Generator().manual_seed(1))
 swap_embeddings(start, *initial[:2])
-trained, meta = checkpoint.load_model(mini_dir)
+trained, meta = load_mlm(mini_dir)
 swap_checked(trained, meta, mini_dir, emb_dir)
 print(f"held-out German MLM loss of the mini-model ({int(chosen.sum())} masked tokens): "
       f"{held_out_loss(start):.2f} before Step 2, {held_out_loss(trained):.2f} after")

@@ -47,12 +47,12 @@ scores="$OUT/dev_scores.jsonl"
 : > "$scores"
 for pooling in $POOLINGS; do
   model=$(ls -d "$OUT/ft-$pooling"/checkpoints/step_* | tail -1)
-  python -m ds_minimodel.evaluate --task-model "$model" --test $T/dev.en.jsonl --lang en >> "$scores"
+  python -m ds_minimodel evaluate --task-model "$model" --test $T/dev.en.jsonl --lang en >> "$scores"
   for lang in en-relearn en-overlap; do
-    python -m ds_minimodel.evaluate --task-model "$model" --embeddings "$OUT"/step2-$lang/checkpoints/step_* \
+    python -m ds_minimodel evaluate --task-model "$model" --embeddings "$OUT"/step2-$lang/checkpoints/step_* \
       --test $T/dev.en.jsonl --lang en >> "$scores"
   done
-  python -m ds_minimodel.evaluate --task-model "$model" --embeddings "$OUT"/step2-de/checkpoints/step_* \
+  python -m ds_minimodel evaluate --task-model "$model" --embeddings "$OUT"/step2-de/checkpoints/step_* \
     --test $T/dev.de.jsonl --lang de >> "$scores"
 done
 python - "$scores" <<'PY'

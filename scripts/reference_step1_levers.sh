@@ -22,7 +22,7 @@ export PATH="$PWD/.venv/bin:$PATH" DS_ACCELERATOR=cpu OMP_NUM_THREADS=${OMP_NUM_
 export TORCH_EXTENSIONS_DIR=${TORCH_EXTENSIONS_DIR:-$PWD/.venv/torch_extensions}
 TOKENS=${TOKENS:-6000000} LAST=${LAST:-4}
 ROOT=runs/reference-levers
-DATA=runs/reference/data/en  # prepared by: python -m ds_minimodel.pipeline --config configs/reference.json --only prepare
+DATA=runs/reference/data/en  # prepared by: python -m ds_minimodel pipeline --config configs/reference.json --only prepare
 mkdir -p "$ROOT"
 for name in "$@"; do
   dir=$ROOT/$name

@@ -68,14 +68,14 @@ def baselines(train: Sequence[Any], test: Sequence[Any]) -> dict[str, float]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """``python -m ds_minimodel.tasks.baselines --format generic --train train.en.jsonl dev.de.jsonl ...``"""
+    """``python -m ds_minimodel baselines --format generic --train train.en.jsonl dev.de.jsonl ...``"""
     import argparse
     from pathlib import Path
 
     from ds_minimodel.errors import InputError, report
-    from ds_minimodel.task import KIND_OF_FORMAT, read_examples
+    from ds_minimodel.tasks.formats import KIND_OF_FORMAT, read_examples
 
-    p = argparse.ArgumentParser(prog="python -m ds_minimodel.tasks.baselines",
+    p = argparse.ArgumentParser(prog="ds-minimodel baselines",
                                 description="Majority-class and bag-of-words scores of evaluation files.")
     p.add_argument("--format", choices=sorted(KIND_OF_FORMAT), required=True)
     p.add_argument("--train", type=Path, required=True)
@@ -89,7 +89,3 @@ def main(argv: list[str] | None = None) -> int:
     except InputError as err:
         return report(err)
     return 0
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())

@@ -11,13 +11,12 @@ from collections.abc import Sequence
 
 import numpy as np
 
+from ds_minimodel.data.tokenizer import BOS_ID, EOS_ID, IGNORE_INDEX, PAD_ID, UNK_ID, AnyTokenizer
 from ds_minimodel.errors import InputError
 from ds_minimodel.tasks.readers import ClassificationExample, TokenExample
-from ds_minimodel.tokenizer import BOS_ID, EOS_ID, PAD_ID, UNK_ID, AnyTokenizer
 
 logger = logging.getLogger(__name__)
 
-IGNORE_INDEX = -100
 """Target of positions that carry no tag (special tokens, padding, non-first pieces): PyTorch's cross-entropy
 default `ignore_index`."""
 

@@ -18,9 +18,10 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from ds_minimodel.data.hf_tokenizer import HFTokenizer
+from ds_minimodel.data.tokenizer import BOS_ID, EOS_ID, PAD_ID, AnyTokenizer
 from ds_minimodel.errors import InputError
 from ds_minimodel.tasks.readers import QAExample
-from ds_minimodel.tokenizer import BOS_ID, EOS_ID, PAD_ID, AnyTokenizer, HFTokenizer
 
 # --- metrics -------------------------------------------------------------------------------------------------------
 

@@ -21,7 +21,7 @@ from __future__ import annotations
 import json
 import logging
 import re
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -450,16 +450,3 @@ def read_squad(path: Path | str, *, strict: bool = True) -> Examples:
     if not examples:
         raise InputError(f"{path}: no questions")
     return examples
-
-
-# --- registry ------------------------------------------------------------------------------------------------------
-
-TASK_FORMATS: dict[str, Callable[..., Examples]] = {
-    "generic": read_generic,
-    "lohelp": read_lohelp,
-    "multinli": read_multinli_jsonl,
-    "xnli": read_xnli_tsv,
-    "pawsx": read_pawsx_tsv,
-    "conllu": read_conllu,
-    "squad": read_squad,
-}

@@ -10,9 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from ds_minimodel import checkpoint
-from ds_minimodel.engine import free_port
-from ds_minimodel.launch import local_command
+from ds_minimodel.cluster.launch import free_port, local_command
+from ds_minimodel.train import checkpoint
 
 REPO = Path(__file__).resolve().parents[2]
 DEMO = REPO / "demo_data"
@@ -52,7 +51,7 @@ def en_data(tmp_path_factory) -> Path:
 
 
 def prepare(corpus: Path, out: Path, vocab_size: int = 2000) -> Path:
-    run_cmd([sys.executable, "-m", "ds_minimodel.prepare", "--corpus", str(corpus), "--out", str(out),
+    run_cmd([sys.executable, "-m", "ds_minimodel", "prepare", "--corpus", str(corpus), "--out", str(out),
              "--vocab-size", str(vocab_size), "--workers", "2", "--no-progress"])
     return out
 
@@ -90,7 +89,7 @@ def demo_pipeline(tmp_path_factory) -> dict:
     path.write_text(json.dumps(config))
     # Its 14 training launches go through torchrun, which starts one interpreter fewer than the deepspeed launcher
     # (the default; its command is unit-tested in test_launch.py and the launcher runs in test_pretrain/test_cluster).
-    proc = run_cmd([sys.executable, "-m", "ds_minimodel.pipeline", "--config", str(path), "--launcher", "torchrun"],
+    proc = run_cmd([sys.executable, "-m", "ds_minimodel", "pipeline", "--config", str(path), "--launcher", "torchrun"],
                    timeout=900)
     return {"out": Path(config["out"]), "config": path, "stdout": proc.stdout, "settings": config}
 

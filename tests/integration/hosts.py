@@ -14,7 +14,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from ds_minimodel.engine import free_port
+from ds_minimodel.cluster.launch import free_port
 
 
 def _run(*cmd: str, timeout: float = 30) -> subprocess.CompletedProcess:

@@ -9,11 +9,11 @@ from pathlib import Path
 import pytest
 import torch
 
-from ds_minimodel import checkpoint
-from ds_minimodel.data import MLMBatchStream, PackedDataset, TokenShards
-from ds_minimodel.engine import evaluate
-from ds_minimodel.losses import mlm_step
-from ds_minimodel.surgery import build_minipost
+from ds_minimodel.data.streams import MLMBatchStream, PackedDataset, TokenShards
+from ds_minimodel.model.losses import mlm_step
+from ds_minimodel.model.surgery import build_minipost
+from ds_minimodel.train import checkpoint
+from ds_minimodel.model.loading import load_mlm
 from tests.integration.conftest import REPO, run_cmd, torchrun_cmd
 
 STEP2 = ["--seq-len", "64", "--save-every", "10", "--log-every", "5", "--steps", "30"]
@@ -28,14 +28,18 @@ def minipost(demo_pipeline) -> Path:
 def mlm_loss(model, data: Path, batches: int = 8) -> float:
     stream = MLMBatchStream(PackedDataset(TokenShards.open(data), 64), micro_batch_size=16, world_size=1, rank=0,
                             seed=123, vocab_size=model.cfg.vocab_size, seq_len=64)
-    return evaluate(model, stream, mlm_step, batches)["loss"]
+    model.eval()
+    with torch.no_grad():
+        losses = [mlm_step(model, {k: torch.as_tensor(v) for k, v in next(stream).items()})["loss"].item()
+                  for _ in range(batches)]
+    return sum(losses) / batches
 
 
 def test_minipost_bottom_layers_bit_identical_to_primary(minipost, primaries, demo_pipeline):
     """The 2-rank Step 1b on real English text: everything copied from the primary is unchanged."""
     keep, new = demo_pipeline["settings"]["keep_layers"], demo_pipeline["settings"]["new_layers"]
-    mini, meta = checkpoint.load_model(minipost)
-    primary, primary_meta = checkpoint.load_model(primaries["base"])
+    mini, meta = load_mlm(minipost)
+    primary, primary_meta = load_mlm(primaries["base"])
     assert mini.cfg.num_layers == keep + new < primary.cfg.num_layers and meta["kind"] == "minipost-mini"
     assert meta["primary_sha256"] == checkpoint.lineage(primary_meta)
     ours, theirs = mini.state_dict(), primary.state_dict()
@@ -87,8 +91,8 @@ def test_minipost_step1b_bridges_the_cut(tmp_path):
     primary_dir = tmp_path / "primary/checkpoints/step_00000300"
     run_cmd([sys.executable, "run_pretrain.py", "--variant", "minipost", "--from", str(primary_dir), *common,
              "--out", str(tmp_path / "minipost"), "--steps", "100"])
-    primary, _ = checkpoint.load_model(primary_dir)
-    mini, _ = checkpoint.load_model(tmp_path / "minipost/checkpoints/step_00000100")
+    primary, _ = load_mlm(primary_dir)
+    mini, _ = load_mlm(tmp_path / "minipost/checkpoints/step_00000100")
     fresh = build_minipost(primary, keep_layers=4, new_layers=2, seed=1)
     losses = {name: mlm_loss(model, data) for name, model in
               (("primary", primary), ("fresh cut", fresh), ("after Step 1b", mini))}
@@ -166,14 +170,14 @@ def test_step2_target_loss_falls_with_compact_checkpoints(adapted, primaries, mi
 
 def test_plug_refuses_other_lineage_and_accepts_own(adapted, primaries, tmp_path):
     emb = checkpoint.latest_checkpoint(adapted["minijoint"])
-    bad = run_cmd([sys.executable, "-m", "ds_minimodel.surgery", "plug", "--model", str(primaries["base"]),
+    bad = run_cmd([sys.executable, "-m", "ds_minimodel", "surgery", "plug", "--model", str(primaries["base"]),
                    "--embeddings", str(emb), "--out", str(tmp_path / "bad")], check=False)
     assert bad.returncode == 2 and "lineage" in bad.stderr and str(primaries["base"]) in bad.stderr
     assert not (tmp_path / "bad" / "meta.json").exists()
-    run_cmd([sys.executable, "-m", "ds_minimodel.surgery", "plug", "--model", str(primaries["minijoint"]),
+    run_cmd([sys.executable, "-m", "ds_minimodel", "surgery", "plug", "--model", str(primaries["minijoint"]),
              "--embeddings", str(emb), "--out", str(tmp_path / "good")])
-    plugged, meta = checkpoint.load_model(tmp_path / "good")
-    assert plugged.cfg.num_layers == checkpoint.load_model(primaries["minijoint"])[0].cfg.num_layers
+    plugged, meta = load_mlm(tmp_path / "good")
+    assert plugged.cfg.num_layers == load_mlm(primaries["minijoint"])[0].cfg.num_layers
     assert meta["tokenizer"]["sha256"] == checkpoint.load_meta(emb)["tokenizer"]["sha256"]
     trained = checkpoint.load_weights(emb)
     assert torch.equal(plugged.embeddings.tokens.weight, trained["embeddings.tokens.weight"])
@@ -182,14 +186,14 @@ def test_plug_refuses_other_lineage_and_accepts_own(adapted, primaries, tmp_path
 def test_frozen_body_untouched_and_only_embeddings_in_optimizer(primaries, de_data, tmp_path, monkeypatch):
     """In process (1 rank): after Step 2 every frozen tensor is bitwise unchanged, the embeddings changed, and the
     optimizer holds exactly the trainable parameters."""
-    from ds_minimodel import adapt
+    from ds_minimodel.stages import adapt
 
     monkeypatch.chdir(REPO)
     args = adapt.build_parser().parse_args([
         "--system", "bl_base", "--body", str(primaries["base"]), "--data", str(de_data), "--out", str(tmp_path / "a"),
         "--ds-config", "ds_configs/cpu_fp32.json", "--seq-len", "64", "--steps", "4", "--save-every", "4",
         "--log-every", "2"])
-    body, _ = checkpoint.load_model(primaries["base"])
+    body, _ = load_mlm(primaries["base"])
     result, stage = adapt.train_embeddings(args)
     trained = stage.model.state_dict()
     trainable = {"embeddings.tokens.weight", "heads.main.bias"}

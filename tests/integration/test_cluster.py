@@ -1,5 +1,5 @@
 """Multi-host launch, MPI and failure handling on real processes: two hosts in network namespaces joined by a veth
-pair (one rank each, started per node by ``ds_minimodel.launch --no-ssh``), and ``mpirun -np 2`` on one host.
+pair (one rank each, started per node by ``ds_minimodel.cluster.launch --no-ssh``), and ``mpirun -np 2`` on one host.
 
 Runs are compared with one single-host 2-rank run of the same settings: the loss trajectories must be equal.
 """
@@ -55,7 +55,7 @@ def two_hosts(tmp_path_factory):
 
 
 class Node:
-    """One host's launcher process (``ds_minimodel.launch --no-ssh``), its output in a file."""
+    """One host's launcher process (``ds_minimodel.cluster.launch --no-ssh``), its output in a file."""
 
     def __init__(self, host: Host, rank: int, master: Host, hostfile: Path, args: list[str], log: Path, port: int):
         env = {k: v for k, v in os.environ.items() if k not in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR",
@@ -66,7 +66,7 @@ class Node:
         self.host, self.log = host, log
         self._out = open(log, "w")
         self.proc = subprocess.Popen(
-            ["ip", "netns", "exec", host.namespace, sys.executable, "-m", "ds_minimodel.launch", "--hostfile",
+            ["ip", "netns", "exec", host.namespace, sys.executable, "-m", "ds_minimodel", "launch", "--hostfile",
              str(hostfile), "--no-ssh", "--node-rank", str(rank), "--master-addr", master.address, "--master-port",
              str(port), "run_pretrain.py", *args], cwd=REPO, env=env, stdout=self._out, stderr=subprocess.STDOUT,
             start_new_session=True)

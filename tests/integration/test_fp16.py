@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from ds_minimodel import checkpoint
+from ds_minimodel.train import checkpoint
 from tests.integration.conftest import run_cmd
 
 DEVICES = ["cpu", pytest.param("cuda", marks=pytest.mark.gpu)]

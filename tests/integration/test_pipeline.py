@@ -12,9 +12,10 @@ from pathlib import Path
 import pytest
 import torch
 
-from ds_minimodel import checkpoint
-from ds_minimodel.evaluate import zero_shot
-from ds_minimodel.finetune import load_task_model
+from ds_minimodel.model.loading import load_task_model
+from ds_minimodel.tasks.evaluate import zero_shot
+from ds_minimodel.train import checkpoint
+from ds_minimodel.model.loading import load_mlm
 from tests.integration.conftest import PIPELINE_SEEDS, PIPELINE_STEP2_SAVES, PIPELINE_TEST_SIZE, REPO, run_cmd
 
 SYSTEMS = ["bl_base", "bl_small", "minijoint", "minipost"]
@@ -87,7 +88,7 @@ def test_finetuning_keeps_embeddings_bitwise_and_beats_the_majority_class(pipeli
     majority_accuracy = 100 * sum(label == majority for label in dev_labels) / len(dev_labels)
     accuracies = []
     for primary in ("base", "minijoint", "small"):
-        source, _ = checkpoint.load_model(primary_checkpoint(out, primary))
+        source, _ = load_mlm(primary_checkpoint(out, primary))
         for seed in SEEDS:
             model, _, meta = load_task_model(finetuned(out, primary, seed))
             assert torch.equal(model.embeddings.tokens.weight, source.embeddings.tokens.weight)
@@ -103,7 +104,7 @@ def test_swapping_english_embeddings_back_reproduces_english_scores(pipeline, tm
     out = pipeline["out"]
     for primary in ("base", "minijoint"):
         exported = tmp_path / primary
-        run_cmd([sys.executable, "-m", "ds_minimodel.surgery", "export-embeddings", "--model",
+        run_cmd([sys.executable, "-m", "ds_minimodel", "surgery", "export-embeddings", "--model",
                  str(primary_checkpoint(out, primary)), "--out", str(exported)])
         for seed in SEEDS:
             dev = json.loads((out / "step3/lohelp" / primary / f"seed{seed}" / "dev_scores.json").read_text())
@@ -113,7 +114,7 @@ def test_swapping_english_embeddings_back_reproduces_english_scores(pipeline, tm
 
 def test_rerun_skips_finished_steps_and_gives_the_same_results(pipeline):
     before = json.loads((pipeline["out"] / "results.json").read_text())
-    proc = run_cmd([sys.executable, "-m", "ds_minimodel.pipeline", "--config", str(pipeline["config"])])
+    proc = run_cmd([sys.executable, "-m", "ds_minimodel", "pipeline", "--config", str(pipeline["config"])])
     assert "$ " not in proc.stdout  # nothing launched
     assert proc.stdout.count("done, skipped") == 3 + 1 + len(SYSTEMS) + 3 * len(SEEDS)
     after = json.loads((pipeline["out"] / "results.json").read_text())

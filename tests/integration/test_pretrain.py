@@ -97,7 +97,7 @@ def test_compiled_training_is_one_graph_and_its_checkpoints_resume_eagerly(en_da
 
 def test_the_compiled_forward_equals_the_eager_one():
     from ds_minimodel.config import get_preset
-    from ds_minimodel.model import MaskedLM
+    from ds_minimodel.model.encoder import MaskedLM
 
     model = MaskedLM(get_preset("tiny").replace(vocab_size=300, num_layers=3, aux_head_layer=2)).eval()
     compiled = torch.compile(model)

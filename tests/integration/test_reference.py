@@ -15,7 +15,7 @@ import sys
 from pathlib import Path
 
 from ds_minimodel.config import get_preset
-from ds_minimodel.pretrain import model_config
+from ds_minimodel.stages.pretrain import model_config
 from tests.integration.conftest import REPO, run_cmd
 
 CORPUS_BYTES = {"en": 300_000, "target": 120_000}
@@ -69,7 +69,7 @@ def test_reference_config_runs_end_to_end_at_a_few_updates(tmp_path):
     path = tmp_path / "reference.json"
     path.write_text(json.dumps(config))
 
-    proc = run_cmd([sys.executable, "-m", "ds_minimodel.pipeline", "--config", str(path)], timeout=600)
+    proc = run_cmd([sys.executable, "-m", "ds_minimodel", "pipeline", "--config", str(path)], timeout=600)
     results = json.loads((tmp_path / "out/results.json").read_text())
     systems = set(config["systems"])
     assert {r["system"] for r in results["zero_shot"]} == systems and {r["lang"] for r in results["zero_shot"]} == {

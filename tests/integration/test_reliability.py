@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from ds_minimodel import checkpoint
+from ds_minimodel.train import checkpoint
 from tests.integration.conftest import RANK_VARS, REPO, run_cmd
 
 STEPS = 24

@@ -1,5 +1,5 @@
 """The Slurm path on a real Slurm: Debian's slurmctld and slurmd started on this machine, the batch scripts that
-``python -m ds_minimodel.submit`` writes submitted with sbatch, ranks started by srun.
+``python -m ds_minimodel submit`` writes submitted with sbatch, ranks started by srun.
 
 One pipeline (BL_BASE, English -> German, one finetuning seed) runs as its chain of jobs. Step 1's job has a one-minute
 time limit and asks for SIGUSR1 50 s before it. The signal arrives mid-training (from slurmctld's timer, or from the
@@ -67,7 +67,7 @@ def test_submitted_chain_runs_in_order_and_a_signalled_job_requeues_and_resumes(
                    "test": {"de": small_task(tmp_path / "task", tasks / "test.de.jsonl", 200)}}],
         "slurm": {"time": "10", "signal_seconds": 60, "jobs": {"step1": {"time": "1", "signal_seconds": 50}}},
     }))
-    proc = run_cmd([sys.executable, "-m", "ds_minimodel.submit", "--config", str(config)],
+    proc = run_cmd([sys.executable, "-m", "ds_minimodel", "submit", "--config", str(config)],
                    env={"SLURM_CONF": str(slurm.conf)})
     ids = dict(re.findall(r"^(\S+): job (\d+)", proc.stdout, flags=re.M))
     assert list(ids) == ["prepare", "step1-base", "step2-bl_base", "step3-base", "step4"], proc.stdout

@@ -5,10 +5,18 @@ import json
 
 import pytest
 
-from ds_minimodel.analysis import (Point, analyse, average_speedups, curves, run, table3, time_to_target,
-                                   transfer_is_clear)
 from ds_minimodel.errors import InputError
-from ds_minimodel.pipeline import over_seeds
+from ds_minimodel.pipeline.analysis import (
+    Point,
+    analyse,
+    average_speedups,
+    curves,
+    run,
+    table3,
+    time_to_target,
+    transfer_is_clear,
+)
+from ds_minimodel.pipeline.results import over_seeds
 
 
 def test_section_3_worked_example():

@@ -8,10 +8,11 @@ from pathlib import Path
 import pytest
 import torch
 
-from ds_minimodel import checkpoint
 from ds_minimodel.config import get_preset
 from ds_minimodel.errors import InputError
-from ds_minimodel.model import MaskedLM
+from ds_minimodel.model.encoder import MaskedLM
+from ds_minimodel.train import checkpoint
+from ds_minimodel.model.loading import load_mlm
 
 
 class _RunsCode:
@@ -35,7 +36,7 @@ def test_model_folder_round_trip_with_its_checksum(folder: Path) -> None:
     meta = checkpoint.load_meta(folder)
     assert meta["files"]["model.pt"]["bytes"] == (folder / "model.pt").stat().st_size
     assert checkpoint.verify(folder) is None
-    model, _ = checkpoint.load_model(folder)
+    model, _ = load_mlm(folder)
     assert checkpoint.weights_sha256(model.state_dict()) == meta["weights_sha256"]
 
 
@@ -44,16 +45,16 @@ def test_a_checkpoint_crafted_to_run_code_is_refused_without_running_it(folder: 
     with open(folder / "model.pt", "wb") as f:
         pickle.dump({"embeddings.tokens.weight": _RunsCode(marker)}, f)
     with pytest.raises(InputError, match="does not match the size and checksum"):  # caught by its checksum first
-        checkpoint.load_model(folder)
+        load_mlm(folder)
     meta_file = folder / "meta.json"  # and with no checksum to catch it, by weights_only unpickling
     meta_file.write_text(json.dumps({k: v for k, v in json.loads(meta_file.read_text()).items() if k != "files"}))
     with pytest.raises(InputError, match="cannot load weights safely") as err:
-        checkpoint.load_model(folder)
+        load_mlm(folder)
     assert str(folder / "model.pt") in str(err.value)
     assert not marker.exists()
     torch.save({"x": _RunsCode(marker)}, folder / "model.pt")  # torch's own zip format, same refusal
     with pytest.raises(InputError, match="cannot load weights safely"):
-        checkpoint.load_model(folder)
+        load_mlm(folder)
     assert not marker.exists()
 
 
@@ -66,4 +67,4 @@ def test_flipped_byte_and_truncation_are_named(folder: Path) -> None:
     weights.write_bytes(bytes(data[:100]))
     assert "truncated" in checkpoint.verify(folder)
     with pytest.raises(InputError, match="truncated or corrupted"):
-        checkpoint.load_model(folder)
+        load_mlm(folder)

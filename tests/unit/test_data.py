@@ -13,19 +13,22 @@ import numpy as np
 import pytest
 import torch
 
-from ds_minimodel import data
-from ds_minimodel.data import (
+from ds_minimodel.data import shards as data
+from ds_minimodel.data import streams
+from ds_minimodel.data.prepare import main
+from ds_minimodel.data.shards import prepare_corpus
+from ds_minimodel.data.streams import MLMBatchStream, PackedDataset, Prefetcher, TokenShards, mask_tokens
+from ds_minimodel.data.tokenizer import (
+    BOS_ID,
+    EOS_ID,
     IGNORE_INDEX,
-    MLMBatchStream,
-    PackedDataset,
-    Prefetcher,
-    TokenShards,
-    mask_tokens,
-    prepare_corpus,
+    MASK_ID,
+    NUM_SPECIAL,
+    PAD_ID,
+    Tokenizer,
+    train_sentencepiece,
 )
 from ds_minimodel.errors import InputError
-from ds_minimodel.prepare import main
-from ds_minimodel.tokenizer import BOS_ID, EOS_ID, MASK_ID, NUM_SPECIAL, PAD_ID, Tokenizer, train_sentencepiece
 
 VOCAB_SIZE = 300
 SHARD_TOKENS = 5000  # several shards, so reads cross shard boundaries
@@ -291,8 +294,8 @@ def test_packing_keeps_whole_lines(shards: TokenShards, seq_len: int) -> None:
 
 
 def test_packing_in_windows_matches_the_whole(shards: TokenShards) -> None:
-    whole = data._pack(np.asarray(shards.lines), 40)
-    assert np.array_equal(data._pack(np.asarray(shards.lines), 40, window=100), whole)
+    whole = streams._pack(np.asarray(shards.lines), 40)
+    assert np.array_equal(streams._pack(np.asarray(shards.lines), 40, window=100), whole)
 
 
 # ----------------------------------------------------------------------------------------------------------------

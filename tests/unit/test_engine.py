@@ -4,8 +4,8 @@ from pathlib import Path
 
 import pytest
 
-from ds_minimodel.engine import BatchSizes, load_ds_config, resolve_batch
 from ds_minimodel.errors import InputError
+from ds_minimodel.train.ds_config import BatchSizes, load_ds_config, resolve_batch
 
 
 def test_derives_the_missing_batch_number():
@@ -78,7 +78,7 @@ def test_shipped_configs_parse_and_fit_their_clusters(name):
 
 
 def test_auto_schedule_lengths_follow_the_run():
-    from ds_minimodel.engine import fill_schedule
+    from ds_minimodel.train.ds_config import fill_schedule
 
     config = {"scheduler": {"type": "WarmupDecayLR", "params": {"warmup_num_steps": "auto",
                                                                "total_num_steps": "auto", "warmup_max_lr": 1e-3}}}
@@ -92,7 +92,7 @@ def test_auto_schedule_lengths_follow_the_run():
 
 
 def test_an_output_folder_that_holds_another_run_is_refused(tmp_path):
-    from ds_minimodel.engine import write_run_description
+    from ds_minimodel.train.engine import write_run_description
 
     run = tmp_path / "run"
     description = {"variant": "base", "seed": 1, "seq_len": 64, "data": "/data/en"}
@@ -109,7 +109,7 @@ def test_an_output_folder_that_holds_another_run_is_refused(tmp_path):
 def test_a_run_recorded_before_a_setting_existed_resumes_with_its_default(tmp_path):
     """Runs written before pre_norm (model config) and --init (Step 2) existed resume as what they were."""
     from ds_minimodel.config import get_preset
-    from ds_minimodel.engine import write_run_description
+    from ds_minimodel.train.engine import write_run_description
 
     run = tmp_path / "run"
     model = get_preset("tiny").to_dict()

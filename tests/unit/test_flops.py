@@ -17,6 +17,8 @@ import pytest
 from ds_minimodel import flops
 from ds_minimodel.config import get_preset
 from ds_minimodel.errors import InputError
+from ds_minimodel.systems import SYSTEMS
+from ds_minimodel.tools import flops_check
 
 PAPER = flops.PAPER
 REL = 1e-12
@@ -126,7 +128,7 @@ def test_bad_inputs_are_input_errors(call) -> None:
 
 
 def test_cli_paper_prints_every_figure_without_mismatch(capsys) -> None:
-    assert flops.main(["paper"]) == 0
+    assert flops_check.main(["paper"]) == 0
     out = capsys.readouterr().out
     assert "MISMATCH" not in out
     for text in ("78.8165", "54.0543", "21.6205", "30.4076", "32.1821", "8.1284", "20.8543", "11.3099"):
@@ -136,7 +138,7 @@ def test_cli_paper_prints_every_figure_without_mismatch(capsys) -> None:
 def _plan_rows(out: str) -> dict[tuple[str, str], list[float]]:
     rows = {}
     for line in out.splitlines():
-        for system in flops.SYSTEMS:
+        for system in [s.paper_name for s in SYSTEMS.values()]:
             if line.startswith(system + " "):
                 step, numbers = line[len(system):].strip()[:16].strip(), line.split()[-5:]
                 rows[(system, step)] = [float(x) for x in numbers]
@@ -144,7 +146,7 @@ def _plan_rows(out: str) -> dict[tuple[str, str], list[float]]:
 
 
 def test_cli_plan_on_the_papers_v100(capsys) -> None:
-    assert flops.main(["plan", "--gpu", "v100", "--gpus", "1"]) == 0
+    assert flops_check.main(["plan", "--gpu", "v100", "--gpus", "1"]) == 0
     rows = _plan_rows(capsys.readouterr().out)
     # EFLOPs, V100-days, GPU-days, wall days, wall hours
     assert rows[("BL_BASE", "Step 2 /language")][:2] == [54.05, 20.85]
@@ -157,7 +159,7 @@ def test_cli_plan_on_the_papers_v100(capsys) -> None:
 
 
 def test_cli_plan_scales_with_gpus_and_languages(capsys) -> None:
-    assert flops.main(["plan", "--gpu", "custom", "--tflops", "60", "--gpus", "4", "--languages", "2"]) == 0
+    assert flops_check.main(["plan", "--gpu", "custom", "--tflops", "60", "--gpus", "4", "--languages", "2"]) == 0
     out = capsys.readouterr().out
     rows = _plan_rows(out)
     step2 = rows[("BL_BASE", "Step 2 /language")]
@@ -165,26 +167,26 @@ def test_cli_plan_scales_with_gpus_and_languages(capsys) -> None:
     assert step2[3] == pytest.approx(20.85 / 8, abs=0.01)  # wall days on 4 GPUs
     assert step2[4] == pytest.approx(20.8543 / 8 * 24, abs=0.05)
     assert rows[("MiniPost", "total, 2 lang")][0] == pytest.approx(78.82 + 21.62 + 2 * 29.32, abs=0.02)
-    assert flops.main(["plan", "--gpu", "h100"]) == 0
+    assert flops_check.main(["plan", "--gpu", "h100"]) == 0
     assert "ASSUMPTION" in capsys.readouterr().out
 
 
 def test_cli_model_prints_each_stage(capsys) -> None:
-    assert flops.main(["model", "--preset", "base"]) == 0
+    assert flops_check.main(["model", "--preset", "base"]) == 0
     out = capsys.readouterr().out
     assert "78.816" in out and "54.054" in out and "83.416" in out
-    assert flops.main(["model", "--preset", "base", "--layers", "4"]) == 0
+    assert flops_check.main(["model", "--preset", "base", "--layers", "4"]) == 0
     assert "21.069" in capsys.readouterr().out
 
 
 def test_cli_bad_arguments_exit_2(capsys) -> None:
-    assert flops.main(["plan", "--gpu", "custom"]) == 2
+    assert flops_check.main(["plan", "--gpu", "custom"]) == 2
     assert capsys.readouterr().err.startswith("error: ")
-    assert flops.main(["model", "--preset", "huge"]) == 2
-    assert flops.main(["check", "--preset", "tiny", "--seq-len", "4096"]) == 2
+    assert flops_check.main(["model", "--preset", "huge"]) == 2
+    assert flops_check.main(["check", "--preset", "tiny", "--seq-len", "4096"]) == 2
     for argv in (["plan", "--gpus", "0"], ["plan", "--gpu", "tpu"], ["model", "--mask-prob", "1.5"], []):
         with pytest.raises(SystemExit) as exc:
-            flops.main(argv)
+            flops_check.main(argv)
         assert exc.value.code == 2
 
 
@@ -194,7 +196,7 @@ TINY = get_preset("tiny").replace(vocab_size=1000)  # the 50k vocabulary only sl
 
 
 def test_profiler_forward_is_a2_plus_layernorm_and_gelu() -> None:
-    r = flops.measure_forward(TINY, seq_len=32, batch=2)
+    r = flops_check.measure_forward(TINY, seq_len=32, batch=2)
     assert r["sdpa_counted"]  # deepspeed 0.19.8 patches F.scaled_dot_product_attention
     assert 2 * r["profiler_macs"] == pytest.approx(r["a2"], rel=REL)  # MACs: the matmuls A2 counts, halved
     assert r["measured"] == pytest.approx(r["analytic_profiler_convention"], rel=REL)
@@ -207,7 +209,7 @@ def test_profiler_forward_is_a2_plus_layernorm_and_gelu() -> None:
 @pytest.mark.parametrize("stage", ["pretrain", "pretrain_dual", "adapt", "minipost"])
 def test_measured_update_equals_formula_plus_its_omissions(stage: str) -> None:
     cfg = TINY.replace(num_layers=6) if stage == "minipost" else TINY
-    r = flops.measure_update(stage, cfg, seq_len=32, batch=2)
+    r = flops_check.measure_update(stage, cfg, seq_len=32, batch=2)
     assert r["math_attention"]  # train mode with dropout: CPU SDPA runs the math path
     assert r["measured"] == pytest.approx(r["analytic_exact"], rel=REL)
     h, s, l = cfg.hidden_size, 32, cfg.num_layers
@@ -222,7 +224,7 @@ def test_measured_update_equals_formula_plus_its_omissions(stage: str) -> None:
 def test_flash_attention_kernel_is_counted_too() -> None:
     # Without dropout, CPU SDPA runs the flash kernel that FlopCounterMode alone would count as 0 FLOPs.
     cfg = TINY.replace(attention_dropout=0.0)
-    r = flops.measure_update("adapt", cfg, seq_len=32, batch=1)
+    r = flops_check.measure_update("adapt", cfg, seq_len=32, batch=1)
     assert not r["math_attention"]
     assert any("flash" in op and n > 0 for op, n in r["ops"].items())
     assert r["measured"] == pytest.approx(r["analytic_exact"], rel=REL)
@@ -233,17 +235,17 @@ def test_check_on_the_base_preset_at_a_short_sequence() -> None:
     # RoBERTa-base, s=128, B=1, about 15 s on 2 cores. The Step-2 update is A3 plus the left-out attention-core
     # backward, l x 4hs^2, exactly; that term is at most s / (12h + 2s) = 1.4% of A3 (less with the head): < 2%.
     base = get_preset("base")
-    model = flops._build(base, 0)
-    fwd = flops.measure_forward(base, seq_len=128, batch=1, model=model)
+    model = flops_check._build(base, 0)
+    fwd = flops_check.measure_forward(base, seq_len=128, batch=1, model=model)
     assert fwd["measured"] == pytest.approx(fwd["analytic_profiler_convention"], rel=REL)
     assert fwd["measured"] / fwd["a2"] == pytest.approx(1.0, abs=2e-3)
-    r = flops.measure_update("adapt", base, seq_len=128, batch=1, model=model)
+    r = flops_check.measure_update("adapt", base, seq_len=128, batch=1, model=model)
     assert r["measured"] == pytest.approx(r["analytic_exact"], rel=REL)
     assert 1.0 < r["measured"] / r["formula"] < 1.02
 
 
 def test_cli_check_runs_and_reports_ratios(capsys) -> None:
-    assert flops.main(["check", "--preset", "tiny", "--vocab", "1000", "--seq-len", "32", "--batch", "2"]) == 0
+    assert flops_check.main(["check", "--preset", "tiny", "--vocab", "1000", "--seq-len", "32", "--batch", "2"]) == 0
     out = capsys.readouterr().out
     assert "measured / (A2 + LN + GELU)     1.000000" in out
     assert out.count("measured/(formula + left out) 1.000000") == 4

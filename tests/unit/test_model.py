@@ -1,4 +1,4 @@
-"""Unit tests of ds_minimodel.model: tied head, masked-only head, padding, MiniJoint's dual head, HF parity, presets.
+"""Unit tests of model.encoder: tied head, masked-only head, padding, MiniJoint's dual head, HF parity, presets.
 
 CPU only. Most tests use a micro config (hidden 32, 3 layers) whose weights are perturbed away from the init (biases
 are zero and LayerNorms identity at init, which would hide a wrongly mapped bias or norm). The `base` preset is built
@@ -12,9 +12,10 @@ import pytest
 import torch
 
 from ds_minimodel.config import ModelConfig, get_preset
-from ds_minimodel.hf import state_dict_from_hf
-from ds_minimodel.losses import IGNORE_INDEX, mlm_losses
-from ds_minimodel.model import AUX_HEAD, MAIN_HEAD, MaskedLM
+from ds_minimodel.data.tokenizer import IGNORE_INDEX
+from ds_minimodel.model.encoder import AUX_HEAD, MAIN_HEAD, MaskedLM
+from ds_minimodel.model.hf import state_dict_from_hf
+from ds_minimodel.model.losses import mlm_losses
 
 MICRO = ModelConfig(vocab_size=97, hidden_size=32, num_layers=3, num_heads=4, ffn_size=64, max_positions=16)
 MICRO_JOINT = MICRO.replace(aux_head_layer=2)
@@ -182,7 +183,7 @@ def _hf_roberta(attn_implementation: str):
 
 def _state_dict_from_hf(hf) -> dict[str, torch.Tensor]:
     """Our MaskedLM's state dict from a RobertaForMaskedLM's weights, through the package's one owner of the HF
-    names (ds_minimodel.hf); the logits comparison below is what checks that mapping against transformers."""
+    names (ds_minimodel.model.hf); the logits comparison below is what checks that mapping against transformers."""
     state, _, notes = state_dict_from_hf(hf.state_dict(), model_type="roberta", num_layers=PARITY.num_layers,
                                          position_offset=HF_PAD + 1)
     assert not notes  # nothing dropped: every HF tensor of a RoBERTa MLM has its place here
@@ -310,7 +311,7 @@ def test_sequence_longer_than_max_positions_raises() -> None:
 def test_activation_checkpointing_changes_nothing_but_memory(frozen_body):
     """Same losses and gradients, bitwise in fp32, with dropout on (the recomputation replays the RNG), for full
     training and for Step 2's frozen body (only the embeddings get gradients)."""
-    from ds_minimodel.surgery import freeze_for_adaptation
+    from ds_minimodel.model.surgery import freeze_for_adaptation
 
     cfg = get_preset("tiny").replace(aux_head_layer=4, dropout=0.1, attention_dropout=0.1)
     torch.manual_seed(0)
@@ -359,7 +360,7 @@ def test_pre_norm_block_normalises_the_sublayer_inputs_and_every_head_has_its_ow
 
 
 def test_mean_pooling_reads_only_real_tokens() -> None:
-    from ds_minimodel.model import TaskModel
+    from ds_minimodel.model.encoder import TaskModel
 
     torch.manual_seed(0)
     model = TaskModel(MICRO.replace(pre_norm=True), "sequence", 3, pooling="mean").eval()
@@ -389,8 +390,8 @@ def test_sinusoidal_position_init_is_scaled_and_ordered() -> None:
 def test_word_order_probe_tells_a_model_that_reads_order_from_one_that_does_not() -> None:
     """A micro model trained on sequences where each token is the previous one plus one reads order: shuffling the
     unmasked context costs it nats. Untrained, it does not."""
-    from ds_minimodel.losses import mlm_losses
-    from ds_minimodel.probe import word_order_losses
+    from ds_minimodel.model.losses import mlm_losses
+    from ds_minimodel.tools.probe import word_order_losses
 
     torch.manual_seed(0)
     cfg = ModelConfig(vocab_size=69, hidden_size=32, num_layers=2, num_heads=2, ffn_size=64, max_positions=32,

@@ -7,7 +7,8 @@ from pathlib import Path
 import pytest
 
 from ds_minimodel.errors import InputError
-from ds_minimodel.pipeline import PipelineConfig, over_seeds, write_results
+from ds_minimodel.pipeline.results import over_seeds, write_results
+from ds_minimodel.pipeline.settings import PipelineConfig
 
 
 def record(system: str, update: int, seed: int, accuracy: float, lang: str = "de") -> dict:
@@ -54,7 +55,7 @@ def test_config_errors_name_the_file(tmp_path):
 
 
 def demo_pipeline(tmp_path: Path, **changes):
-    from ds_minimodel.pipeline import Pipeline
+    from ds_minimodel.pipeline.plan import Pipeline
 
     base = json.loads((Path(__file__).resolve().parents[2] / "configs/demo.json").read_text())
     path = tmp_path / "p.json"

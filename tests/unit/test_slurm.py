@@ -9,9 +9,11 @@ from pathlib import Path
 
 import pytest
 
-from ds_minimodel import slurm
-from ds_minimodel.pipeline import Pipeline, PipelineConfig
-from ds_minimodel.submit import SlurmSettings, batch_jobs, main as submit_main
+from ds_minimodel.cluster import slurm
+from ds_minimodel.pipeline.plan import Pipeline
+from ds_minimodel.pipeline.settings import PipelineConfig
+from ds_minimodel.pipeline.submit import SlurmSettings, batch_jobs
+from ds_minimodel.pipeline.submit import main as submit_main
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -41,7 +43,7 @@ def test_rank_env_inside_an_srun_step_only():
 
 
 def test_batch_script_requeues_after_a_save_and_stop(tmp_path):
-    job = slurm.BatchJob(name="x-step2-minijoint", command=["/venv/bin/python", "-m", "ds_minimodel.pipeline",
+    job = slurm.BatchJob(name="x-step2-minijoint", command=["/venv/bin/python", "-m", "ds_minimodel", "pipeline",
                                                             "--lang", slurm.ARRAY_VALUE, "--out", "a b"],
                          workdir="/work dir", log_dir="/logs", nodes=2, tasks_per_node=8, gpus_per_node=8,
                          time="2-00:00:00", signal_seconds=600, array=["de", "fr"], setup=["module load cuda"],

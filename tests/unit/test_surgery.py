@@ -1,4 +1,4 @@
-"""Unit tests of ds_minimodel.surgery: mini-model extraction (MiniJoint, MiniPost), freezing, overlap init, swap, plug.
+"""Unit tests of model.surgery: mini-model extraction (MiniJoint, MiniPost), freezing, overlap init, swap, plug.
 
 CPU only, the `tiny` preset with a small vocabulary. Models are perturbed away from their init (zero biases and
 identity LayerNorms would hide a wrongly copied bias or norm). Two small SentencePiece models (English-ish and
@@ -14,13 +14,14 @@ from pathlib import Path
 import pytest
 import torch
 
-from ds_minimodel import surgery
-from ds_minimodel.checkpoint import lineage, load_model, save_model_folder
 from ds_minimodel.config import get_preset
+from ds_minimodel.data.tokenizer import IGNORE_INDEX, NUM_SPECIAL, SPECIAL_PIECES, Tokenizer, train_sentencepiece
 from ds_minimodel.errors import InputError
-from ds_minimodel.losses import IGNORE_INDEX, mlm_losses
-from ds_minimodel.model import AUX_HEAD, MAIN_HEAD, MaskedLM
-from ds_minimodel.tokenizer import NUM_SPECIAL, SPECIAL_PIECES, Tokenizer, train_sentencepiece
+from ds_minimodel.model import surgery
+from ds_minimodel.model.encoder import AUX_HEAD, MAIN_HEAD, MaskedLM
+from ds_minimodel.model.losses import mlm_losses
+from ds_minimodel.model.loading import load_mlm
+from ds_minimodel.train.checkpoint import lineage, save_model_folder
 
 SRC_VOCAB, TRG_VOCAB = 300, 340
 TINY = get_preset("tiny").replace(vocab_size=SRC_VOCAB)
@@ -326,7 +327,7 @@ def test_extract_mini_then_plug_round_trips(tmp_path: Path, tokenizers, primary_
     _, de = tokenizers
     folder, primary_meta = primary_folder
     assert surgery.main(["extract-mini", "--from", str(folder), "--out", str(tmp_path / "mini")]) == 0
-    mini, mini_meta = load_model(tmp_path / "mini")
+    mini, mini_meta = load_mlm(tmp_path / "mini")
     assert mini_meta["kind"] == "minijoint-mini" and mini_meta["cut_from"] == str(folder)
     assert lineage(mini_meta) == primary_meta["weights_sha256"]
     assert mini_meta["tokenizer"] == primary_meta["tokenizer"]
@@ -340,7 +341,7 @@ def test_extract_mini_then_plug_round_trips(tmp_path: Path, tokenizers, primary_
                          "--out", str(tmp_path / "plugged")]) == 0
     assert "plugged" in capsys.readouterr().out
 
-    plugged, meta = load_model(tmp_path / "plugged")
+    plugged, meta = load_mlm(tmp_path / "plugged")
     emb_meta = surgery.load_embeddings(tmp_path / "emb")[2]
     assert plugged.cfg == TINY_JOINT.replace(vocab_size=TRG_VOCAB)
     assert meta["tokenizer"] == {"path": str(de.path), "sha256": de.sha256}

@@ -9,6 +9,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from ds_minimodel.data.tokenizer import BOS_ID, EOS_ID, PAD_ID, UNK_ID, Tokenizer, train_sentencepiece
 from ds_minimodel.errors import InputError
 from ds_minimodel.tasks import qa
 from ds_minimodel.tasks.features import (
@@ -17,10 +18,10 @@ from ds_minimodel.tasks.features import (
     classification_features,
     token_classification_features,
 )
+from ds_minimodel.tasks.formats import FORMATS, KIND_OF_FORMAT
 from ds_minimodel.tasks.readers import (
     LOHELP_LABELS,
     NLI_LABELS,
-    TASK_FORMATS,
     ClassificationExample,
     QAExample,
     TokenExample,
@@ -31,14 +32,6 @@ from ds_minimodel.tasks.readers import (
     read_pawsx_tsv,
     read_squad,
     read_xnli_tsv,
-)
-from ds_minimodel.tokenizer import (
-    BOS_ID,
-    EOS_ID,
-    PAD_ID,
-    UNK_ID,
-    Tokenizer,
-    train_sentencepiece,
 )
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "tasks"
@@ -156,7 +149,7 @@ def test_evaluation_file_read_with_training_labels() -> None:
 
 
 def test_multinli_training_evaluated_on_xnli_and_mismatched_formats_refused() -> None:
-    from ds_minimodel.task import TaskSpec, read_eval_examples, read_examples, task_labels
+    from ds_minimodel.tasks.formats import TaskSpec, read_eval_examples, read_examples, task_labels
 
     train = read_examples("multinli", fixture("multinli.jsonl"), training=True)
     spec = TaskSpec(name="xnli", format="multinli", labels=task_labels("multinli", train))
@@ -178,8 +171,9 @@ def test_lohelp_real_lines() -> None:
 
 
 def test_registry_names_every_format() -> None:
-    assert set(TASK_FORMATS) >= {"generic", "multinli", "xnli", "pawsx", "conllu", "squad"}
-    assert TASK_FORMATS["xnli"] is read_xnli_tsv
+    assert set(FORMATS) == {"generic", "multinli", "xnli", "pawsx", "conllu", "squad"}
+    assert {f.main_metric for f in FORMATS.values()} == {"accuracy", "f1"}
+    assert KIND_OF_FORMAT == {name: f.kind for name, f in FORMATS.items()}
 
 
 # --- readers: malformed files --------------------------------------------------------------------------------------
@@ -445,8 +439,8 @@ def test_token_classification_truncation_counts_words(tokenizer: Tokenizer) -> N
 
 
 def test_majority_and_bag_of_words_baselines(tmp_path: Path) -> None:
-    from ds_minimodel.task import TaskSpec
     from ds_minimodel.tasks.baselines import baselines
+    from ds_minimodel.tasks.formats import TaskSpec
     from ds_minimodel.tasks.readers import ClassificationExample, TokenExample
 
     def cls(text: str, label: int) -> ClassificationExample:
@@ -467,9 +461,9 @@ def test_batches_are_cut_to_their_longest_input_and_predictions_do_not_change() 
     import torch
 
     from ds_minimodel.config import ModelConfig
-    from ds_minimodel.data import ArrayStream, trim_padding
-    from ds_minimodel.model import TaskModel
-    from ds_minimodel.task import predict
+    from ds_minimodel.data.streams import ArrayStream, trim_padding
+    from ds_minimodel.model.encoder import TaskModel
+    from ds_minimodel.tasks.formats import predict
 
     rng = np.random.default_rng(0)
     lengths = np.array([3, 7, 5, 2])

@@ -10,8 +10,7 @@ import numpy as np
 import pytest
 import sentencepiece as spm
 
-from ds_minimodel.errors import InputError
-from ds_minimodel.tokenizer import (
+from ds_minimodel.data.tokenizer import (
     BOS_ID,
     EOS_ID,
     MASK_ID,
@@ -23,6 +22,7 @@ from ds_minimodel.tokenizer import (
     read_training_record,
     train_sentencepiece,
 )
+from ds_minimodel.errors import InputError
 
 VOCAB_SIZE = 400
 
@@ -147,7 +147,7 @@ def test_load_rejects_other_files(tmp_path: Path, corpus: Path) -> None:
 
 
 def test_training_sample_is_seeded_and_uniform(tmp_path: Path) -> None:
-    from ds_minimodel.tokenizer import _sample_lines
+    from ds_minimodel.data.tokenizer import _sample_lines
 
     numbered = tmp_path / "numbered.txt"
     numbered.write_text("".join(f"{i}\n\n" for i in range(1000)))  # the blank lines are never sampled
@@ -162,7 +162,7 @@ def test_training_sample_is_seeded_and_uniform(tmp_path: Path) -> None:
 
 def test_a_tokenizer_replaced_since_its_data_or_checkpoint_was_written_is_refused(model: Path, corpus: Path,
                                                                                tmp_path: Path) -> None:
-    from ds_minimodel.tokenizer import load_tokenizer
+    from ds_minimodel.data.tokenizer import load_tokenizer
 
     recorded = {"path": str(model), "sha256": Tokenizer.load(model).sha256}
     assert load_tokenizer(recorded, "run/checkpoints/step_00000010").sha256 == recorded["sha256"]

@@ -1,0 +1,60 @@
+"""``ds-minimodel <command>`` (also ``python -m ds_minimodel <command>``): one entry for every tool of the package.
+
+``ds-minimodel`` alone lists the commands; ``ds-minimodel <command> --help`` gives a command's options. The training
+stages (pretrain, adapt, finetune) run one process here; several ranks come from a launcher, which wants a script
+path: ``deepspeed run_pretrain.py ...`` (or ``torchrun``, ``mpirun``, ``srun``), or ``ds-minimodel launch``.
+"""
+from __future__ import annotations
+
+import importlib
+import sys
+
+# command -> (module whose main(argv) runs it, one line of help). Modules are imported only when their command runs,
+# so that listing the commands or running a light one (hostfile, flops) never imports torch.
+COMMANDS: dict[str, tuple[str, str]] = {
+    "prepare": ("ds_minimodel.data.prepare", "train a SentencePiece tokenizer and binarise a corpus into shards"),
+    "pretrain": ("ds_minimodel.stages.pretrain", "Step 1 (and MiniPost's Step 1b): pretrain an MLM"),
+    "adapt": ("ds_minimodel.stages.adapt", "Step 2: learn a target language's embeddings over a frozen body"),
+    "finetune": ("ds_minimodel.stages.finetune", "Step 3: finetune the body on an English task, embeddings frozen"),
+    "evaluate": ("ds_minimodel.tasks.evaluate", "Step 4: swap target embeddings in and score zero-shot"),
+    "baselines": ("ds_minimodel.tasks.baselines", "majority class and bag-of-words scores of a task"),
+    "surgery": ("ds_minimodel.model.surgery", "extract a mini-model, plug embeddings into a model"),
+    "hf": ("ds_minimodel.model.hf", "import a Hugging Face BERT/RoBERTa folder, export ours"),
+    "pipeline": ("ds_minimodel.pipeline.plan", "the whole method from one config file, resumable"),
+    "submit": ("ds_minimodel.pipeline.submit", "a pipeline as one Slurm batch job per step"),
+    "analysis": ("ds_minimodel.pipeline.analysis", "the paper's tables, speedups and plots from results.json"),
+    "flops": ("ds_minimodel.tools.flops_check", "the paper's FLOP formulas, figures and a measured cross-check"),
+    "bench": ("ds_minimodel.tools.bench", "speed and memory benchmarks"),
+    "probe": ("ds_minimodel.tools.probe", "MLM loss of a body with given embeddings, on fixed masks"),
+    "launch": ("ds_minimodel.cluster.launch", "check a hostfile and batch sizes, then run the deepspeed launcher"),
+    "hostfile": ("ds_minimodel.cluster.hostfile", "check a hostfile against a DeepSpeed config"),
+}
+TRAINING = ("pretrain", "adapt", "finetune")
+
+
+def usage() -> str:
+    width = max(map(len, COMMANDS))
+    lines = [f"  {name:<{width}}  {text}" for name, (_, text) in COMMANDS.items()]
+    return "usage: ds-minimodel <command> [options]\n\ncommands:\n" + "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    if not argv or argv[0] in ("-h", "--help"):
+        print(usage())
+        return 0 if argv else 2
+    command, rest = argv[0], argv[1:]
+    if command not in COMMANDS:
+        print(f"ds-minimodel: unknown command {command!r}\n\n{usage()}", file=sys.stderr)
+        return 2
+    sys.argv[0] = f"ds-minimodel {command}"  # argparse's prog
+    code = importlib.import_module(COMMANDS[command][0]).main(rest)
+    if command in TRAINING:
+        from ds_minimodel.stages.cli import exit_now
+
+        exit_now(code)
+    return code
+
+
+if __name__ == "__main__":
+    sys.exit(main())

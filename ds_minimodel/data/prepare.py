@@ -1,0 +1,166 @@
+"""Prepare one language's pretraining data: a SentencePiece model and the encoded corpus, in one folder.
+
+    python -m ds_minimodel prepare --corpus cc100/en.txt --out data/en --vocab-size 50000
+    python -m ds_minimodel prepare --corpus cc100/de.txt --out data/de --tokenizer other/spm.model
+    python -m ds_minimodel prepare --corpus cc100/en.txt --out data/en-bert --tokenizer path/to/hf-model-folder
+
+The folder is self-contained (DIR/spm.model, DIR/meta.json, the token shards), and running the same command
+again does nothing; --force redoes both steps. A Hugging Face model or tokenizer folder given as --tokenizer (the
+tokenizer of a model imported with ds_minimodel.model.hf) has its tokenizer files copied to DIR/hf_tokenizer/ instead.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import shutil
+from pathlib import Path
+
+from ds_minimodel.data.hf_tokenizer import HFTokenizer, copy_hf_tokenizer
+from ds_minimodel.data.shards import prepare_corpus
+from ds_minimodel.data.tokenizer import (
+    MODEL_TYPES,
+    Tokenizer,
+    read_training_record,
+    train_sentencepiece,
+    training_arguments,
+    training_record_path,
+)
+from ds_minimodel.errors import InputError, report
+
+logger = logging.getLogger(__name__)
+
+TOKENIZER_FILE = "spm.model"
+HF_TOKENIZER_DIR = "hf_tokenizer"
+
+
+def tokenizer_path(data_dir: Path) -> Path:
+    """Where a prepared folder keeps its tokenizer: DIR/hf_tokenizer/ when it was prepared with a Hugging Face
+    tokenizer, else DIR/spm.model."""
+    hf = Path(data_dir) / HF_TOKENIZER_DIR
+    return hf if hf.is_dir() else Path(data_dir) / TOKENIZER_FILE
+
+
+def _copy_tokenizer(source: Path, target: Path, *, force: bool) -> None:
+    tokenizer = Tokenizer.load(source)  # refuse a model without the reserved ids before touching the folder
+    if target.exists():
+        if target.resolve() == source.resolve() or Tokenizer.load(target).sha256 == tokenizer.sha256:
+            return
+        if not force:
+            raise InputError(f"{target}: the folder already holds a different tokenizer than {source}; "
+                             "pass --force to replace it (and re-encode the corpus) or choose another --out")
+    temporary = target.with_name(target.name + ".tmp")
+    shutil.copyfile(source, temporary)
+    os.replace(temporary, target)
+    # A training record left by an earlier trained tokenizer would now describe the wrong model.
+    training_record_path(target).unlink(missing_ok=True)
+
+
+def _copy_hf_tokenizer(source: Path, target: Path, *, force: bool) -> None:
+    tokenizer = HFTokenizer.load(source)  # refuse a folder transformers cannot read before touching the output
+    if target.exists():
+        if HFTokenizer.load(target).sha256 == tokenizer.sha256:
+            return
+        if not force:
+            raise InputError(f"{target}: the folder already holds a different tokenizer than {source}; "
+                             "pass --force to replace it (and re-encode the corpus) or choose another --out")
+    temporary = target.with_name(target.name + ".tmp")
+    shutil.rmtree(temporary, ignore_errors=True)
+    copy_hf_tokenizer(source, temporary)
+    shutil.rmtree(target, ignore_errors=True)
+    os.replace(temporary, target)
+
+
+def _train_or_reuse(corpus: Path, target: Path, *, force: bool, **options) -> None:
+    arguments = training_arguments(corpus, **options)
+    if target.exists() and not force:
+        record = read_training_record(target)
+        if record is not None and record.get("arguments") == arguments:
+            logger.info("%s was trained with the same arguments; reusing it", target)
+            return
+        how = "with other arguments" if record else "elsewhere"
+        raise InputError(f"{target}: the folder already holds a tokenizer trained {how}; pass --force to retrain it, "
+                         f"or --tokenizer {target} to keep it")
+    train_sentencepiece(corpus, target.parent / target.stem, **options)
+
+
+def prepare(
+    corpus: Path,
+    out_dir: Path,
+    *,
+    tokenizer: Path | None = None,
+    vocab_size: int = 50_000,
+    model_type: str = "unigram",
+    character_coverage: float | None = None,
+    input_sentence_size: int = 2_000_000,
+    seed: int = 0,
+    workers: int | None = None,
+    force: bool = False,
+    progress: bool = True,
+) -> dict:
+    """Put a tokenizer at out_dir/spm.model (copied from `tokenizer`, else trained on `corpus`), or, when
+    `tokenizer` is a Hugging Face folder, its files at out_dir/hf_tokenizer/; then encode `corpus` with it into
+    `out_dir`. Returns prepare_corpus's summary."""
+    if not corpus.is_file():
+        raise InputError(f"{corpus}: corpus file not found")
+    hf = tokenizer is not None and Path(tokenizer).is_dir()
+    target = out_dir / (HF_TOKENIZER_DIR if hf else TOKENIZER_FILE)
+    other = out_dir / (TOKENIZER_FILE if hf else HF_TOKENIZER_DIR)
+    if other.exists():  # one tokenizer per folder: tokenizer_path() must not have to choose
+        if not force:
+            raise InputError(f"{other}: the folder already holds a {'SentencePiece' if hf else 'Hugging Face'} "
+                             "tokenizer; pass --force to replace it (and re-encode the corpus) or choose another --out")
+        if other.is_dir():
+            shutil.rmtree(other)
+        else:
+            other.unlink()
+    out_dir.mkdir(parents=True, exist_ok=True)
+    if hf:
+        _copy_hf_tokenizer(Path(tokenizer), target, force=force)
+    elif tokenizer is not None:
+        _copy_tokenizer(tokenizer, target, force=force)
+    else:
+        _train_or_reuse(corpus, target, force=force, vocab_size=vocab_size, model_type=model_type,
+                        character_coverage=character_coverage, input_sentence_size=input_sentence_size, seed=seed)
+    return prepare_corpus(corpus, out_dir, target, workers=workers, force=force, progress=progress)
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="ds-minimodel prepare", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--corpus", type=Path, required=True,
+                        help="UTF-8 text, one paragraph per line, a blank line between documents (CC-100 layout)")
+    parser.add_argument("--out", type=Path, required=True, help="folder for the tokenizer and the token shards")
+    parser.add_argument("--tokenizer", type=Path,
+                        help="use this SentencePiece model instead of training one, or a Hugging Face model or "
+                             "tokenizer folder (an imported model's tokenizer: see ds_minimodel.model.hf)")
+    training = parser.add_argument_group("tokenizer training (without --tokenizer)")
+    training.add_argument("--vocab-size", type=int, help="pieces, including 5 special ones (default 50000)")
+    training.add_argument("--model-type", choices=MODEL_TYPES, help="default unigram")
+    training.add_argument("--character-coverage", type=float,
+                          help="default: 0.9995 for mostly Chinese/Japanese/Korean text, else 1.0")
+    training.add_argument("--input-sentence-size", type=int, help="lines sampled for training (default 2000000)")
+    parser.add_argument("--workers", type=int, help="encoding processes (default: all available cores)")
+    parser.add_argument("--force", action="store_true", help="redo the tokenizer and the encoding")
+    parser.add_argument("--seed", type=int, default=0, help="seed of SentencePiece's line sampling")
+    parser.add_argument("--no-progress", action="store_true", help="no progress bar")
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = _parser()
+    args = parser.parse_args(argv)
+    training = {"vocab_size": args.vocab_size, "model_type": args.model_type,
+                "character_coverage": args.character_coverage, "input_sentence_size": args.input_sentence_size}
+    given = [name for name, value in training.items() if value is not None]
+    if args.tokenizer is not None and given:
+        parser.error(f"--tokenizer uses an existing model; drop {', '.join('--' + n.replace('_', '-') for n in given)}")
+    logging.basicConfig(level=logging.INFO, format="%(message)s")
+    try:
+        prepare(args.corpus, args.out, tokenizer=args.tokenizer, seed=args.seed, workers=args.workers,
+                force=args.force, progress=not args.no_progress,
+                **{name: value for name, value in training.items() if value is not None})
+    except InputError as err:
+        return report(err)
+    return 0

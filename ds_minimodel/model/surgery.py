@@ -1,0 +1,454 @@
+"""Model surgery: building mini-models, freezing, initialising and swapping embeddings (paper section 2).
+
+    python -m ds_minimodel surgery extract-mini --from CKPT --out DIR     MiniJoint's mini-model as a model folder
+    python -m ds_minimodel surgery plug --model DIR --embeddings DIR --out DIR   trained embeddings into a body
+
+* MiniJoint (section 2.2): the mini-model is the bottom N layers, the secondary head and the shared embeddings of
+  the dual-head primary model (``extract_minijoint``).
+* MiniPost (section 2.2, Step 1b): the bottom N layers, the embeddings and the MLM head of a one-head primary with
+  2 fresh layers between them; only the fresh layers train (``build_minipost``).
+* Step 2 trains only the token embeddings (tied with the output projection) and the per-token output bias over a
+  frozen body (``freeze_for_adaptation``), starting from the source rows of the pieces the two vocabularies share
+  (footnote 1, ``overlap_init``).
+* Steps 3-4 swap embeddings in and out of a body (``swap_embeddings``); ``plug_embeddings`` does it from folders and
+  refuses embeddings trained over a body of another lineage (``checkpoint.lineage``).
+
+Copies are built on the meta device and filled with cloned tensors (``load_state_dict(assign=True)``): no wasted
+random init, the global RNG is not touched, and the copied weights are bit-identical to the source.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch import nn
+
+from ds_minimodel.config import ModelConfig
+from ds_minimodel.data.tokenizer import NUM_SPECIAL, SPECIAL_PIECES
+from ds_minimodel.errors import InputError, report
+from ds_minimodel.model.encoder import AUX_HEAD, MAIN_HEAD, EncoderLayer, MaskedLM
+from ds_minimodel.model.loading import load_mlm
+from ds_minimodel.systems import Depths
+from ds_minimodel.train import checkpoint
+from ds_minimodel.train.checkpoint import (
+    Kind,
+    lineage,
+    load_meta,
+    load_weights,
+    save_model_folder,
+    weights_sha256,
+)
+
+TOKENS_KEY = "embeddings.tokens.weight"
+BIAS_KEY = f"heads.{MAIN_HEAD}.bias"
+
+
+# ------------------------------------------------------------------------------------------------ building models
+
+def _reference(model: nn.Module) -> torch.Tensor:
+    """The tensor whose dtype and device a copy of ``model`` takes: the token embedding matrix."""
+    return model.embeddings.tokens.weight
+
+
+def _assemble(cfg: ModelConfig, state: dict[str, torch.Tensor], training: bool) -> MaskedLM:
+    """A MaskedLM of shape ``cfg`` holding exactly the tensors in ``state`` (no random init runs)."""
+    with torch.device("meta"):
+        model = MaskedLM(cfg)
+    model.load_state_dict(state, strict=True, assign=True)
+    return model.train(training)
+
+
+def _cloned(model: nn.Module, prefix: str, rename: str | None = None) -> dict[str, torch.Tensor]:
+    """Detached clones of ``model``'s state entries under ``prefix``, optionally re-rooted at ``rename``."""
+    out = {}
+    for name, tensor in model.state_dict().items():
+        if name.startswith(prefix):
+            new_name = name if rename is None else rename + name[len(prefix):]
+            out[new_name] = tensor.detach().clone()
+    return out
+
+
+def extract_minijoint(model: MaskedLM) -> MaskedLM:
+    """MiniJoint's mini-model: the bottom N layers, the secondary head (as "main") and the shared embeddings.
+
+    A new model with ``cfg.replace(num_layers=N, aux_head_layer=None)`` holding clones of the primary's tensors,
+    so its logits equal the primary's aux-head logits exactly. The primary is not modified.
+    """
+    n = model.cfg.aux_head_layer
+    if n is None or AUX_HEAD not in model.heads:
+        raise InputError("model has no secondary (aux) MLM head: not a MiniJoint model (pretrain with "
+                         "--variant minijoint), so there is no mini-model to extract")
+    state = _cloned(model, "embeddings.")
+    for i in range(n):
+        state.update(_cloned(model, f"layers.{i}."))
+    state.update(_cloned(model, f"heads.{AUX_HEAD}.", rename=f"heads.{MAIN_HEAD}."))
+    return _assemble(model.cfg.replace(num_layers=n, aux_head_layer=None), state, model.training)
+
+
+def build_minipost(primary: MaskedLM, *, keep_layers: int = Depths.keep, new_layers: int = Depths.new,
+                   seed: int = 0) -> MaskedLM:
+    """MiniPost's mini-model before Step 1b: bottom ``keep_layers`` layers + ``new_layers`` fresh ones + MLM head.
+
+    Embeddings, the kept layers and the "main" head are clones of the primary's (an aux head, if any, is dropped);
+    the new layers sit between layer N and the head and get the model's own init (N(0, init_std) weights, zero
+    biases, identity LayerNorms) drawn from a generator seeded with ``seed`` (the global RNG is left as it was).
+    Everything but the new layers has requires_grad=False (paper: "train them ... while keeping the rest of the
+    parameters frozen").
+    """
+    total = primary.cfg.num_layers
+    if not isinstance(keep_layers, int) or not 1 <= keep_layers <= total:
+        raise InputError(f"keep_layers must be between 1 and the primary's {total} layers, got {keep_layers!r}")
+    if not isinstance(new_layers, int) or new_layers < 1:
+        raise InputError(f"new_layers must be a positive integer (the layers Step 1b trains), got {new_layers!r}")
+    cfg = primary.cfg.replace(num_layers=keep_layers + new_layers, aux_head_layer=None)
+    state = _cloned(primary, "embeddings.")
+    for i in range(keep_layers):
+        state.update(_cloned(primary, f"layers.{i}."))
+    state.update(_cloned(primary, f"heads.{MAIN_HEAD}."))
+
+    ref = _reference(primary)
+    with torch.device("meta"):
+        init = MaskedLM(cfg)._init_weights  # the model's own init, bound to the new config (init_std)
+    # Drawn on CPU in fp32 whatever the primary's device, so one seed gives the same layers on CPU and GPU.
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(seed)
+        for j in range(new_layers):
+            layer = EncoderLayer(cfg)
+            layer.apply(init)
+            for name, tensor in layer.state_dict().items():
+                state[f"layers.{keep_layers + j}.{name}"] = tensor.to(device=ref.device, dtype=ref.dtype)
+    mini = _assemble(cfg, state, primary.training)
+    for name, param in mini.named_parameters():
+        index = _layer_index(name)
+        param.requires_grad_(index is not None and index >= keep_layers)
+    return mini
+
+
+def _layer_index(name: str) -> int | None:
+    parts = name.split(".")
+    return int(parts[1]) if parts[0] == "layers" else None
+
+
+def copied_prefix_identical(mini: MaskedLM, primary: MaskedLM, n_layers: int, *, head: str | None = None) -> bool:
+    """True when ``mini``'s embeddings and bottom ``n_layers`` layers (and, with ``head``, its "main" head vs the
+    primary's ``head``) are bit-identical to ``primary``'s (torch.equal: same shape, dtype-compatible, same bits)."""
+    ours, theirs = mini.state_dict(), primary.state_dict()
+    pairs = [(k, k) for k in theirs if k.startswith("embeddings.")]
+    pairs += [(k, k) for k in theirs if (i := _layer_index(k)) is not None and i < n_layers]
+    if head is not None:
+        pairs += [(f"heads.{MAIN_HEAD}." + k.split(".", 2)[2], k) for k in theirs if k.startswith(f"heads.{head}.")]
+    return all(a in ours and ours[a].dtype == theirs[b].dtype and torch.equal(ours[a], theirs[b]) for a, b in pairs)
+
+
+# ----------------------------------------------------------------------------------------------------- freezing
+
+def freeze_for_adaptation(model: MaskedLM, *, train_positions: bool = False,
+                          train_embedding_norm: bool = False) -> list[str]:
+    """Step 2 (section 2.1): freeze the body; train the token embeddings (tied with the output projection of every
+    head) and the main head's per-token bias. Optionally also the position table and the embedding LayerNorm.
+
+    Everything else, an aux head included, gets requires_grad=False. Returns the trainable parameters' names.
+    Note: ``save_embeddings``/``plug_embeddings`` carry only the token matrix and the main bias, so positions or
+    an embedding LayerNorm trained here must be saved and plugged by the caller.
+    """
+    trainable = {TOKENS_KEY, BIAS_KEY}
+    if train_positions:
+        trainable.add("embeddings.positions.weight")
+    if train_embedding_norm:
+        trainable.update({"embeddings.norm.weight", "embeddings.norm.bias"})
+    names = []
+    for name, param in model.named_parameters():
+        param.requires_grad_(name in trainable)
+        if name in trainable:
+            names.append(name)
+    return names
+
+
+def freeze_for_head_training(model: MaskedLM) -> list[str]:
+    """A pretrained encoder imported without an MLM head (``ds_minimodel.model.hf``): train the new head's dense layer,
+    LayerNorm and output bias only. The body and the token embeddings (the head's tied projection) stay frozen, so
+    the model stays exactly the pretrained encoder that MiniPost cuts from and that Step 2 aligns new embeddings to.
+    Returns the trainable parameters' names."""
+    names = []
+    for name, param in model.named_parameters():
+        param.requires_grad_(name.startswith(f"heads.{MAIN_HEAD}."))
+        if param.requires_grad:
+            names.append(name)
+    return names
+
+
+# ------------------------------------------------------------------------------------------ embedding init (fn 1)
+
+def overlap_init(
+    source_pieces: list[str],
+    source_embeddings: torch.Tensor,
+    source_bias: torch.Tensor,
+    target_pieces: list[str],
+    *,
+    std: float = 0.02,
+    generator: torch.Generator,
+    specials_only: bool = False,
+) -> tuple[torch.Tensor, torch.Tensor, dict[str, Any]]:
+    """Initial L_trg embeddings and output bias (paper footnote 1, after Pfeiffer et al. 2021).
+
+    A target piece whose string is also a source piece starts from that source row (embedding and bias); every
+    other piece gets an N(0, std) embedding and a zero bias. The special pieces (ids 0-4, identical in every
+    tokenizer) are shared by construction. Returns (embeddings (Vt, h), bias (Vt,), stats) in the source tensors'
+    dtype and device; stats = {"overlap": shared pieces (specials included), "target_vocab": Vt,
+    "ratio": overlap / Vt, "special": 5}. One dict lookup per piece then two index copies: milliseconds at 50k.
+
+    ``specials_only`` copies the special pieces alone and draws every other row: the "source relearn" control,
+    which relearns the source language's own embeddings from scratch to measure what Step 2 loses without any
+    language gap (issue 16).
+    """
+    vs, hidden = source_embeddings.shape
+    if len(source_pieces) != vs or source_bias.shape != (vs,):
+        raise ValueError(f"source vocabulary of {len(source_pieces)} pieces, embeddings "
+                         f"{tuple(source_embeddings.shape)} and bias {tuple(source_bias.shape)} disagree")
+    expected = [SPECIAL_PIECES[i] for i in range(NUM_SPECIAL)]
+    for which, pieces in (("source", source_pieces), ("target", target_pieces)):
+        if list(pieces[:NUM_SPECIAL]) != expected:
+            raise ValueError(f"{which} vocabulary starts with {list(pieces[:NUM_SPECIAL])}, not the special pieces "
+                             f"{expected}: embeddings cannot be swapped between tokenizers that disagree on them")
+    source_index = {piece: i for i, piece in enumerate(source_pieces)}
+    if len(source_index) != vs:
+        raise ValueError("source vocabulary has duplicate pieces: the source row of a shared piece is ambiguous")
+
+    found = [source_index.get(piece, -1) if not specials_only or i < NUM_SPECIAL else -1
+             for i, piece in enumerate(target_pieces)]
+    src_ids = torch.tensor(found, dtype=torch.long)
+    shared = src_ids >= 0
+    tgt_shared = shared.nonzero().squeeze(1)
+    tgt_new = (~shared).nonzero().squeeze(1)
+    vt = len(target_pieces)
+
+    device, dtype = source_embeddings.device, source_embeddings.dtype
+    embeddings = torch.empty(vt, hidden, dtype=dtype, device=device)
+    # Drawn in fp32 on the generator's device: the same generator state gives the same rows on CPU and GPU.
+    fresh = torch.empty(len(tgt_new), hidden, device=generator.device).normal_(0.0, std, generator=generator)
+    embeddings.index_copy_(0, tgt_new.to(device), fresh.to(device=device, dtype=dtype))
+    embeddings.index_copy_(0, tgt_shared.to(device),
+                           source_embeddings.detach().index_select(0, src_ids[shared].to(device)))
+    # Bias of a new piece: 0. The source bias of a shared piece carries that piece's frequency prior (the MLM
+    # head learns roughly log p(piece) there); a piece the source never had has no prior to carry, and zero is
+    # what HF/fairseq initialise every output bias to.
+    bias = torch.zeros(vt, dtype=source_bias.dtype, device=source_bias.device)
+    bias.index_copy_(0, tgt_shared.to(bias.device),
+                     source_bias.detach().index_select(0, src_ids[shared].to(source_bias.device)))
+    overlap = int(shared.sum())
+    stats = {"overlap": overlap, "target_vocab": vt, "ratio": overlap / vt if vt else 0.0, "special": NUM_SPECIAL}
+    return embeddings, bias, stats
+
+
+# --------------------------------------------------------------------------------------------- embedding swap
+
+def extract_embeddings(model: MaskedLM) -> tuple[torch.Tensor, torch.Tensor]:
+    """Detached copies of the model's token embeddings (V, h) and main head bias (V,)."""
+    return model.embeddings.tokens.weight.detach().clone(), model.heads[MAIN_HEAD].bias.detach().clone()
+
+
+def swap_embeddings(model: MaskedLM, embeddings: torch.Tensor, bias: torch.Tensor) -> MaskedLM:
+    """Replace the token embeddings (and so every head's tied projection) and the output bias, IN PLACE.
+
+    Returns ``model`` itself. The vocabulary size may change: the Parameters are replaced by new ones (copies of
+    the given tensors in the model's dtype and device, keeping the old requires_grad flags) and ``model.cfg``
+    gets the new vocab_size. An optimizer built before the swap still holds the old Parameters: swap first.
+
+    Aux head (MiniJoint primary): its bias is set to the same ``bias``. Embeddings plugged into a MiniJoint primary
+    were learned over its mini-model, whose "main" head IS the primary's aux head, so ``bias`` is exactly the aux
+    head's own trained bias (the plugged primary's aux logits equal the mini-model's). For the main head it is the
+    best prior available (a per-token frequency prior learned in L_trg); only the body is used downstream (Steps
+    3-4), so neither head's bias affects the paper's results.
+    """
+    hidden = model.cfg.hidden_size
+    if embeddings.dim() != 2 or embeddings.shape[1] != hidden:
+        raise ValueError(f"embeddings of shape {tuple(embeddings.shape)} do not fit a model of hidden size {hidden}")
+    if bias.shape != (embeddings.shape[0],):
+        raise ValueError(f"bias of shape {tuple(bias.shape)} does not match embeddings {tuple(embeddings.shape)}")
+    vocab = embeddings.shape[0]
+    tokens = model.embeddings.tokens
+    old = tokens.weight
+    tokens.weight = nn.Parameter(embeddings.detach().to(device=old.device, dtype=old.dtype, copy=True),
+                                 requires_grad=old.requires_grad)
+    tokens.num_embeddings = vocab
+    for head in getattr(model, "heads", {}).values():  # a task model (Steps 3-4) has no MLM head
+        old_bias = head.bias
+        head.bias = nn.Parameter(bias.detach().to(device=old_bias.device, dtype=old_bias.dtype, copy=True),
+                                 requires_grad=old_bias.requires_grad)
+    model.cfg = model.cfg.replace(vocab_size=vocab)
+    return model
+
+
+# ----------------------------------------------------------------------------------------- embeddings folders
+
+def save_embeddings(folder: Path, embeddings: torch.Tensor, bias: torch.Tensor, meta: dict[str, Any]) -> dict[str, Any]:
+    """Write trained embeddings as a model-folder-like dir (model.pt with the two tensors, meta.json).
+
+    ``meta`` must give ``primary_sha256`` (lineage of the body they were trained over) and ``tokenizer``
+    ({"path", "sha256"}); kind, vocab_size and hidden_size are filled in from the tensors (fp32, like every
+    checkpoint here). Returns the meta written (with ``weights_sha256``).
+    """
+    if embeddings.dim() != 2 or bias.shape != (embeddings.shape[0],):
+        raise ValueError(f"embeddings {tuple(embeddings.shape)} and bias {tuple(bias.shape)}: vocabulary sizes "
+                         "disagree")
+    for key in ("primary_sha256", "tokenizer"):
+        if key not in meta:
+            raise ValueError(f"embeddings meta needs {key!r}")
+    vocab, hidden = embeddings.shape
+    for key, value in (("vocab_size", vocab), ("hidden_size", hidden), ("kind", Kind.EMBEDDINGS.value)):
+        if meta.get(key, value) != value:
+            raise ValueError(f"embeddings meta says {key}={meta[key]!r} but the tensors give {value!r}")
+    meta = {**meta, "kind": Kind.EMBEDDINGS.value, "vocab_size": vocab, "hidden_size": hidden}
+    state = {TOKENS_KEY: embeddings.detach().float(), BIAS_KEY: bias.detach().float()}
+    return save_model_folder(folder, state, meta)
+
+
+def load_embeddings(folder: Path) -> tuple[torch.Tensor, torch.Tensor, dict[str, Any]]:
+    """(embeddings (V, h), bias (V,), meta) from a folder written by ``save_embeddings``, validated."""
+    folder = Path(folder)
+    meta = load_meta(folder)
+    meta_path, weights_path = folder / checkpoint.META, folder / checkpoint.WEIGHTS
+    if meta.get("kind") != Kind.EMBEDDINGS.value:
+        raise InputError(f"{meta_path}: kind is {meta.get('kind')!r}, not {Kind.EMBEDDINGS.value!r}: "
+                         "not trained embeddings")
+    missing = [k for k in ("primary_sha256", "vocab_size", "hidden_size", "tokenizer") if k not in meta]
+    if missing:
+        raise InputError(f"{meta_path}: missing key(s) {', '.join(missing)}")
+    tokenizer = meta["tokenizer"]
+    if not isinstance(tokenizer, dict) or not {"path", "sha256"} <= set(tokenizer):
+        raise InputError(f"{meta_path}: tokenizer must be an object with 'path' and 'sha256', got {tokenizer!r}")
+    weights = load_weights(folder)
+    if set(weights) != {TOKENS_KEY, BIAS_KEY}:
+        raise InputError(f"{weights_path}: expected exactly the tensors {TOKENS_KEY} and {BIAS_KEY}, found "
+                         f"{sorted(weights)}")
+    emb, bias = weights[TOKENS_KEY], weights[BIAS_KEY]
+    if emb.dim() != 2 or bias.dim() != 1:
+        raise InputError(f"{weights_path}: {TOKENS_KEY} must be (V, h) and {BIAS_KEY} (V,), got "
+                         f"{tuple(emb.shape)} and {tuple(bias.shape)}")
+    if not emb.shape[0] == bias.shape[0] == meta["vocab_size"]:
+        raise InputError(f"{weights_path}: vocabulary sizes disagree: {TOKENS_KEY} has {emb.shape[0]} rows, "
+                         f"{BIAS_KEY} {bias.shape[0]}, {checkpoint.META} says vocab_size {meta['vocab_size']}")
+    if emb.shape[1] != meta["hidden_size"]:
+        raise InputError(f"{weights_path}: {TOKENS_KEY} is {emb.shape[1]} wide but {checkpoint.META} says "
+                         f"hidden_size {meta['hidden_size']}")
+    if weights_sha256(weights) != meta["weights_sha256"]:
+        raise InputError(f"{weights_path}: contents do not match weights_sha256 in {checkpoint.META} "
+                         "(modified or corrupted after saving)")
+    return emb, bias, meta
+
+
+def swap_checked(model: nn.Module, model_meta: dict[str, Any], model_folder: Path, embeddings_folder: Path
+                 ) -> dict[str, Any]:
+    """Swap the embeddings saved in ``embeddings_folder`` into ``model`` (an MLM or a finetuned task model, whose
+    meta is ``model_meta``), after checking they belong to its lineage and width. Returns the embeddings' meta."""
+    emb, bias, emb_meta = load_embeddings(embeddings_folder)
+    body_lineage = lineage(model_meta)
+    if emb_meta["primary_sha256"] != body_lineage:
+        raise InputError(
+            f"{embeddings_folder}: embeddings were trained over a body of another lineage than {model_folder} "
+            f"(primary_sha256 {emb_meta['primary_sha256'][:12]}... vs the model's {body_lineage[:12]}...); "
+            "plug them into the primary model (or a descendant) they were trained against")
+    if emb_meta["hidden_size"] != model.cfg.hidden_size:
+        raise InputError(f"{embeddings_folder}: hidden size {emb_meta['hidden_size']} does not match the "
+                         f"hidden size {model.cfg.hidden_size} of {model_folder}")
+    swap_embeddings(model, emb, bias)
+    return emb_meta
+
+
+def plug_embeddings(model_folder: Path, embeddings_folder: Path,
+                    out_folder: Path | None = None) -> tuple[MaskedLM, dict[str, Any]]:
+    """Load the body in ``model_folder`` and swap in the embeddings from ``embeddings_folder`` (Steps 3-4).
+
+    Refused (InputError naming both folders) when the embeddings were trained over a body of another lineage or
+    have another hidden size. A different vocabulary size is the point of the swap, not an error. The new meta
+    is written fresh, not copied: the body's training state (step, data position, ...) describes the source
+    language run and would mislead; it records the new model_config, the embeddings' tokenizer, the lineage, and
+    where body and embeddings came from. With ``out_folder`` the model is saved there as a model folder.
+    """
+    model_folder, embeddings_folder = Path(model_folder), Path(embeddings_folder)
+    model, model_meta = load_mlm(model_folder)
+    emb_meta = swap_checked(model, model_meta, model_folder, embeddings_folder)
+    body_lineage = lineage(model_meta)
+    meta = {
+        "kind": Kind.PLUGGED.value,
+        "model_config": model.cfg.to_dict(),
+        "tokenizer": emb_meta["tokenizer"],
+        "primary_sha256": body_lineage,
+        "embeddings_from": {"path": str(embeddings_folder), "weights_sha256": emb_meta["weights_sha256"]},
+        "body_from": {"path": str(model_folder), "weights_sha256": model_meta["weights_sha256"]},
+        "num_parameters": model.num_parameters(),
+    }
+    if "variant" in model_meta:
+        meta["variant"] = model_meta["variant"]
+    if out_folder is not None:
+        meta = save_model_folder(out_folder, model.state_dict(), meta)
+    else:
+        meta["weights_sha256"] = weights_sha256(model.state_dict())
+    return model, meta
+
+
+# ------------------------------------------------------------------------------------------------------- CLI
+
+def extract_minijoint_folder(source: Path, out: Path) -> dict[str, Any]:
+    """``extract-mini``: MiniJoint's mini-model of the checkpoint/model folder ``source`` saved in ``out``."""
+    source = Path(source)
+    model, meta = load_mlm(source)
+    try:
+        mini = extract_minijoint(model)
+    except InputError as err:
+        raise InputError(f"{source}: {err}") from None
+    mini_meta = {
+        "kind": Kind.MINIJOINT_MINI.value,
+        "model_config": mini.cfg.to_dict(),
+        "tokenizer": meta.get("tokenizer"),
+        "primary_sha256": lineage(meta),
+        "cut_from": str(source),
+        "cut_from_sha256": meta["weights_sha256"],
+        "num_parameters": mini.num_parameters(),
+    }
+    return save_model_folder(out, mini.state_dict(), mini_meta)
+
+
+def export_embeddings(model_folder: Path, out: Path) -> dict[str, Any]:
+    """``export-embeddings``: a model's own token embeddings and output bias as an embeddings folder."""
+    model, meta = load_mlm(model_folder)
+    emb, bias = extract_embeddings(model)
+    return save_embeddings(out, emb, bias, {"primary_sha256": lineage(meta), "tokenizer": meta["tokenizer"],
+                                            "exported_from": str(Path(model_folder).resolve())})
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="ds-minimodel surgery", description=__doc__,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    sub = p.add_subparsers(dest="command", required=True)
+    ex = sub.add_parser("extract-mini", help="MiniJoint: save the mini-model (bottom N layers + aux head)")
+    ex.add_argument("--from", dest="source", type=Path, required=True, help="MiniJoint checkpoint or model folder")
+    ex.add_argument("--out", type=Path, required=True, help="model folder to write")
+    pl = sub.add_parser("plug", help="swap trained embeddings into a model of the same lineage")
+    pl.add_argument("--model", type=Path, required=True, help="model folder (the body)")
+    pl.add_argument("--embeddings", type=Path, required=True, help="embeddings folder (save_embeddings)")
+    pl.add_argument("--out", type=Path, required=True, help="model folder to write")
+    xe = sub.add_parser("export-embeddings", help="save a model's own (source-language) embeddings as an "
+                                                  "embeddings folder, to swap back in after finetuning")
+    xe.add_argument("--model", type=Path, required=True, help="checkpoint or model folder")
+    xe.add_argument("--out", type=Path, required=True, help="embeddings folder to write")
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        if args.command == "extract-mini":
+            meta = extract_minijoint_folder(args.source, args.out)
+        elif args.command == "export-embeddings":
+            meta = export_embeddings(args.model, args.out)
+        else:
+            _, meta = plug_embeddings(args.model, args.embeddings, args.out)
+    except InputError as err:
+        return report(err)
+    print(json.dumps({"out": str(args.out), "kind": meta["kind"], "weights_sha256": meta["weights_sha256"],
+                      "primary_sha256": meta["primary_sha256"]}, sort_keys=True), flush=True)
+    return 0

@@ -1,0 +1,403 @@
+"""The paper's compute analysis from a pipeline's results (``python -m ds_minimodel analysis``).
+
+Reads ``results.json`` (written by ``pipeline.plan``: one zero-shot score per system, task, language, seed and
+Step-2 checkpoint, with the checkpoint's updates, FLOPs and V100-days) and writes:
+
+- ``table2.txt``: the final checkpoint's score per language next to Step 2's cost (the paper's Table 2);
+- ``table3.txt`` and ``time_to_target.json``/``.csv``: V100-days (and updates, FLOPs) each system needs to reach
+  near-maximal performance, and its speedup over BL_BASE (the paper's Table 3);
+- ``figure3_<task>_<lang>.png``: score against V100-days per system, with the target marked (Figure 3);
+- ``figure1_speedup.png``: average speedup per task and system (Figure 1).
+
+Definitions (paper section 4.2 and footnotes 5 and 6):
+
+- scores are means over finetuning seeds at each checkpoint;
+- the near-maximal target for a task and language is 95% of BL_BASE's final score there;
+- the cost to reach a target is interpolated linearly between the checkpoint just before and the first checkpoint
+  at or above it (section 3: 48% at 5,000 updates and 1.17 EFLOPs, 52% at 10,000 and 2.34 EFLOPs give 50% at 7,500
+  updates and 1.755 EFLOPs). A target met at the first checkpoint has no earlier point: its cost is the first
+  checkpoint's, an upper bound, flagged ``at_first_checkpoint``. A target never met is ``never``;
+- the speedup for a language is BL_BASE's V100-days to the target over the system's; the average speedup is the
+  mean of the per-language ratios, over the languages where both reach it;
+- no speedup on noise: where BL_BASE's final score is not clearly above the majority class of that language's test
+  file (by more than ``CLEAR_MARGIN`` points and twice its standard deviation over seeds), there is no transfer
+  to be fast at, and that language gets no target and no speedup ("no transfer" in the tables).
+
+The diagnostics (``diagnostics.txt``) put each score next to what it should be read against: the majority class and
+a bag-of-words classifier per test file, each primary's score with its own source-language embeddings, and the
+source-relearn control (Step 2 on the source language itself) when the pipeline ran it.
+
+Only Step 2 is counted: it is what is paid again for every new language. Step 1 (and MiniPost's Step 1b) are
+one-time costs, reported by ``python -m ds_minimodel flops``.
+"""
+from __future__ import annotations
+
+import argparse
+import statistics
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+from ds_minimodel.config import read_json, write_csv, write_json
+from ds_minimodel.errors import InputError, report
+from ds_minimodel.flops import EFLOP
+from ds_minimodel.systems import BASELINE, system_names
+
+NEAR_MAXIMAL = 0.95
+CLEAR_MARGIN = 2.0
+"""Points by which BL_BASE's final score must exceed the majority class (and twice its spread over seeds) for a
+language to count as transferred."""
+
+
+@dataclass(frozen=True)
+class Point:
+    """One Step-2 checkpoint on a training curve: cost so far and the mean score over seeds."""
+
+    updates: float
+    flops: float
+    v100_days: float
+    score: float
+    std: float = 0.0
+    """Sample standard deviation of the score over seeds."""
+
+
+@dataclass(frozen=True)
+class Reached:
+    """The cost at which a curve first reaches a target; all None when it never does."""
+
+    updates: float | None
+    flops: float | None
+    v100_days: float | None
+    at_first_checkpoint: bool = False
+
+    @property
+    def never(self) -> bool:
+        return self.v100_days is None
+
+
+def time_to_target(curve: list[Point], target: float) -> Reached:
+    """Cost at which ``curve`` (ordered by updates) first reaches ``target``, by linear interpolation between the
+    checkpoint before and the first checkpoint at or above it."""
+    for i, point in enumerate(curve):
+        if point.score < target:
+            continue
+        if i == 0:
+            return Reached(point.updates, point.flops, point.v100_days, at_first_checkpoint=True)
+        before = curve[i - 1]
+        t = (target - before.score) / (point.score - before.score)  # 0 < t <= 1: before < target <= point
+
+        def between(a: float, b: float) -> float:
+            return a + t * (b - a)
+
+        return Reached(between(before.updates, point.updates), between(before.flops, point.flops),
+                       between(before.v100_days, point.v100_days))
+    return Reached(None, None, None)
+
+
+# ----------------------------------------------------------------------------------------------- reading results
+def curves(results: dict[str, Any], source: str, *, key: str = "zero_shot_over_seeds"
+           ) -> tuple[dict[tuple[str, str, str], list[Point]], dict[str, str]]:
+    """{(task, lang, system): checkpoints ordered by updates} from results.json's per-checkpoint means over seeds
+    (``key``: the zero-shot runs, or ``source_relearn_over_seeds`` for the control), and the metric of each task."""
+    rows = results.get(key, [] if key != "zero_shot_over_seeds" else None) if isinstance(results, dict) else None
+    if not isinstance(rows, list):
+        raise InputError(f"{source}: no {key!r} list; is this a results.json written by "
+                         "python -m ds_minimodel pipeline?")
+    out: dict[tuple[str, str, str], list[Point]] = {}
+    metrics: dict[str, str] = {}
+    for i, row in enumerate(rows):
+        try:
+            key = (row["task"], row["lang"], row["system"])
+            point = Point(float(row["step2_update"]), float(row["step2_flops"]), float(row["v100_days"]),
+                          float(row["mean"]), float(row.get("std", 0.0)))
+            metrics[row["task"]] = row["metric"]
+        except (KeyError, TypeError, ValueError) as err:
+            raise InputError(f"{source}: {key}[{i}] is malformed ({err!r})") from None
+        if row["system"] not in system_names():
+            raise InputError(f"{source}: {key}[{i}]: unknown system {row['system']!r}")
+        out.setdefault(key, []).append(point)
+    for points in out.values():
+        points.sort(key=lambda p: p.updates)
+    return out, metrics
+
+
+def ordered_systems(present: set[str]) -> list[str]:
+    return [s for s in system_names() if s in present]
+
+
+# ----------------------------------------------------------------------------------------------- analyses
+def transfer_is_clear(final: Point, majority: float | None) -> bool:
+    """BL_BASE's final point is clearly above the majority class: by CLEAR_MARGIN points and by twice its sample
+    standard deviation over seeds. Without a trivial baseline (QA) every score counts."""
+    return majority is None or final.score - majority > max(CLEAR_MARGIN, 2 * final.std)
+
+
+def analyse(all_curves: dict[tuple[str, str, str], list[Point]],
+            majority: dict[tuple[str, str], float] | None = None) -> list[dict[str, Any]]:
+    """One row per task, language and system: the target, the cost to reach it and the speedup over BL_BASE.
+    ``majority``: {(task, lang): majority-class score}; a language where BL_BASE is not clearly above it gets no
+    target and no speedup (``transfer`` False)."""
+    majority = majority or {}
+    rows = []
+    for task, lang in sorted({(k[0], k[1]) for k in all_curves}):
+        baseline = all_curves.get((task, lang, BASELINE))
+        if not baseline:
+            continue  # no BL_BASE run: no target (footnote 5 defines it from BL_BASE)
+        transfer = transfer_is_clear(baseline[-1], majority.get((task, lang)))
+        target = NEAR_MAXIMAL * baseline[-1].score if transfer else None
+        base_cost = time_to_target(baseline, target) if transfer else Reached(None, None, None)
+        for system in ordered_systems({k[2] for k in all_curves if k[:2] == (task, lang)}):
+            curve = all_curves[(task, lang, system)]
+            reached = time_to_target(curve, target) if transfer else Reached(None, None, None)
+            speedup = (base_cost.v100_days / reached.v100_days
+                       if not reached.never and not base_cost.never and reached.v100_days > 0 else None)
+            rows.append({"task": task, "lang": lang, "system": system, "target": target,
+                         "transfer": transfer, "majority": majority.get((task, lang)),
+                         "final_score": curve[-1].score, "final_updates": curve[-1].updates,
+                         "final_v100_days": curve[-1].v100_days, **asdict(reached), "never": reached.never,
+                         "speedup": speedup})
+    return rows
+
+
+def average_speedups(rows: list[dict[str, Any]]) -> dict[tuple[str, str], float | None]:
+    """{(task, system): mean over languages of the per-language speedups} (footnote 6)."""
+    ratios: dict[tuple[str, str], list[float]] = {}
+    for row in rows:
+        ratios.setdefault((row["task"], row["system"]), [])
+        if row["speedup"] is not None:
+            ratios[(row["task"], row["system"])].append(row["speedup"])
+    return {key: statistics.mean(values) if values else None for key, values in ratios.items()}
+
+
+# ----------------------------------------------------------------------------------------------- tables
+TRIVIAL = {"majority": "majority class", "bag_of_words": "bag of words (Naive Bayes, source-trained)"}
+
+
+def trivial_scores(results: dict[str, Any]) -> dict[tuple[str, str, str], dict[str, float]]:
+    """{(task, lang, split): {"majority": ..., "bag_of_words": ...}} from results.json's ``baselines``."""
+    return {(r["task"], r["lang"], r["split"]): {k: r[k] for k in TRIVIAL if k in r}
+            for r in results.get("baselines", [])}
+
+
+def table2(all_curves: dict[tuple[str, str, str], list[Point]], metrics: dict[str, str],
+           trivial: dict[tuple[str, str, str], dict[str, float]] | None = None) -> str:
+    """Final checkpoint's score per language (mean over seeds) next to Step 2's cost, per task; below, the trivial
+    baselines of each language's test file."""
+    trivial = trivial or {}
+    lines = []
+    for task in sorted({k[0] for k in all_curves}):
+        langs = sorted({k[1] for k in all_curves if k[0] == task})
+        lines += [f"Table 2 ({task}, {metrics[task]}): final Step-2 checkpoint, mean +- std over seeds",
+                  f"{'system':<10} {'updates':>8} {'EFLOPs':>10} {'V100-days':>10} "
+                  + " ".join(f"{lang:>12}" for lang in langs) + f" {'avg':>7}"]
+        for system in ordered_systems({k[2] for k in all_curves if k[0] == task}):
+            finals = [all_curves.get((task, lang, system), [None])[-1] for lang in langs]
+            present = [p for p in finals if p is not None]
+            cost = present[0]  # the cost columns: the first language's run (the same schedule for every language)
+            cells = [f"{p.score:6.1f}+-{p.std:4.1f}" if p else f"{'-':>12}" for p in finals]
+            lines.append(f"{system:<10} {cost.updates:8.0f} {cost.flops / EFLOP:10.3g} {cost.v100_days:10.3g} "
+                         + " ".join(cells) + f" {statistics.mean(p.score for p in present):7.1f}")
+        for name, label in TRIVIAL.items():
+            values = [trivial.get((task, lang, "test"), {}).get(name) for lang in langs]
+            if any(v is not None for v in values):
+                known = [v for v in values if v is not None]
+                lines.append(f"{label:<41} " + " ".join(f"{v:12.1f}" if v is not None else f"{'-':>12}"
+                                                        for v in values) + f" {statistics.mean(known):7.1f}")
+        lines.append("")
+    return "\n".join(lines).rstrip()
+
+
+def table3(rows: list[dict[str, Any]]) -> str:
+    """V100-days to reach 95% of BL_BASE's final score, and the speedup over BL_BASE, per language."""
+    speedups = average_speedups(rows)
+    lines = []
+    for task in sorted({r["task"] for r in rows}):
+        langs = sorted({r["lang"] for r in rows if r["task"] == task})
+        by_key = {(r["lang"], r["system"]): r for r in rows if r["task"] == task}
+        lines += [f"Table 3 ({task}): V100-days to near-maximal performance (95% of BL_BASE's final score) and "
+                  "speedup over BL_BASE",
+                  f"{'system':<10} " + " ".join(f"{lang:>18}" for lang in langs) + f" {'avg speedup':>12}"]
+        for system in ordered_systems({r["system"] for r in rows if r["task"] == task}):
+            cells = []
+            for lang in langs:
+                r = by_key.get((lang, system))
+                if r is None:
+                    cells.append(f"{'-':>18}")
+                elif not r.get("transfer", True):
+                    cells.append(f"{'no transfer':>18}")
+                elif r["never"]:
+                    cells.append(f"{'never':>18}")
+                else:
+                    mark = "<=" if r["at_first_checkpoint"] else ""
+                    ratio = f"{r['speedup']:.2f}x" if r["speedup"] is not None else "-"
+                    cells.append(f"{mark + format(r['v100_days'], '.3g'):>11} {ratio:>6}")
+            avg = speedups.get((task, system))
+            lines.append(f"{system:<10} " + " ".join(cells) + f" {(f'{avg:.2f}x' if avg else '-'):>12}")
+        if not any(r.get("transfer", True) for r in rows if r["task"] == task):
+            lines.append("BL_BASE transfers to none of these languages: the run is too small to measure a speedup "
+                         "(RESULTS.md reports the larger reference run, configs/reference.json)")
+        targets = sorted({(r["lang"], r["target"]) for r in rows if r["task"] == task and r["target"] is not None})
+        lines.append("targets: " + (", ".join(f"{lang} {t:.1f}" for lang, t in targets) or "none")
+                     + "   (<=: reached at the first checkpoint, an upper bound)")
+        for r in rows:
+            if r["task"] == task and r["system"] == BASELINE and not r.get("transfer", True):
+                lines.append(f"no transfer in {r['lang']}: BL_BASE's final score {r['final_score']:.1f} is not "
+                             f"clearly above the majority class {r['majority']:.1f} (by {CLEAR_MARGIN:g} points and "
+                             "twice its spread over seeds), so no speedup is computed there")
+        lines.append("")
+    return "\n".join(lines).rstrip()
+
+
+def own_scores(results: dict[str, Any]) -> dict[tuple[str, str, str], Point]:
+    """{(task, lang, primary): mean +- std over seeds of the finetuned primary with its own embeddings}."""
+    groups: dict[tuple[str, str, str], list[float]] = {}
+    for r in results.get("source_test", []):
+        metric = "accuracy" if "accuracy" in r else "f1"
+        groups.setdefault((r["task"], r["lang"], r["primary"]), []).append(r[metric])
+    return {k: Point(0, 0, 0, statistics.mean(v), statistics.stdev(v) if len(v) > 1 else 0.0)
+            for k, v in groups.items()}
+
+
+def diagnostics(results: dict[str, Any], all_curves: dict[tuple[str, str, str], list[Point]],
+                relearn_curves: dict[tuple[str, str, str], list[Point]], metrics: dict[str, str]) -> str:
+    """Where transfer is lost (issue 16's rows): the trivial baselines, each primary with its own source embeddings,
+    the source-relearn control's curve, then each target language's final scores against its baselines."""
+    trivial, own = trivial_scores(results), own_scores(results)
+    lines = []
+    for task in sorted({k[0] for k in all_curves} | {k[0] for k in own} | {k[0] for k in relearn_curves}):
+        metric = metrics.get(task, "accuracy")
+        lines.append(f"Diagnostics ({task}, {metric}, mean +- std over seeds)")
+        for (t, lang, split), values in sorted(trivial.items()):
+            if t == task:
+                lines.append(f"  {lang:<11} {split:<5} " + ", ".join(f"{TRIVIAL[k]} {v:.1f}"
+                                                                      for k, v in values.items()))
+        for (t, lang, primary), p in sorted(own.items()):
+            if t == task:
+                lines.append(f"  {lang:<11} test  primary {primary} finetuned, its own embeddings: "
+                             f"{p.score:.1f} +- {p.std:.1f}")
+        for (t, lang, system), curve in sorted(relearn_curves.items()):
+            if t == task:
+                lines.append(f"  {lang:<11} test  {system} source embeddings relearned from scratch (Step 2 without a "
+                             "language gap): " + ", ".join(f"{p.updates:.0f}: {p.score:.1f}" for p in curve)
+                             + f" (final +- {curve[-1].std:.1f})")
+        for (t, lang, system), curve in sorted(all_curves.items()):
+            if t == task and system == BASELINE:
+                majority = trivial.get((task, lang, "test"), {}).get("majority")
+                gap = "" if majority is None else f", {curve[-1].score - majority:+.1f} over the majority class"
+                lines.append(f"  {lang:<11} test  BL_BASE final {curve[-1].score:.1f} +- {curve[-1].std:.1f}{gap}")
+        lines.append("")
+    return "\n".join(lines).rstrip()
+
+
+# ----------------------------------------------------------------------------------------------- plots
+def _pyplot() -> Any:
+    """matplotlib's pyplot on the file-only backend (no display on cluster nodes), imported on first use."""
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    return plt
+
+
+def plot_curves(all_curves: dict[tuple[str, str, str], list[Point]], rows: list[dict[str, Any]],
+                metrics: dict[str, str], out: Path, *, majority: dict[tuple[str, str], float] | None = None,
+                source_score: dict[str, float] | None = None, prefix: str = "figure3") -> list[Path]:
+    """Figure 3: score against Step-2 V100-days per system, one file per task and language, with the majority
+    class and the source-language score (BL_BASE's primary, its own embeddings) as reference lines."""
+    plt = _pyplot()
+    majority, source_score = majority or {}, source_score or {}
+    targets = {(r["task"], r["lang"]): r["target"] for r in rows}
+    written = []
+    for task, lang in sorted({k[:2] for k in all_curves}):
+        fig, ax = plt.subplots(figsize=(6, 4))
+        for system in ordered_systems({k[2] for k in all_curves if k[:2] == (task, lang)}):
+            curve = all_curves[(task, lang, system)]
+            ax.plot([p.v100_days for p in curve], [p.score for p in curve], marker="o", label=system)
+        if targets.get((task, lang)) is not None:
+            ax.axhline(targets[(task, lang)], color="grey", linestyle="--", label="95% of BL_BASE final")
+        if (task, lang) in majority:
+            ax.axhline(majority[(task, lang)], color="black", linestyle=":", label="majority class")
+        if task in source_score:
+            ax.axhline(source_score[task], color="tab:green", linestyle="-.", label="source language, own embeddings")
+        ax.set(xlabel="Step-2 compute (V100-days)", ylabel=f"{metrics[task]} (mean over seeds)",
+               title=f"{task}, {lang}: zero-shot score against adaptation compute")
+        ax.legend()
+        fig.tight_layout()
+        path = out / f"{prefix}_{task}_{lang}.png"
+        fig.savefig(path, dpi=100)
+        plt.close(fig)
+        written.append(path)
+    return written
+
+
+def plot_speedups(rows: list[dict[str, Any]], out: Path) -> Path:
+    """Figure 1: average speedup over BL_BASE per task and system (missing bar: the target was never reached)."""
+    plt = _pyplot()
+    speedups = average_speedups(rows)
+    tasks = sorted({t for t, _ in speedups})
+    systems = ordered_systems({s for _, s in speedups})
+    width = 0.8 / max(len(systems), 1)
+    fig, ax = plt.subplots(figsize=(6, 4))
+    for i, system in enumerate(systems):
+        values = [speedups.get((task, system)) for task in tasks]
+        xs = [t + i * width for t in range(len(tasks))]
+        ax.bar(xs, [v or 0.0 for v in values], width, label=system)
+        for x, v in zip(xs, values):
+            if v is None:  # the target was never reached: no bar, say so
+                ax.text(x, 0.02, "never", rotation=90, ha="center", va="bottom", fontsize=8)
+    ax.axhline(1.0, color="grey", linewidth=0.8)
+    ax.set_xticks([t + width * (len(systems) - 1) / 2 for t in range(len(tasks))], tasks)
+    ax.set(ylabel="average speedup over BL_BASE", title="Time to near-maximal performance (Step 2)")
+    ax.legend()
+    fig.tight_layout()
+    path = out / "figure1_speedup.png"
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
+    return path
+
+
+# ----------------------------------------------------------------------------------------------- driver
+def run(results_path: Path, out: Path, *, plots: bool = True) -> dict[str, Any]:
+    results = read_json(results_path)
+    all_curves, metrics = curves(results, str(results_path))
+    if not all_curves:
+        raise InputError(f"{results_path}: holds no zero-shot scores yet")
+    relearn_curves = curves(results, str(results_path), key="source_relearn_over_seeds")[0]
+    trivial = trivial_scores(results)
+    majority = {(task, lang): v["majority"] for (task, lang, split), v in trivial.items()
+                if split == "test" and "majority" in v}
+    source_score = {task: p.score for (task, _, primary), p in own_scores(results).items() if primary == "base"}
+    out.mkdir(parents=True, exist_ok=True)
+    rows = analyse(all_curves, majority)
+    t2, t3 = table2(all_curves, metrics, trivial), table3(rows)
+    diag = diagnostics(results, all_curves, relearn_curves, metrics)
+    (out / "table2.txt").write_text(t2 + "\n", encoding="utf-8")
+    (out / "table3.txt").write_text(t3 + "\n", encoding="utf-8")
+    (out / "diagnostics.txt").write_text(diag + "\n", encoding="utf-8")
+    write_json(out / "time_to_target.json", {"near_maximal": NEAR_MAXIMAL, "baseline": BASELINE, "rows": rows})
+    if rows:
+        write_csv(out / "time_to_target.csv", rows, fieldnames=list(rows[0]))
+    figures = []
+    if plots:
+        figures = [*plot_curves(all_curves, rows, metrics, out, majority=majority, source_score=source_score),
+                   *plot_curves(relearn_curves, [], metrics, out, majority=majority, source_score=source_score,
+                                prefix="relearn"),
+                   plot_speedups(rows, out)]
+    return {"table2": t2, "table3": t3, "diagnostics": diag, "figures": [str(p) for p in figures], "out": str(out)}
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="ds-minimodel analysis", description=__doc__,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--results", type=Path, required=True, help="results.json written by the pipeline")
+    p.add_argument("--out", type=Path, help="folder for tables and plots (default: <results folder>/analysis)")
+    p.add_argument("--no-plots", action="store_true")
+    args = p.parse_args(argv)
+    try:
+        summary = run(args.results, args.out or args.results.parent / "analysis", plots=not args.no_plots)
+    except InputError as err:
+        return report(err)
+    print(summary["table2"] + "\n\n" + summary["table3"] + "\n\n" + summary["diagnostics"])
+    print(f"\ntables and time to target: {summary['out']}")
+    for figure in summary["figures"]:
+        print(f"plot: {figure}")
+    return 0

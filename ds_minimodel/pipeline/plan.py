@@ -1,0 +1,362 @@
+"""The whole method from one config: prepare data, Step 1 (and 1b), Step 2 per target language, Step 3 per task and
+seed, Step 4 for every saved Step-2 checkpoint, then results as JSON, CSV and a table shaped like the paper's Table 2.
+
+    python -m ds_minimodel pipeline --config configs/demo.json
+
+Steps whose outputs exist are skipped; a step whose run folder exists but did not finish is resumed. Training
+steps run as separate processes through the ``deepspeed`` launcher (``ranks`` per node; ``--launcher torchrun``
+or ``srun`` for the others); Step 4 runs in process.
+Relative paths in the config are taken from the current directory.
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import subprocess
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from ds_minimodel.cluster import slurm
+from ds_minimodel.cluster.launch import free_port, local_command
+from ds_minimodel.config import read_json
+from ds_minimodel.data.shards import META_FILE
+from ds_minimodel.errors import InputError, report
+from ds_minimodel.systems import get_system
+from ds_minimodel.pipeline.results import scored, task_baselines, write_results
+from ds_minimodel.pipeline.settings import (
+    RELEARN_SUFFIX,
+    as_options,
+    FinetuneSettings,
+    PipelineConfig,
+    TaskSettings,
+)
+from ds_minimodel.train import checkpoint
+
+# ----------------------------------------------------------------------------------------------- running steps
+LAUNCHERS = ("deepspeed", "torchrun", "srun")
+
+
+def launch(script: str, args: list[str], ranks: int, launcher: str = "deepspeed") -> None:
+    """Run a training entry point; a failure stops the pipeline with its exit code.
+
+    ``deepspeed`` or ``torchrun``: ``ranks`` processes on this machine (``launch.local_command``; one process when
+    ``ranks`` is 1). ``srun``: one task per rank of the enclosing batch job's allocation (its nodes x tasks per
+    node); ranks find each other from the SLURM_* variables (``ds_minimodel.cluster.slurm.rank_env``), and the job's
+    pre-timeout SIGUSR1 reaches every rank.
+    """
+    if launcher == "srun":
+        cmd = ["srun", "--kill-on-bad-exit=1", sys.executable, script, *args]
+    elif ranks == 1:
+        cmd = [sys.executable, script, *args]
+    else:
+        cmd = local_command(launcher, ranks, free_port(), script, args)
+    print("$ " + " ".join(cmd), flush=True)
+    env = {k: v for k, v in os.environ.items()
+           if k not in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT")}
+    proc = subprocess.run(cmd, env=env)
+    if proc.returncode:
+        raise SystemExit(f"pipeline: {script} exited with {proc.returncode}")
+
+
+class StoppedEarly(Exception):
+    """A step saved a checkpoint and stopped before its last update (SIGTERM/SIGUSR1): later steps need its
+    output, so the pipeline stops too, with ``slurm.EXIT_REQUEUE``; running it again resumes the step."""
+
+
+def finished(run_dir: Path) -> bool:
+    """A run is done when its newest complete checkpoint is at the step count its run.json asked for."""
+    run_file, latest = run_dir / checkpoint.RUN, checkpoint.latest_checkpoint(run_dir)
+    if not run_file.is_file() or latest is None:
+        return False
+    return checkpoint.load_meta(latest).get("step") == read_json(run_file)["train"]["steps"]
+
+
+def train_step(script: str, run_dir: Path, args: list[str], ranks: int, launcher: str = "deepspeed") -> None:
+    if finished(run_dir):
+        print(f"[pipeline] {run_dir}: done, skipped", flush=True)
+        return
+    resume = ["--resume"] if (run_dir / checkpoint.RUN).is_file() else []
+    launch(script, [*args, "--out", str(run_dir), *resume], ranks, launcher)
+    if not finished(run_dir):
+        raise StoppedEarly(f"pipeline: {run_dir} stopped before its last update; run the pipeline again to resume")
+
+
+@dataclass(frozen=True)
+class Job:
+    """One unit of the pipeline that can run on its own (one batch job under Slurm), after the jobs it needs."""
+
+    name: str
+    after: tuple[str, ...] = ()
+    array: tuple[str, ...] = ()
+    """Step 2 only: the target languages, one run each (one task of a Slurm job array)."""
+    trains: bool = True
+    """False for data preparation and Step 4 (no training ranks: one process)."""
+
+
+class Pipeline:
+    """The method's steps as a plan of jobs over one config; every path of every step's output is decided here.
+
+    ``jobs()`` lists them in an order that satisfies their dependencies; ``run(job)`` runs one, after checking that
+    what it needs is finished. ``run_all`` is the whole method in one process; ``pipeline.submit`` makes one
+    Slurm job of each.
+    """
+
+    def __init__(self, cfg: PipelineConfig, source_path: str, *, launcher: str = "deepspeed") -> None:
+        self.cfg, self.source_path, self.launcher = cfg, source_path, launcher
+        self.sections = cfg.parsed(source_path)
+        self.out = Path(cfg.out)
+        self.log_root = self.out / "tensorboard"
+        self.languages = [c.lang for c in [self.sections["source"], *self.sections["targets"]]]
+        self.primaries = cfg.primaries()
+        self.relearn_lang = f"{self.sections['source'].lang}{RELEARN_SUFFIX}"
+        """The source-relearn control's name where a target language's would stand (runs, results)."""
+
+    # -- the plan
+    def body_job(self, system: str) -> str:
+        entry = get_system(system)
+        return f"step1b-{system}" if entry.step1b else f"step1-{entry.primary}"
+
+    def jobs(self) -> list[Job]:
+        targets = tuple(t.lang for t in self.sections["targets"])
+        jobs = [Job("prepare", trains=False)]
+        jobs += [Job(f"step1-{v}", after=("prepare",)) for v in self.primaries]
+        jobs += [Job(f"step1b-{s}", after=(f"step1-{get_system(s).primary}",))
+                 for s in self.cfg.systems if get_system(s).step1b]
+        relearn = (self.relearn_lang,)
+        jobs += [Job(f"step2-{s}", after=(self.body_job(s),),
+                     array=targets + (relearn if s in self.cfg.source_relearn else ())) for s in self.cfg.systems]
+        jobs += [Job(f"step3-{v}", after=(f"step1-{v}",)) for v in self.primaries]
+        jobs.append(Job("step4", after=tuple(j.name for j in jobs if j.name.startswith(("step2-", "step3-"))),
+                        trains=False))
+        return jobs
+
+    def job(self, name: str) -> Job:
+        for job in self.jobs():
+            if job.name == name:
+                return job
+        raise InputError(f"{self.source_path}: no job {name!r} in this pipeline; its jobs are "
+                         + ", ".join(j.name for j in self.jobs()))
+
+    # -- where everything is
+    def data_dir(self, lang: str) -> Path:
+        return self.out / "data" / lang
+
+    def step1_dir(self, variant: str) -> Path:
+        return self.out / "step1" / variant
+
+    def step1b_dir(self, system: str) -> Path:
+        return self.out / "step1b" / system
+
+    def step2_dir(self, lang: str, system: str) -> Path:
+        return self.out / "step2" / lang / system
+
+    def step3_dir(self, task: str, variant: str, seed: int) -> Path:
+        return self.out / "step3" / task / variant / f"seed{seed}"
+
+    def body_dir(self, system: str) -> Path:
+        entry = get_system(system)
+        return self.step1b_dir(system) if entry.step1b else self.step1_dir(entry.primary)
+
+    def _data(self, lang: str, needed_by: str) -> Path:
+        folder = self.data_dir(lang)
+        if not (folder / META_FILE).is_file():
+            raise InputError(f"{needed_by} needs the prepared {lang} data in {folder}; run the prepare job first")
+        return folder
+
+    def _finished(self, run_dir: Path, job: str, needed_by: str) -> Path:
+        if not finished(run_dir):
+            raise InputError(f"{needed_by} needs the finished run in {run_dir}; run the {job} job first")
+        return checkpoint.latest_checkpoint(run_dir)
+
+    # -- running
+    def run_all(self) -> dict[str, Any]:
+        summary: dict[str, Any] = {}
+        for job in self.jobs():
+            for value in job.array or (None,):
+                summary = self.run(job.name, value)
+        return summary
+
+    def run(self, name: str, value: str | None = None) -> dict[str, Any]:
+        """Run job ``name`` (for Step 2: for the target language ``value``, or all of them when None)."""
+        job = self.job(name)
+        if job.array and value is not None and value not in job.array:
+            raise InputError(f"{self.source_path}: {name} runs for {', '.join(job.array)}; not for {value!r}")
+        if name == "prepare":
+            return self._prepare()
+        if name == "step4":
+            return self._step4()
+        kind, what = name.split("-", 1)
+        if kind == "step1":
+            self._step1(what)
+        elif kind == "step1b":
+            self._step1b(what)
+        elif kind == "step2":
+            for lang in [value] if value is not None else job.array:
+                self._step2(what, lang)
+        else:
+            self._step3(what)
+        return {}
+
+    def _train(self, script: str, run_dir: Path, run_name: str, args: list[str]) -> None:
+        train_step(script, run_dir, [*args, "--log-root", str(self.log_root), "--run-name", run_name],
+                   self.cfg.ranks, self.launcher)
+
+    def _prepare(self) -> dict[str, Any]:
+        from ds_minimodel.data.prepare import prepare
+
+        for corpus in [self.sections["source"], *self.sections["targets"]]:
+            prepare(Path(corpus.corpus), self.data_dir(corpus.lang), vocab_size=self.cfg.vocab_size)
+        return {}
+
+    def _common(self, needed_by: str) -> list[str]:
+        cfg = self.cfg
+        return ["--preset", cfg.preset, "--seq-len", str(cfg.seq_len), "--seed", str(cfg.seed),
+                "--data", str(self._data(self.sections["source"].lang, needed_by))]
+
+    def _step1(self, variant: str) -> None:
+        cfg = self.cfg
+        self._train("run_pretrain.py", self.step1_dir(variant), f"step1-{variant}",
+                    ["--variant", variant, "--aux-layer", str(cfg.aux_layer), "--small-layers", str(cfg.small_layers),
+                     *self._common(f"step1-{variant}"), *as_options(self.sections["step1"])])
+
+    def _step1b(self, system: str) -> None:
+        """Step 1b of ``system``: its primary's bottom layers, new layers trained on top (``--variant minipost``)."""
+        job, primary = f"step1b-{system}", get_system(system).primary
+        base = self._finished(self.step1_dir(primary), f"step1-{primary}", job)
+        self._train("run_pretrain.py", self.step1b_dir(system), job,
+                    ["--variant", "minipost", "--from", str(base), "--keep-layers", str(self.cfg.keep_layers),
+                     "--new-layers", str(self.cfg.new_layers), *self._common(job),
+                     *as_options(self.sections["step1b"])])
+
+    def _step2(self, system: str, lang: str) -> None:
+        """Step 2 for one system and target language; every checkpoint is kept for Step 4."""
+        needed_by = f"step2-{system} ({lang})"
+        body = self._finished(self.body_dir(system), self.body_job(system), needed_by)
+        relearn = lang == self.relearn_lang
+        data = self._data(self.sections["source"].lang if relearn else lang, needed_by)
+        self._train("run_adapt.py", self.step2_dir(lang, system), f"step2-{lang}-{system}",
+                    ["--system", system, "--body", str(body), "--data", str(data),
+                     "--init", "specials" if relearn else "overlap", "--lang", lang,
+                     "--seq-len", str(self.cfg.seq_len), "--seed", str(self.cfg.seed),
+                     *as_options(self.sections["step2"])])
+
+    def _step3(self, variant: str) -> None:
+        """Step 3 for one primary: every task and seed, English embeddings frozen."""
+        ft: FinetuneSettings = self.sections["step3"]
+        source = self.sections["source"].lang
+        primary = self._finished(self.step1_dir(variant), f"step1-{variant}", f"step3-{variant}")
+        for task in self.sections["tasks"]:
+            for seed in ft.seeds:
+                dev = task.dev.get(source)
+                self._train("run_finetune.py", self.step3_dir(task.name, variant, seed),
+                            f"step3-{task.name}-{variant}-seed{seed}",
+                            ["--model", str(primary), "--task", task.name, "--format", task.format,
+                             "--train", task.train, *(["--dev", dev] if dev else []),
+                             *(["--dev-format", task.eval_format] if task.eval_format else []), "--language",
+                             source, *as_options(ft, exclude=("seeds",)), "--seed", str(seed)])
+
+    def _step4(self) -> dict[str, Any]:
+        """Zero-shot: every Step-2 checkpoint of every system, with every seed's task model; the controls (each
+        primary with its own embeddings and the source-relearn runs on the source test files) and the trivial
+        baselines of every test file; then the results."""
+        ft: FinetuneSettings = self.sections["step3"]
+        source = self.sections["source"].lang
+        task_models, dev_scores = {}, []
+        for task in self.sections["tasks"]:
+            for variant in self.primaries:
+                for seed in ft.seeds:
+                    run_dir = self.step3_dir(task.name, variant, seed)
+                    task_models[(task.name, variant, seed)] = self._finished(run_dir, f"step3-{variant}", "step4")
+                    if (run_dir / "dev_scores.json").is_file():
+                        dev_scores.append({"task": task.name, "primary": variant, "seed": seed,
+                                           **read_json(run_dir / "dev_scores.json")})
+        results, own, relearned, trivial = [], [], [], []
+        for task in self.sections["tasks"]:
+            trivial += task_baselines(task, source)
+            if source in task.test:  # diagnostics (a) and (b) of issue 16: the body, and Step 2 without a gap
+                for variant in self.primaries:
+                    for seed in ft.seeds:
+                        own.append({"primary": variant, **self._score(
+                            task, source, None, None, seed, task_models[(task.name, variant, seed)],
+                            own_of=variant)})
+                for system in self.cfg.source_relearn:
+                    run_dir = self.step2_dir(self.relearn_lang, system)
+                    self._finished(run_dir, f"step2-{system}", "step4")
+                    for ckpt in checkpoint.complete_checkpoints(run_dir):
+                        for seed in ft.seeds:
+                            relearned.append(self._score(task, source, system, ckpt, seed,
+                                                         task_models[(task.name, get_system(system).primary, seed)],
+                                                         as_lang=self.relearn_lang))
+            for target in self.sections["targets"]:
+                for system in self.cfg.systems:
+                    run_dir = self.step2_dir(target.lang, system)
+                    self._finished(run_dir, f"step2-{system}", "step4")
+                    if target.lang not in task.test:
+                        continue
+                    for ckpt in checkpoint.complete_checkpoints(run_dir):
+                        for seed in ft.seeds:
+                            results.append(self._score(task, target.lang, system, ckpt, seed,
+                                                       task_models[(task.name, get_system(system).primary, seed)]))
+        return write_results(self.out, results, dev_scores, source_test=own, source_relearn=relearned,
+                             baselines=trivial)
+
+    def _score(self, task: TaskSettings, lang: str, system: str | None, ckpt: Path | None, seed: int,
+               task_model: Path, *, as_lang: str | None = None, own_of: str | None = None) -> dict[str, Any]:
+        """One Step-4 score: ``task_model`` with ``ckpt``'s embeddings (None: its own, those of primary
+        ``own_of``) on ``lang``'s test file, recorded under ``as_lang`` (default ``lang``)."""
+        as_lang = as_lang or lang
+        where = f"{system}/seed{seed}/{ckpt.name}" if ckpt is not None else f"own-{own_of}/seed{seed}"
+        cache = self.out / "step4" / task.name / as_lang / f"{where}.json"
+        record = scored(cache, task_model, ckpt, Path(task.test[lang]), lang, task.eval_format)
+        record["lang"] = as_lang
+        what = f"{system} update {record['step2_update']}" if ckpt is not None else "own embeddings"
+        print(f"[step4] {task.name} {as_lang} {what} seed {seed}: "
+              + ", ".join(f"{k} {record[k]:.1f}" for k in ("accuracy", "macro_f1", "f1") if k in record), flush=True)
+        return record
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--config", type=Path, required=True)
+    p.add_argument("--only", metavar="JOB",
+                   help="run one job of the plan (see --list), e.g. step1-base, step2-minijoint")
+    p.add_argument("--lang", help="with --only step2-*: just this target language")
+    p.add_argument("--launcher", choices=LAUNCHERS, default="deepspeed",
+                   help="how training ranks start on this machine: the deepspeed launcher or PyTorch's torchrun; "
+                        "or srun inside a batch job")
+    p.add_argument("--list", action="store_true", help="print the jobs and what each needs, then exit")
+    args = p.parse_args(argv)
+    try:
+        cfg = PipelineConfig.load(args.config)
+        pipeline = Pipeline(cfg, str(args.config), launcher=args.launcher)
+        if args.list:
+            for job in pipeline.jobs():
+                print(f"{job.name:<20} after: {', '.join(job.after) or '-'}"
+                      + (f"; one run per language: {', '.join(job.array)}" if job.array else ""))
+            return 0
+        if args.lang is not None and not (args.only or "").startswith("step2-"):
+            raise InputError("--lang goes with --only step2-<system>")
+        if args.only is None:
+            summary = pipeline.run_all()
+        else:
+            summary = pipeline.run(args.only, args.lang)
+    except InputError as err:
+        return report(err)
+    except StoppedEarly as stop:
+        print(stop, file=sys.stderr, flush=True)
+        return slurm.EXIT_REQUEUE
+    if args.only not in (None, "step4"):
+        return 0
+    # The analysis (tables shaped like the paper's Tables 2 and 3, Figures 1 and 3) reads only results.json.
+    if not summary["has_results"]:
+        print("no zero-shot results (no task has a test file in a target language): nothing to analyse")
+    else:
+        print(flush=True)
+        proc = subprocess.run([sys.executable, "-m", "ds_minimodel", "analysis", "--results", summary["results"]])
+        if proc.returncode:
+            return proc.returncode
+    print(f"\nresults: {summary['results']} and {summary['csv']}")
+    print(f"TensorBoard: tensorboard --logdir {pipeline.log_root}")
+    return 0

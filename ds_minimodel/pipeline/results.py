@@ -1,0 +1,92 @@
+"""Step 4 scores, cached per input, and the results files: per seed, means over seeds, controls, trivial baselines."""
+from __future__ import annotations
+
+import statistics
+from pathlib import Path
+from typing import Any
+
+from ds_minimodel import flops
+from ds_minimodel.config import file_sha256, read_json, write_csv, write_json
+from ds_minimodel.pipeline.settings import TaskSettings
+from ds_minimodel.systems import system_names
+from ds_minimodel.tasks.evaluate import zero_shot
+from ds_minimodel.train import checkpoint
+
+
+def task_baselines(task: TaskSettings, source: str) -> list[dict[str, Any]]:
+    """Majority-class and bag-of-words scores of every dev and test file of ``task`` (``tasks.baselines``)."""
+    from ds_minimodel.tasks.baselines import baselines
+    from ds_minimodel.tasks.formats import read_examples
+
+    train = read_examples(task.format, Path(task.train), language=source, training=True)
+    rows = []
+    for split, files in (("dev", task.dev), ("test", task.test)):
+        for lang, path in sorted(files.items()):
+            test = read_examples(task.eval_format or task.format, Path(path), labels=train.labels, language=lang)
+            rows.append({"task": task.name, "lang": lang, "split": split, "file": str(path),
+                         **baselines(train, test)})
+    return rows
+
+
+def scored(cache: Path, task_model: Path, embeddings: Path | None, test_file: Path, lang: str,
+           test_format: str | None) -> dict[str, Any]:
+    """Step 4 for one (finetuned model, Step-2 checkpoint or None for its own embeddings, test file), kept in
+    ``cache`` and reused while the inputs it names are unchanged (weights hashes), so a re-run only scores what is
+    new."""
+    inputs = {"task_model_sha256": checkpoint.load_meta(task_model)["weights_sha256"],
+              "embeddings_sha256": None if embeddings is None else checkpoint.load_meta(embeddings)["weights_sha256"],
+              "test_file": str(test_file.resolve()), "test_sha256": file_sha256(test_file),
+              "test_format": test_format}
+    if cache.is_file():
+        kept = read_json(cache)
+        if kept.get("inputs") == inputs:
+            return kept["record"]
+    record = zero_shot(task_model, embeddings, test_file, lang, test_format=test_format)
+    if embeddings is not None:
+        record.update(v100_days=flops.to_gpu_days(record["step2_flops"]))
+    cache.parent.mkdir(parents=True, exist_ok=True)
+    write_json(cache, {"inputs": inputs, "record": record})
+    return record
+
+
+def main_metric(record: dict[str, Any]) -> str:
+    """The paper's headline metric: accuracy for classification and tagging, F1 for QA."""
+    return "accuracy" if "accuracy" in record else "f1"
+
+
+def over_seeds(results: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Mean and sample standard deviation over finetuning seeds of the main metric, per task, system, language
+    and Step-2 checkpoint (one row per point of the paper's Figure 3 curves)."""
+    groups: dict[tuple, list[dict[str, Any]]] = {}
+    for r in results:
+        groups.setdefault((r["task"], r["system"], r["lang"], r["step2_update"]), []).append(r)
+    order = {s: i for i, s in enumerate(system_names())}
+    rows = []
+    for (task, system, lang, update), records in sorted(groups.items(),
+                                                        key=lambda kv: (kv[0][0], order[kv[0][1]], *kv[0][2:])):
+        metric = main_metric(records[0])
+        scores = [r[metric] for r in records]
+        rows.append({"task": task, "system": system, "lang": lang, "step2_update": update,
+                     "step2_flops": records[0]["step2_flops"], "v100_days": records[0]["v100_days"],
+                     "metric": metric, "mean": statistics.mean(scores),
+                     "std": statistics.stdev(scores) if len(scores) > 1 else 0.0,
+                     "seeds": sorted(r["seed"] for r in records)})
+    return rows
+
+
+def write_results(out: Path, results: list[dict[str, Any]], dev_scores: list[dict[str, Any]], *,
+                  source_test: list[dict[str, Any]] = (), source_relearn: list[dict[str, Any]] = (),
+                  baselines: list[dict[str, Any]] = ()) -> dict[str, Any]:
+    """results.json (every record, the per-checkpoint means over seeds, the source-language dev scores, the
+    controls and the trivial baselines), results.csv (one row per seed and checkpoint) and results_mean.csv (one row
+    per checkpoint)."""
+    summary = over_seeds(results)
+    write_json(out / "results.json", {"zero_shot": results, "zero_shot_over_seeds": summary,
+                                      "source_dev": dev_scores, "source_test": list(source_test),
+                                      "source_relearn": list(source_relearn),
+                                      "source_relearn_over_seeds": over_seeds(list(source_relearn)),
+                                      "baselines": list(baselines)})
+    if results:
+        write_csv(out / "results.csv", results)
+        write_csv(out / "results_mean.csv", [{**r, "seeds": " ".join(map(str, r["seeds"]))} for r in summary])
+    return {"results": str(out / "results.json"), "csv": str(out / "results.csv"), "has_results": bool(results)}

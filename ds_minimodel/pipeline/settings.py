@@ -1,0 +1,138 @@
+"""The pipeline's config file (``configs/*.json``) as typed settings, checked as a whole before any work starts."""
+from __future__ import annotations
+
+import dataclasses
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from ds_minimodel.config import FinetuneConfig, TrainConfig, dataclass_from_dict, get_preset, read_json
+from ds_minimodel.errors import InputError
+from ds_minimodel.systems import Depths, get_system, system_names
+
+RELEARN_SUFFIX = "-relearn"
+
+
+@dataclass(frozen=True, kw_only=True)
+class StageSettings:
+    ds_config: str
+    """DeepSpeed JSON of this stage."""
+    steps: int
+    """Optimizer updates."""
+    save_every: int
+    """Checkpoint cadence (Step 2: every checkpoint is evaluated in Step 4)."""
+    log_every: int = TrainConfig.log_every
+
+
+@dataclass(frozen=True, kw_only=True)
+class FinetuneSettings:
+    ds_config: str
+    epochs: float = FinetuneConfig.epochs
+    seeds: list = field(default_factory=lambda: [1, 2, 3, 4, 5])
+    max_len: int = FinetuneConfig.max_len
+    warmup_ratio: float = FinetuneConfig.warmup_ratio
+    pooling: str = FinetuneConfig.pooling
+    """Sequence tasks: classify from the <s> position (RoBERTa) or from the mean over real tokens."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class CorpusSettings:
+    lang: str
+    corpus: str
+
+
+@dataclass(frozen=True, kw_only=True)
+class TaskSettings:
+    name: str
+    format: str
+    train: str
+    """Source-language training file."""
+    dev: dict = field(default_factory=dict)
+    """{language: file} scored with the source embeddings after Step 3."""
+    test: dict = field(default_factory=dict)
+    """{language: file} scored zero-shot in Step 4 with each target language's embeddings."""
+    eval_format: str | None = None
+    """Format of the dev and test files when it differs from ``format`` (XNLI: train ``multinli``, eval ``xnli``)."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class PipelineConfig:
+    out: str
+    source: dict
+    targets: list
+    tasks: list
+    step1: dict
+    step2: dict
+    step3: dict
+    step1b: dict | None = None
+    systems: list = field(default_factory=system_names)
+    preset: str = "base"
+    seq_len: int = TrainConfig.seq_len
+    vocab_size: int = 50_000
+    ranks: int = 1
+    aux_layer: int = Depths.aux
+    small_layers: int = Depths.small
+    keep_layers: int = Depths.keep
+    new_layers: int = Depths.new
+    seed: int = TrainConfig.seed
+    slurm: dict | None = None
+    """Batch-job settings for ``python -m ds_minimodel submit`` (``submit.SlurmSettings``)."""
+    source_relearn: list = field(default_factory=list)
+    """Systems that also run the source-relearn control: Step 2 on the source corpus itself with only the special
+    rows copied (``run_adapt.py --init specials``), scored on the source test files. No language gap is involved,
+    so the gap to the model's own source score is what Step 2 loses at that budget (issue 16)."""
+
+    @classmethod
+    def load(cls, path: Path) -> PipelineConfig:
+        source = str(path)
+        raw = read_json(path)
+        cfg = dataclass_from_dict(cls, raw, source)
+        known = system_names()
+        unknown = sorted(set(cfg.systems) - set(known))
+        if unknown or not cfg.systems:
+            raise InputError(f"{source}: systems must be a non-empty subset of {', '.join(known)}; got {cfg.systems}")
+        for name in cfg.systems:
+            if get_system(name).step1b and cfg.step1b is None:
+                raise InputError(f"{source}: {name} needs a step1b section")
+        if not set(cfg.source_relearn) <= set(cfg.systems):
+            raise InputError(f"{source}: source_relearn must name systems of this pipeline ({', '.join(cfg.systems)});"
+                             f" got {cfg.source_relearn}")
+        return cfg
+
+    def depths(self) -> Depths:
+        """The layer counts the systems' entries are functions of (the primary's depth is the preset's)."""
+        return Depths(layers=get_preset(self.preset).num_layers, small=self.small_layers, aux=self.aux_layer,
+                      keep=self.keep_layers, new=self.new_layers)
+
+    def primaries(self) -> list[str]:
+        """The Step-1 models this pipeline's systems adapt, by name."""
+        return sorted({get_system(name).primary for name in self.systems})
+
+    def parsed(self, source: str) -> dict[str, Any]:
+        """The nested sections as typed settings (each checked for unknown keys and types)."""
+        def typed(cls: type, data: Any, where: str) -> Any:
+            return dataclass_from_dict(cls, data, f"{source}: {where}")
+
+        return {
+            "source": typed(CorpusSettings, self.source, "source"),
+            "targets": [typed(CorpusSettings, t, f"targets[{i}]") for i, t in enumerate(self.targets)],
+            "tasks": [typed(TaskSettings, t, f"tasks[{i}]") for i, t in enumerate(self.tasks)],
+            "step1": typed(StageSettings, self.step1, "step1"),
+            "step1b": None if self.step1b is None else typed(StageSettings, self.step1b, "step1b"),
+            "step2": typed(StageSettings, self.step2, "step2"),
+            "step3": typed(FinetuneSettings, self.step3, "step3"),
+        }
+
+
+def as_options(settings: Any, *, exclude: tuple[str, ...] = ()) -> list[str]:
+    """The entry-script options for the fields of a settings dataclass: each field is the option of the same name
+    (``max_len`` -> ``--max-len``; a true bool is a bare flag; None and false are left out). A setting is spelled
+    once, in its dataclass, and reaches the launched stage under that name."""
+    argv: list[str] = []
+    for f in dataclasses.fields(settings):
+        value = getattr(settings, f.name)
+        if f.name in exclude or value is None or value is False:
+            continue
+        argv += [f"--{f.name.replace('_', '-')}", *([] if value is True else [str(value)])]
+    return argv

@@ -1,0 +1,182 @@
+"""Step 2: learn a target language's embeddings over a frozen transformer body (``run_adapt.py``).
+
+The four systems differ only in the body (paper section 2):
+
+| system    | body the embeddings are trained over                                   |
+|-----------|------------------------------------------------------------------------|
+| bl_base   | the full 12-layer primary model (Artetxe et al., 2020)                  |
+| bl_small  | a 4-layer model pretrained on its own                                   |
+| minijoint | MiniJoint's mini-model: bottom N layers + the second MLM head           |
+| minipost  | MiniPost's mini-model from Step 1b: N copied layers + k trained layers  |
+
+New embeddings start from the source rows of pieces shared with the source vocabulary, the rest N(0, 0.02)
+(footnote 1). Only the token embeddings (tied to the output projection) and the output bias train; each checkpoint
+holds just those plus optimizer state, and records the body's hash so the embeddings are only ever plugged into a
+model of the same lineage.
+"""
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+from typing import Any
+
+import torch
+import torch.distributed as dist
+from torch import nn
+
+from ds_minimodel import flops
+from ds_minimodel.data.prepare import tokenizer_path
+from ds_minimodel.data.streams import MLMBatchStream, PackedDataset, TokenShards
+from ds_minimodel.data.tokenizer import load_tokenizer
+from ds_minimodel.errors import InputError
+from ds_minimodel.systems import get_system, system_names
+from ds_minimodel.model import hf
+from ds_minimodel.model.encoder import MaskedLM
+from ds_minimodel.model.losses import mlm_step
+from ds_minimodel.model.surgery import (
+    extract_embeddings,
+    extract_minijoint,
+    freeze_for_adaptation,
+    overlap_init,
+    swap_embeddings,
+)
+from ds_minimodel.stages.cli import add_training_args, dist_timeout, run_main, train_config
+from ds_minimodel.train import checkpoint
+from ds_minimodel.train.distributed import init_distributed
+from ds_minimodel.train.ds_config import load_ds_config, resolve_batch
+from ds_minimodel.train.engine import Stage, TrainResult, train, write_run_description
+from ds_minimodel.model.loading import load_mlm
+
+INITS = ("overlap", "specials")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--system", choices=system_names(), required=True)
+    p.add_argument("--body", type=Path, required=True,
+                   help="checkpoint or model folder of the body: the primary (bl_base; also a Hugging Face folder), "
+                        "the 4-layer model (bl_small), the MiniJoint primary or its extracted mini-model (minijoint), "
+                        "the Step-1b output (minipost)")
+    p.add_argument("--lang", help="target language code for run names (default: the --data folder's name)")
+    p.add_argument("--body-dropout", choices=("on", "off"), default="on",
+                   help="dropout inside the frozen body during Step 2 (recorded in every checkpoint)")
+    p.add_argument("--init", choices=INITS, default="overlap",
+                   help="overlap: pieces shared with the source vocabulary start from the source rows (the paper); "
+                        "specials: only the 5 special pieces do (the source-relearn control: Step 2 on the source "
+                        "language itself, from scratch)")
+    p.add_argument("--train-positions", action="store_true", help="also train the position embeddings")
+    p.add_argument("--train-embedding-norm", action="store_true", help="also train the embedding LayerNorm")
+    add_training_args(p, save_every=500)
+    return p
+
+
+def load_body(system: str, folder: Path) -> tuple[MaskedLM, dict[str, Any]]:
+    """The frozen body for ``system`` (see ``systems.BODIES``): a dual-head primary is cut down to its mini-model
+    here, a Hugging Face folder is imported. A folder of the wrong kind for the system is refused."""
+    entry = get_system(system)
+    model, meta = load_mlm(folder)
+    hf.require_trained_head(meta, folder, "Step 2 (new embeddings are learned through the MLM head)")
+    kind = meta.get("kind")
+    if model.cfg.aux_head_layer is not None:
+        if entry.body != "mini":
+            raise InputError(f"{folder}: a MiniJoint model (second head after layer {model.cfg.aux_head_layer}); "
+                             f"adapt it with --system {' or '.join(_with_body('mini'))}")
+        return extract_minijoint(model), meta
+    if entry.body == "mini" and kind != checkpoint.Kind.MINIJOINT_MINI:
+        raise InputError(f"{folder}: --system {system} needs a MiniJoint checkpoint or its extracted mini-model")
+    if entry.body == "step1b" and kind != checkpoint.Kind.MINIPOST_MINI:
+        raise InputError(f"{folder}: --system {system} needs the output of run_pretrain.py --variant minipost")
+    if entry.body == "primary" and kind in (checkpoint.Kind.MINIJOINT_MINI, checkpoint.Kind.MINIPOST_MINI):
+        raise InputError(f"{folder}: a {kind} model; --system {system} trains over a pretrained model's body")
+    return model, meta
+
+
+def _with_body(body: str) -> list[str]:
+    return [name for name in system_names() if get_system(name).body == body]
+
+
+def disable_dropout(model: nn.Module) -> None:
+    for module in model.modules():
+        if isinstance(module, nn.Dropout):
+            module.p = 0.0
+        if hasattr(module, "attention_dropout"):
+            module.attention_dropout = 0.0
+
+
+def run(args: argparse.Namespace) -> dict[str, Any]:
+    result, stage = train_embeddings(args)
+    return {"step": result.step, "tokens": result.tokens, "flops": result.flops,
+            "checkpoint": str(result.checkpoint), "overlap": stage.meta["overlap"], "stopped_by": result.stopped_by,
+            **result.last_metrics}
+
+
+def train_embeddings(args: argparse.Namespace) -> tuple[TrainResult, Stage]:
+    """Build the Step-2 stage and train it; returns the result and the stage (its model is the trained one)."""
+    ds_config = load_ds_config(args.ds_config)
+    info = init_distributed(dist_timeout(args))
+    batch = resolve_batch(ds_config, info.world_size, source=str(args.ds_config))
+    train_cfg = train_config(args, ds_config)
+    shards = TokenShards.open(args.data)
+    lang = args.lang or Path(args.data).resolve().name
+    target = load_tokenizer({"path": str(tokenizer_path(args.data)), "sha256": shards.tokenizer_sha256}, args.data)
+    model, body_meta = load_body(args.system, args.body)
+    source = load_tokenizer(body_meta.get("tokenizer"), args.body)
+    if train_cfg.seq_len > model.cfg.max_positions:
+        raise InputError(f"--seq-len {train_cfg.seq_len} exceeds the body's max_positions {model.cfg.max_positions}")
+
+    # Footnote 1: shared pieces start from the source rows, the others from N(0, 0.02); same seed on every rank.
+    generator = torch.Generator().manual_seed(args.seed)
+    source_embeddings, source_bias = extract_embeddings(model)
+    embeddings, bias, overlap = overlap_init(source.pieces(), source_embeddings, source_bias, target.pieces(),
+                                             std=model.cfg.init_std, generator=generator,
+                                             specials_only=args.init == "specials")
+    swap_embeddings(model, embeddings, bias)
+    trainable = freeze_for_adaptation(model, train_positions=args.train_positions,
+                                      train_embedding_norm=args.train_embedding_norm)
+    frozen = {k: v for k, v in model.state_dict().items() if k not in trainable}
+    body_sha256 = checkpoint.weights_sha256(frozen)
+    if args.body_dropout == "off":
+        disable_dropout(model)
+    cfg = model.cfg
+
+    description = {
+        "stage": "adapt", "variant": args.system, "lang": lang, "model": cfg.to_dict(),
+        "data": str(Path(args.data).resolve()), "tokenizer_sha256": shards.tokenizer_sha256, "seed": args.seed,
+        "seq_len": args.seq_len, "mask_prob": args.mask_prob, "global_batch": batch.global_batch,
+        "source": body_sha256, "body": str(Path(args.body).resolve()), "body_dropout": args.body_dropout,
+        "init": args.init, "trainable": trainable, "ds_config": ds_config, "ds_config_path": str(args.ds_config),
+        "train": train_cfg.to_dict(), "world_size": info.world_size,
+    }
+    if info.rank == 0:
+        write_run_description(args.out, description, resume=args.resume)
+        print(f"[adapt-{lang}-{args.system}] vocabulary overlap with the source: {overlap['overlap']:,} of "
+              f"{overlap['target_vocab']:,} target pieces ({overlap['ratio']:.1%}) start from source rows; "
+              f"trainable: {', '.join(trainable)}; body dropout {args.body_dropout}", flush=True)
+    dist.barrier()
+
+    torch.manual_seed(args.seed * 1_000_003 + 1 + info.rank)  # dropout differs per rank, deterministically
+    stream = MLMBatchStream(PackedDataset(shards, train_cfg.seq_len), micro_batch_size=batch.micro,
+                            world_size=info.world_size, rank=info.rank, seed=args.seed, vocab_size=cfg.vocab_size,
+                            seq_len=train_cfg.seq_len, mask_prob=train_cfg.mask_prob)
+    stage = Stage(
+        name=args.run_name or f"adapt-{lang}-{args.system}",
+        model=model,
+        loss_fn=mlm_step,
+        flops_per_update=flops.per_update_flops("adapt", cfg, seq_len=train_cfg.seq_len, batch=batch.global_batch,
+                                                mask_prob=train_cfg.mask_prob),
+        meta={"kind": checkpoint.Kind.EMBEDDINGS.value, "system": args.system, "lang": lang,
+              "primary_sha256": checkpoint.lineage(body_meta), "body_sha256": body_sha256,
+              "body": str(Path(args.body).resolve()), "body_layers": cfg.num_layers,
+              "vocab_size": cfg.vocab_size, "hidden_size": cfg.hidden_size,
+              "tokenizer": {"path": str(target.path), "sha256": target.sha256},
+              "source_tokenizer": {"path": str(source.path), "sha256": source.sha256},
+              "overlap": overlap, "init": args.init, "body_dropout": args.body_dropout, "trainable": trainable},
+        compact_checkpoints=True,
+    )
+    result = train(stage, stream, ds_config=ds_config, ds_config_source=str(args.ds_config), train_cfg=train_cfg,
+                   run_dir=args.out, log_root=args.log_root, resume=args.resume, batch=batch)
+    return result, stage
+
+
+def main(argv: list[str] | None = None) -> int:
+    return run_main(run, build_parser().parse_args(argv))

@@ -1,0 +1,161 @@
+"""The systems the paper compares (Marchisio et al., 2023, Sec. 2-3), one registry entry each.
+
+A *primary* is a Step-1 model: one pretraining run, shared by every system that adapts it. A *system* says which
+primary it adapts and what Step 2 trains over: the whole primary, its mini-model (the layers below a second MLM
+head, and that head), or a mini-model built by Step 1b (the bottom layers, new layers trained on top). Pretraining,
+Step 2, the pipeline's plan, the FLOP count, the benchmark and the analysis all read these entries; a new system is
+one ``register`` call, made in this module or in a plugin module named by ``DS_MINIMODEL_PLUGINS`` (comma-separated
+module names, imported on first use, in every process: the launched ranks too).
+
+Depths are functions of ``Depths`` (a pipeline config's layer counts) so that one entry serves every model size.
+Nothing here imports torch.
+"""
+from __future__ import annotations
+
+import importlib
+import os
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from ds_minimodel.errors import InputError
+
+BODIES = ("primary", "mini", "step1b")
+"""What Step 2 trains over. primary: the whole primary model. mini: the layers below the primary's second MLM head
+and that head (MiniJoint). step1b: the model Step 1b builds from the primary (MiniPost: its bottom ``keep`` layers,
+frozen, with ``new`` layers trained on top under its frozen head)."""
+
+PLUGINS_ENV = "DS_MINIMODEL_PLUGINS"
+
+
+@dataclass(frozen=True)
+class Depths:
+    """Layer counts of one experiment; the defaults are the paper's (Sec. 3)."""
+
+    layers: int = 12
+    """The primary's depth (the model preset's ``num_layers``)."""
+    small: int = 4
+    """BL_SMALL's depth."""
+    aux: int = 4
+    """N for MiniJoint: the layer its second MLM head reads."""
+    keep: int = 4
+    """N for MiniPost: the bottom layers it copies from the primary."""
+    new: int = 2
+    """MiniPost's new layers, trained in Step 1b."""
+
+
+@dataclass(frozen=True)
+class Primary:
+    """A Step-1 model. ``name`` is ``run_pretrain.py --variant`` and the run folder ``step1/<name>``."""
+
+    name: str
+    num_layers: Callable[[Depths], int]
+    aux_head_layer: Callable[[Depths], int | None] = lambda d: None
+    """The layer a second MLM head reads (MiniJoint's dual-head pretraining), or None."""
+
+    def flop_stage(self, depths: Depths) -> str:
+        """The stage of ``flops.per_update_flops`` that prices one update of this pretraining."""
+        return "pretrain" if self.aux_head_layer(depths) is None else "pretrain_dual"
+
+
+@dataclass(frozen=True)
+class System:
+    """One way to learn a new language's embeddings (Step 2), with the pretraining it needs."""
+
+    name: str
+    """Its name in pipeline configs, ``run_adapt.py --system``, run folders and results."""
+    paper_name: str
+    primary: str
+    """The ``Primary`` whose Step-1 model it adapts (and whose finetuned copy Step 4 plugs its embeddings into)."""
+    body: str
+    """What Step 2 trains over: one of ``BODIES``."""
+    step2_layers: Callable[[Depths], int]
+    """Depth of the Step-2 body, for the FLOP count."""
+    description: str = ""
+
+    @property
+    def step1b(self) -> bool:
+        """Whether it needs Step 1b (``run_pretrain.py --variant minipost`` over its primary)."""
+        return self.body == "step1b"
+
+
+PRIMARIES: dict[str, Primary] = {}
+SYSTEMS: dict[str, System] = {}
+_plugins_loaded = False
+
+
+def register(entry: Primary | System) -> Primary | System:
+    """Add a primary or a system to the registry (a system's primary must be registered first)."""
+    if isinstance(entry, Primary):
+        if entry.name in PRIMARIES or entry.name in ("minipost", "head"):
+            raise InputError(f"primary {entry.name!r} is already registered (or is a pretraining variant name)")
+        PRIMARIES[entry.name] = entry
+        return entry
+    if entry.name in SYSTEMS:
+        raise InputError(f"system {entry.name!r} is already registered")
+    if entry.primary not in PRIMARIES:
+        raise InputError(f"system {entry.name!r}: unknown primary {entry.primary!r}; registered: "
+                         f"{', '.join(PRIMARIES)}")
+    if entry.body not in BODIES:
+        raise InputError(f"system {entry.name!r}: body must be one of {', '.join(BODIES)}, got {entry.body!r}")
+    if entry.body == "mini" and PRIMARIES[entry.primary].aux_head_layer(Depths()) is None:
+        raise InputError(f"system {entry.name!r}: body 'mini' needs a primary with a second MLM head")
+    SYSTEMS[entry.name] = entry
+    return entry
+
+
+def load_plugins() -> None:
+    """Import the modules named in ``DS_MINIMODEL_PLUGINS`` once; each registers its entries when imported."""
+    global _plugins_loaded
+    if _plugins_loaded:
+        return
+    _plugins_loaded = True
+    for name in filter(None, (n.strip() for n in os.environ.get(PLUGINS_ENV, "").split(","))):
+        try:
+            importlib.import_module(name)
+        except ImportError as err:
+            raise InputError(f"{PLUGINS_ENV}: cannot import {name!r}: {err}") from None
+
+
+def system_names() -> list[str]:
+    """Every registered system, in registration order (the order of tables and plots)."""
+    load_plugins()
+    return list(SYSTEMS)
+
+
+def primary_names() -> list[str]:
+    load_plugins()
+    return list(PRIMARIES)
+
+
+def get_system(name: str, *, source: str = "--system") -> System:
+    load_plugins()
+    if name not in SYSTEMS:
+        raise InputError(f"{source}: unknown system {name!r}; known: {', '.join(SYSTEMS)}")
+    return SYSTEMS[name]
+
+
+def get_primary(name: str, *, source: str = "--variant") -> Primary:
+    load_plugins()
+    if name not in PRIMARIES:
+        raise InputError(f"{source}: unknown primary {name!r}; known: {', '.join(PRIMARIES)}")
+    return PRIMARIES[name]
+
+
+BASELINE = "bl_base"
+"""The system speedups are measured against (the paper's BL_BASE)."""
+
+register(Primary("base", num_layers=lambda d: d.layers))
+register(Primary("small", num_layers=lambda d: d.small))
+register(Primary("minijoint", num_layers=lambda d: d.layers, aux_head_layer=lambda d: d.aux))
+# Standard adaptation (Artetxe et al., 2020) over the whole primary ...
+register(System("bl_base", "BL_BASE", "base", "primary", step2_layers=lambda d: d.layers,
+                description="standard adaptation over the whole primary"))
+# ... and over a shallow model used end to end.
+register(System("bl_small", "BL_SMALL", "small", "primary", step2_layers=lambda d: d.small,
+                description="a shallow model pretrained, adapted and finetuned end to end"))
+# Dual-head pretraining; Step 2 over the bottom N layers and the second head.
+register(System("minijoint", "MiniJoint", "minijoint", "mini", step2_layers=lambda d: d.aux,
+                description="second MLM head after layer N during pretraining; Step 2 over the layers below it"))
+# Plain pretraining; Step 1b trains new layers over N frozen ones; Step 2 over N + new layers.
+register(System("minipost", "MiniPost", "base", "step1b", step2_layers=lambda d: d.keep + d.new,
+                description="bottom N layers of a pretrained model plus new layers trained in Step 1b"))

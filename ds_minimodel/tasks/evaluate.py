@@ -1,0 +1,56 @@
+"""Step 4: zero-shot transfer. Swap a language's embeddings (and tokenizer) into a finetuned task model and score
+it on that language's test set (``python -m ds_minimodel evaluate``).
+
+Evaluating every saved Step-2 checkpoint gives the training curves behind the paper's Figure 3 and Table 3.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+from typing import Any
+
+from ds_minimodel.data.tokenizer import load_tokenizer
+from ds_minimodel.errors import InputError, report
+from ds_minimodel.model.surgery import swap_checked
+from ds_minimodel.model.loading import load_task_model
+from ds_minimodel.tasks.formats import KIND_OF_FORMAT, featurize, predict, read_eval_examples, score
+
+
+def zero_shot(task_folder: Path, embeddings_folder: Path | None, test_file: Path, lang: str,
+              *, test_format: str | None = None, batch_size: int = 64) -> dict[str, Any]:
+    """Scores of the task model in ``task_folder`` on ``test_file`` (in ``test_format``, default the training
+    format) with the embeddings of ``embeddings_folder`` swapped in (None: the model's own embeddings)."""
+    model, spec, meta = load_task_model(task_folder)
+    tokenizer_ref = meta["tokenizer"]
+    record: dict[str, Any] = {"task": spec.name, "lang": lang, "test_file": str(test_file),
+                              "task_model": str(task_folder), "seed": meta.get("seed")}
+    if embeddings_folder is not None:
+        emb_meta = swap_checked(model, meta, Path(task_folder), Path(embeddings_folder))
+        tokenizer_ref = emb_meta["tokenizer"]
+        record.update(embeddings=str(embeddings_folder), system=emb_meta.get("system"),
+                      step2_update=emb_meta.get("step"), step2_flops=emb_meta.get("flops"))
+    tokenizer = load_tokenizer(tokenizer_ref, embeddings_folder or task_folder)
+    examples = read_eval_examples(spec, test_format, test_file, lang)
+    features = featurize(spec, examples, tokenizer)
+    logits = predict(model, features.arrays, batch_size=batch_size)
+    return {**record, "n": len(examples), **score(spec, examples, features, logits, lang)}
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--task-model", type=Path, required=True, help="finetuned model folder (Step 3)")
+    p.add_argument("--embeddings", type=Path, nargs="*", default=[],
+                   help="embeddings folders (Step-2 checkpoints); none: the model's own embeddings")
+    p.add_argument("--test", type=Path, required=True)
+    p.add_argument("--lang", required=True)
+    p.add_argument("--format", choices=sorted(KIND_OF_FORMAT),
+                   help="format of --test when it differs from the training format (e.g. xnli after multinli)")
+    args = p.parse_args(argv)
+    try:
+        for emb in args.embeddings or [None]:
+            print(json.dumps(zero_shot(args.task_model, emb, args.test, args.lang,
+                                                  test_format=args.format), sort_keys=True), flush=True)
+    except InputError as err:
+        return report(err)
+    return 0

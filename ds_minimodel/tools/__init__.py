@@ -1,0 +1,1 @@
+"""Tools beside the method: benchmarks, the measured FLOP cross-check, the word-order probe."""

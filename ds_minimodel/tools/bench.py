@@ -1,0 +1,467 @@
+"""Benchmarks whose figures go into BENCHMARKS.md. Nothing here is asserted in tests: timings are measured, not checked.
+
+    python -m ds_minimodel bench stages --preset base --seq-len 128 --micro-batch 8     # every stage of the method
+    python -m ds_minimodel bench hf --seq-len 128 --micro-batch 8                        # ours vs HF RoBERTa
+    python -m ds_minimodel bench prepare --corpus demo_data/corpus/en.txt                # preprocessing MB/s
+    python -m ds_minimodel bench loader                                                  # waits for data
+
+``stages`` times one optimizer update (forward, backward, step, through the DeepSpeed engine of ``--ds-config``) of
+Step 1 (plain and MiniJoint's dual head), Step 1b (MiniPost), Step 2 over each system's body and Step 3, each in its
+own process so that peak memory is the stage's own. Per stage: seconds per update, tokens/s, achieved FLOP/s from
+the paper's analytic count (``ds_minimodel.flops``), model-FLOPs utilisation against the device's peak, and peak
+memory. It also prints the two ratios the performance targets are about: Step 2 over the 12-layer body against
+the 4-layer mini-model, and the dual-head update against the plain one, each next to the analytic ratio.
+
+Device peak: on a GPU the datasheet's dense figure for the precision (``GPU_PEAK_TFLOPS``); on a CPU, which has no
+single published figure, the fp32 matrix-multiply throughput measured on this machine with the same threads (a
+practical roofline, so CPU utilisation reads as "share of what a large GEMM achieves here").
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import resource
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any, Callable
+
+import torch
+
+from ds_minimodel import flops
+from ds_minimodel.config import ModelConfig, get_preset
+from ds_minimodel.systems import Depths, get_primary, get_system, system_names
+from ds_minimodel.data.tokenizer import IGNORE_INDEX, MASK_ID, NUM_SPECIAL
+from ds_minimodel.model.encoder import MaskedLM, TaskModel
+from ds_minimodel.model.losses import mlm_step
+from ds_minimodel.model.surgery import build_minipost, extract_minijoint, freeze_for_adaptation
+
+# Dense tensor-core peaks from the vendors' datasheets, TFLOP/s (no sparsity).
+GPU_PEAK_TFLOPS = {
+    "H100 SXM": {"bf16": 989.4, "fp16": 989.4, "fp32": 494.7},  # fp32 = TF32 tensor cores
+    "H100 PCIe": {"bf16": 756.0, "fp16": 756.0, "fp32": 378.0},
+    "H200": {"bf16": 989.4, "fp16": 989.4, "fp32": 494.7},
+    "A100": {"bf16": 312.0, "fp16": 312.0, "fp32": 156.0},
+    "V100": {"bf16": None, "fp16": 125.0, "fp32": 15.7},
+}
+
+STAGES = ("step1", "step1-dual", "step1b", *(f"step2-{name}" for name in system_names()), "step3")
+
+
+def synthetic_batch(batch: int, seq_len: int, vocab: int, mask_prob: float, generator: torch.Generator
+                    ) -> dict[str, torch.Tensor]:
+    """Random tokens with a mask_prob share of targets: timing does not depend on the text."""
+    ids = torch.randint(NUM_SPECIAL, vocab, (batch, seq_len), generator=generator)
+    chosen = torch.rand(batch, seq_len, generator=generator) < mask_prob
+    labels = torch.where(chosen, ids, torch.full_like(ids, IGNORE_INDEX))
+    return {"input_ids": torch.where(chosen, torch.full_like(ids, MASK_ID), ids),
+            "attention_mask": torch.ones(batch, seq_len, dtype=torch.bool), "labels": labels}
+
+
+def precision_of(ds_config: dict[str, Any]) -> str:
+    if (ds_config.get("bf16") or {}).get("enabled"):
+        return "bf16"
+    return "fp16" if (ds_config.get("fp16") or {}).get("enabled") else "fp32"
+
+
+# ----------------------------------------------------------------------------------------------- one stage
+def stage_setup(stage: str, args: argparse.Namespace) -> tuple[torch.nn.Module, Callable, float, ModelConfig]:
+    """(model with the stage's trainable parameters, loss function, analytic FLOPs per update, config timed)."""
+    cfg = get_preset(args.preset).replace(vocab_size=args.vocab, num_layers=args.layers, dropout=0.0,
+                                          attention_dropout=0.0)
+    shape = {"seq_len": args.seq_len, "batch": args.micro_batch, "mask_prob": args.mask_prob}
+    torch.manual_seed(0)
+    if stage == "step1":
+        return MaskedLM(cfg), mlm_step, flops.per_update_flops("pretrain", cfg, **shape), cfg
+    if stage == "step1-dual":
+        cfg = cfg.replace(aux_head_layer=args.mini_layers)
+        return MaskedLM(cfg), mlm_step, flops.per_update_flops("pretrain_dual", cfg, **shape), cfg
+    if stage == "step1b":
+        mini = build_minipost(MaskedLM(cfg), keep_layers=args.mini_layers, new_layers=args.new_layers)
+        return mini, mlm_step, flops.per_update_flops("minipost", mini.cfg, trainable_layers=args.new_layers,
+                                                      **shape), mini.cfg
+    if stage == "step3":
+        from ds_minimodel.tasks.formats import task_loss
+
+        model = TaskModel(cfg, "sequence", 3)
+        model.embeddings.tokens.weight.requires_grad_(False)
+
+        def loss(m: torch.nn.Module, batch: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+            return task_loss(m, {"input_ids": batch["input_ids"], "attention_mask": batch["attention_mask"],
+                                 "labels": batch["input_ids"][:, 0] % 3})
+        return model, loss, flops.finetune_per_update(cfg, seq_len=args.seq_len, batch=args.micro_batch), cfg
+    # Step 2 of a registered system, over a randomly initialised primary: N = --mini-layers for every depth
+    # (BL_SMALL's, MiniJoint's head, MiniPost's kept layers), as in the paper.
+    system = get_system(stage.split("-", 1)[1])
+    depths = Depths(layers=cfg.num_layers, small=args.mini_layers, aux=args.mini_layers, keep=args.mini_layers,
+                    new=args.new_layers)
+    primary = get_primary(system.primary)
+    model = MaskedLM(cfg.replace(num_layers=primary.num_layers(depths),
+                                 aux_head_layer=primary.aux_head_layer(depths)))
+    if system.body == "mini":
+        model = extract_minijoint(model)
+    elif system.body == "step1b":
+        model = build_minipost(model, keep_layers=depths.keep, new_layers=depths.new)
+    freeze_for_adaptation(model)
+    return model, mlm_step, flops.per_update_flops("adapt", model.cfg, **shape), model.cfg
+
+
+def peak_tflops(precision: str, threads: int) -> tuple[float | None, str]:
+    if torch.cuda.is_available():
+        name = torch.cuda.get_device_name(0)
+        for key, peaks in GPU_PEAK_TFLOPS.items():
+            if all(part in name for part in key.split()):
+                return peaks.get(precision), f"{key} datasheet dense {precision}"
+        return None, f"no datasheet peak known for {name}"
+    return cpu_gemm_tflops(threads), f"measured fp32 GEMM 2048^3, {threads} threads"
+
+
+def cpu_gemm_tflops(threads: int, n: int = 2048, repeats: int = 5) -> float:
+    torch.set_num_threads(threads)
+    a, b = torch.randn(n, n), torch.randn(n, n)
+    a @ b
+    best = float("inf")
+    for _ in range(repeats):
+        start = time.perf_counter()
+        a @ b
+        best = min(best, time.perf_counter() - start)
+    return 2 * n**3 / best / 1e12
+
+
+def time_stage(stage: str, args: argparse.Namespace) -> dict[str, Any]:
+    """Time ``stage`` in this process through a DeepSpeed engine; every figure for one row of the table."""
+    import deepspeed
+
+    from ds_minimodel.train.distributed import init_distributed
+    from ds_minimodel.train.ds_config import fill_schedule, load_ds_config
+    from ds_minimodel.train.engine import batch_to, compile_model
+
+    init_distributed()
+    ds_config = fill_schedule(load_ds_config(args.ds_config), args.warmup + args.updates, 0.08)
+    model, loss_fn, analytic, cfg = stage_setup(stage, args)
+    model.activation_checkpointing = args.activation_checkpointing
+    trainable = [p for p in model.parameters() if p.requires_grad]
+    config = {**ds_config, "train_batch_size": args.micro_batch, "train_micro_batch_size_per_gpu": args.micro_batch,
+              "gradient_accumulation_steps": 1}
+    engine, *_ = deepspeed.initialize(model=model, model_parameters=trainable, config=config)
+    if args.compile:
+        compile_model(engine)
+    generator = torch.Generator().manual_seed(0)
+    batch = batch_to(synthetic_batch(args.micro_batch, args.seq_len, cfg.vocab_size, args.mask_prob, generator),
+                     engine.device)
+    cuda = torch.cuda.is_available()
+    if cuda:
+        torch.cuda.reset_peak_memory_stats()
+    times = []
+    profiler = None
+    for i in range(args.warmup + args.updates):
+        if i == args.warmup and args.profile:
+            kinds = torch.profiler.ProfilerActivity
+            profiler = torch.profiler.profile(activities=[kinds.CPU, *([kinds.CUDA] if cuda else [])])
+            profiler.__enter__()
+        if cuda:
+            torch.cuda.synchronize()
+        start = time.perf_counter()
+        with torch.profiler.record_function("forward+loss"):
+            loss = loss_fn(engine, batch)["loss"]
+        with torch.profiler.record_function("backward"):
+            engine.backward(loss)
+        with torch.profiler.record_function("optimizer step"):
+            engine.step()
+        if cuda:
+            torch.cuda.synchronize()
+        if i >= args.warmup:
+            times.append(time.perf_counter() - start)
+    if profiler is not None:
+        profiler.__exit__(None, None, None)
+        sort = "self_cuda_time_total" if cuda else "self_cpu_time_total"
+        args.profile.parent.mkdir(parents=True, exist_ok=True)
+        args.profile.write_text(f"# {stage}: {args.updates} updates profiled, sorted by {sort}\n"
+                                + profiler.key_averages().table(sort_by=sort, row_limit=30, max_name_column_width=60)
+                                + "\n# the three phases of an update (inclusive times)\n"
+                                + profiler.key_averages().table(sort_by="cpu_time_total", row_limit=8,
+                                                                max_name_column_width=60))
+    median = statistics.median(times)
+    peak_bytes = (torch.cuda.max_memory_allocated() if cuda
+                  else resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024)
+    engine.destroy()
+    return {"stage": stage, "layers": cfg.num_layers, "trainable_parameters": sum(p.numel() for p in trainable),
+            "parameters": sum(p.numel() for p in model.parameters()), "median_s": median, "min_s": min(times),
+            "tokens_per_s": args.micro_batch * args.seq_len / median, "analytic_flops": analytic,
+            "achieved_tflops": analytic / median / 1e12, "peak_memory_mb": peak_bytes / 2**20,
+            "memory_kind": "GPU max allocated" if cuda else "process peak RSS",
+            "activation_checkpointing": args.activation_checkpointing, "compile": args.compile}
+
+
+# ----------------------------------------------------------------------------------------------- commands
+def _stage_argv(args: argparse.Namespace) -> list[str]:
+    return ["--preset", args.preset, "--vocab", str(args.vocab), "--layers", str(args.layers), "--seq-len",
+            str(args.seq_len), "--micro-batch", str(args.micro_batch), "--mask-prob", str(args.mask_prob),
+            "--mini-layers", str(args.mini_layers), "--new-layers", str(args.new_layers), "--warmup",
+            str(args.warmup), "--updates", str(args.updates), "--ds-config", str(args.ds_config),
+            *(["--activation-checkpointing"] if args.activation_checkpointing else []),
+            *(["--compile"] if args.compile else [])]
+
+
+def stages(args: argparse.Namespace) -> dict[str, Any]:
+    """Each stage in a fresh process (its own peak memory, no engine state carried over), one after another."""
+    rows = []
+    for stage in args.stages:
+        cmd = [sys.executable, "-m", "ds_minimodel", "bench", "one-stage", stage, *_stage_argv(args)]
+        proc = subprocess.run(cmd, capture_output=True, text=True)
+        if proc.returncode:
+            raise SystemExit(f"{' '.join(cmd)} failed:\n{proc.stderr[-3000:]}")
+        rows.append(json.loads(proc.stdout.strip().splitlines()[-1]))
+        print(f"{stage}: {rows[-1]['median_s']:.4f} s/update", file=sys.stderr, flush=True)
+    precision = precision_of(json.loads(Path(args.ds_config).read_text()))
+    peak, peak_source = peak_tflops(precision, torch.get_num_threads())
+    for row in rows:
+        row["mfu"] = row["achieved_tflops"] / peak if peak else None
+    by_stage = {r["stage"]: r for r in rows}
+    ratios = {}
+    if {"step2-bl_base", "step2-minijoint"} <= set(by_stage):
+        full, mini = by_stage["step2-bl_base"], by_stage["step2-minijoint"]
+        measured, analytic = full["median_s"] / mini["median_s"], full["analytic_flops"] / mini["analytic_flops"]
+        ratios["step2_body_over_mini"] = {"measured": measured, "analytic": analytic,
+                                          "measured_over_analytic": measured / analytic, "target": ">= 0.90"}
+    if {"step1", "step1-dual"} <= set(by_stage):
+        plain, dual = by_stage["step1"], by_stage["step1-dual"]
+        measured, analytic = dual["median_s"] / plain["median_s"], dual["analytic_flops"] / plain["analytic_flops"]
+        ratios["dual_head_over_plain"] = {"measured": measured, "analytic": analytic,
+                                          "excess_over_analytic": measured / analytic - 1, "target": "<= 0.05"}
+    return {"benchmark": "stages", **_environment(args), "precision": precision, "peak_tflops": peak,
+            "peak_source": peak_source, "rows": rows, "ratios": ratios}
+
+
+def hf_comparison(args: argparse.Namespace) -> dict[str, Any]:
+    """Ours vs ``transformers.RobertaForMaskedLM``: the same shapes and weights' shapes, the same plain PyTorch loop
+    (forward, loss, backward, AdamW step), the same batch. Ours projects only the masked positions onto the
+    vocabulary and uses ``scaled_dot_product_attention``; HF computes logits at every position."""
+    from transformers import RobertaConfig, RobertaForMaskedLM
+
+    cfg = get_preset(args.preset).replace(vocab_size=args.vocab, dropout=0.0, attention_dropout=0.0)
+    device = "cuda" if torch.cuda.is_available() else "cpu"
+    generator = torch.Generator().manual_seed(0)
+    batch = {k: v.to(device) for k, v in
+             synthetic_batch(args.micro_batch, args.seq_len, cfg.vocab_size, args.mask_prob, generator).items()}
+    autocast = torch.autocast(device, dtype=torch.bfloat16, enabled=args.bf16)
+
+    def ours_step(model: torch.nn.Module) -> torch.Tensor:
+        with autocast:
+            return mlm_step(model, batch)["loss"]
+
+    def hf_step(model: torch.nn.Module) -> torch.Tensor:
+        with autocast:
+            return model(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"].long(),
+                         labels=batch["labels"]).loss
+
+    hf_cfg = RobertaConfig(vocab_size=cfg.vocab_size, hidden_size=cfg.hidden_size, num_hidden_layers=cfg.num_layers,
+                           num_attention_heads=cfg.num_heads, intermediate_size=cfg.ffn_size,
+                           max_position_embeddings=cfg.max_positions + 2, hidden_dropout_prob=0.0,
+                           attention_probs_dropout_prob=0.0, layer_norm_eps=cfg.layer_norm_eps, type_vocab_size=1,
+                           attn_implementation=args.hf_attention)
+    torch.manual_seed(0)
+    results = {}
+    for name, build, step in (("ours", lambda: MaskedLM(cfg), ours_step),
+                              ("hf", lambda: RobertaForMaskedLM(hf_cfg), hf_step)):
+        model = build().to(device).train()
+        optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4, foreach=True)
+        times = []
+        for i in range(args.warmup + args.updates):
+            if device == "cuda":
+                torch.cuda.synchronize()
+            start = time.perf_counter()
+            step(model).backward()
+            optimizer.step()
+            optimizer.zero_grad(set_to_none=True)
+            if device == "cuda":
+                torch.cuda.synchronize()
+            if i >= args.warmup:
+                times.append(time.perf_counter() - start)
+        results[name] = {"median_s": statistics.median(times), "min_s": min(times),
+                         "parameters": sum(p.numel() for p in model.parameters())}
+        del model, optimizer
+    speedup = results["hf"]["median_s"] / results["ours"]["median_s"]
+    return {"benchmark": "hf", **_environment(args), "bf16_autocast": args.bf16,
+            "hf_attention": args.hf_attention, **results, "speedup": speedup, "target": ">= 1.3"}
+
+
+def preprocessing(args: argparse.Namespace) -> dict[str, Any]:
+    """SentencePiece encoding into shards (``prepare_corpus``) with 1 worker and with every core: MB/s and per core."""
+    import tempfile
+
+    from ds_minimodel.data.prepare import prepare
+    from ds_minimodel.data.shards import prepare_corpus
+
+    corpus = Path(args.corpus)
+    size_mb = corpus.stat().st_size / 1e6
+    with tempfile.TemporaryDirectory() as tmp:
+        tokenizer_dir = Path(tmp) / "tok"
+        prepare(corpus, tokenizer_dir, vocab_size=args.vocab, progress=False)  # tokenizer + a first encoding
+        runs = []
+        for workers in sorted({1, os.cpu_count() or 1}):
+            best = float("inf")
+            for repeat in range(args.repeats):
+                out = Path(tmp) / f"w{workers}_{repeat}"
+                start = time.perf_counter()
+                prepare_corpus(corpus, out, tokenizer_dir / "spm.model", workers=workers, progress=False)
+                best = min(best, time.perf_counter() - start)
+            runs.append({"workers": workers, "seconds": best, "mb_per_s": size_mb / best,
+                         "mb_per_s_per_core": size_mb / best / workers})
+    return {"benchmark": "prepare", "corpus": str(corpus), "corpus_mb": size_mb, "vocab": args.vocab,
+            "cpu_count": os.cpu_count(), "runs": runs, "python": platform.python_version()}
+
+
+def loader(args: argparse.Namespace) -> dict[str, Any]:
+    """How long the training loop waits for each micro-batch (masking and collation from the memory-mapped shards,
+    then the copy to the device), built when asked for and prefetched on a thread. The model's compute is stood in
+    for by a sleep, which is what the host thread does while a GPU computes: by default the analytic FLOPs of a
+    ``--preset`` Step-1 micro-batch at 45% of an H100's bf16 peak (target 4's utilisation)."""
+    import tempfile
+
+    from ds_minimodel.data.prepare import prepare
+    from ds_minimodel.data.streams import MLMBatchStream, PackedDataset, Prefetcher, TokenShards
+    from ds_minimodel.train.engine import batch_to
+
+    cfg = get_preset(args.preset)
+    shape = {"seq_len": args.seq_len, "batch": args.micro_batch, "mask_prob": args.mask_prob}
+    gpu_peak = GPU_PEAK_TFLOPS["H100 SXM"]["bf16"] * 1e12
+    compute_s = (args.compute_ms / 1e3 if args.compute_ms is not None
+                 else flops.per_update_flops("pretrain", cfg, **shape) / (0.45 * gpu_peak))
+    device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    with tempfile.TemporaryDirectory() as tmp:
+        data = args.data
+        if data is None:
+            data = Path(tmp) / "en"
+            prepare(args.corpus, data, vocab_size=8000, progress=False)
+        shards = TokenShards.open(data)
+        dataset = PackedDataset(shards, args.seq_len - 1)
+        runs = []
+        for depth in (0, 2):
+            stream = MLMBatchStream(dataset, micro_batch_size=args.micro_batch, world_size=1, rank=0, seed=1,
+                                    vocab_size=shards.vocab_size, seq_len=args.seq_len, mask_prob=args.mask_prob)
+            batches = Prefetcher(stream, depth=depth, pin_for=device) if depth else stream
+            waits = []
+            for i in range(args.warmup + args.updates):
+                start = time.perf_counter()
+                batch = batch_to(next(batches), device)
+                if i >= args.warmup:
+                    waits.append(time.perf_counter() - start)
+                time.sleep(compute_s)
+            if depth:
+                batches.close()
+            mean = statistics.fmean(waits)
+            runs.append({"prefetch": depth, "mean_wait_ms": mean * 1e3, "max_wait_ms": max(waits) * 1e3,
+                         "stall_share": mean / (mean + compute_s),
+                         "tokens_per_s_when_built_on_demand": batch["num_tokens"] / mean if not depth else None})
+    return {"benchmark": "loader", **_environment(args), "compute_ms": compute_s * 1e3, "runs": runs}
+
+
+def _environment(args: argparse.Namespace) -> dict[str, Any]:
+    import deepspeed
+
+    device = torch.cuda.get_device_name(0) if torch.cuda.is_available() else \
+        f"CPU {platform.processor() or platform.machine()}, {os.cpu_count()} cores"
+    return {"device": device, "torch": torch.__version__, "deepspeed": deepspeed.__version__,
+            "threads": torch.get_num_threads(), "preset": args.preset, "vocab": args.vocab,
+            "seq_len": args.seq_len, "micro_batch": args.micro_batch, "updates": args.updates,
+            "ds_config": str(getattr(args, "ds_config", "")), "command": " ".join(["python -m ds_minimodel bench",
+                                                                                   *sys.argv[1:]])}
+
+
+# ----------------------------------------------------------------------------------------------- output
+def print_table(result: dict[str, Any]) -> None:
+    if result["benchmark"] == "stages":
+        print(f"| stage | layers | trainable params | s/update | tokens/s | analytic FLOPs/update | TFLOP/s | MFU | "
+              f"peak memory ({result['rows'][0]['memory_kind']}) |")
+        print("|---|---:|---:|---:|---:|---:|---:|---:|---:|")
+        for r in result["rows"]:
+            mfu = f"{r['mfu']:.1%}" if r["mfu"] is not None else "n/a"
+            print(f"| {r['stage']} | {r['layers']} | {r['trainable_parameters']:,} | {r['median_s']:.4f} | "
+                  f"{r['tokens_per_s']:,.0f} | {r['analytic_flops']:.3e} | {r['achieved_tflops']:.3f} | {mfu} | "
+                  f"{r['peak_memory_mb']:,.0f} MB |")
+        print(f"\nMFU against {result['peak_tflops'] or 'n/a'} TFLOP/s ({result['peak_source']}).")
+        for name, ratio in result["ratios"].items():
+            print(f"{name}: " + ", ".join(f"{k} {v:.3f}" if isinstance(v, float) else f"{k} {v}"
+                                          for k, v in ratio.items()))
+    elif result["benchmark"] == "loader":
+        print(f"compute stood in for: {result['compute_ms']:.2f} ms per micro-batch of {result['micro_batch']} x "
+              f"{result['seq_len']}")
+        for r in result["runs"]:
+            print(f"prefetch {r['prefetch']}: waits {r['mean_wait_ms']:.3f} ms on average (max "
+                  f"{r['max_wait_ms']:.3f}), {r['stall_share']:.2%} of each step")
+    elif result["benchmark"] == "hf":
+        print(f"ours {result['ours']['median_s']:.4f} s/update, HF RobertaForMaskedLM {result['hf']['median_s']:.4f}"
+              f" s/update: ours is {result['speedup']:.2f}x as fast (target {result['target']})")
+    else:
+        for r in result["runs"]:
+            print(f"{r['workers']} worker(s): {r['mb_per_s']:.2f} MB/s, {r['mb_per_s_per_core']:.2f} MB/s per core")
+
+
+def _shape_args(p: argparse.ArgumentParser, *, updates: int = 10) -> None:
+    p.add_argument("--preset", default="base")
+    p.add_argument("--vocab", type=int, default=50_000)
+    p.add_argument("--seq-len", type=int, default=128)
+    p.add_argument("--micro-batch", type=int, default=8)
+    p.add_argument("--mask-prob", type=float, default=0.15)
+    p.add_argument("--warmup", type=int, default=3)
+    p.add_argument("--updates", type=int, default=updates)
+    p.add_argument("--json", type=Path, help="also write the result here")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="ds-minimodel bench", description=__doc__,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    sub = p.add_subparsers(dest="command", required=True)
+    for name, help_text in (("stages", "time every stage (each in its own process)"),
+                            ("one-stage", "time one stage in this process (optionally under torch.profiler)")):
+        s = sub.add_parser(name, help=help_text)
+        if name == "one-stage":
+            s.add_argument("stage", choices=STAGES)
+            s.add_argument("--profile", type=Path, help="write torch.profiler's table of the timed updates here")
+        else:
+            s.add_argument("--stages", type=lambda v: v.split(","), default=list(STAGES),
+                           help=f"comma-separated subset of {','.join(STAGES)}")
+        _shape_args(s)
+        s.add_argument("--layers", type=int, default=12, help="the primary's depth")
+        s.add_argument("--mini-layers", type=int, default=Depths.aux,
+                       help="N: MiniJoint's head, the layers MiniPost keeps")
+        s.add_argument("--new-layers", type=int, default=Depths.new, help="MiniPost's new layers")
+        s.add_argument("--ds-config", type=Path, default=Path("ds_configs/cpu_fp32.json"))
+        s.add_argument("--activation-checkpointing", action="store_true", help="recompute layers in the backward")
+        s.add_argument("--compile", action="store_true", help="torch.compile the model (DeepSpeed engine.compile)")
+    h = sub.add_parser("hf", help="our MLM update vs transformers' RobertaForMaskedLM, plain PyTorch loop")
+    _shape_args(h)
+    h.add_argument("--bf16", action="store_true", help="bf16 autocast for both (GPU)")
+    h.add_argument("--hf-attention", default="sdpa", choices=("sdpa", "eager"),
+                   help="HF's attention implementation (default sdpa: the same fused kernel as ours)")
+    ld = sub.add_parser("loader", help="the loop's wait for each micro-batch, built on demand and prefetched")
+    _shape_args(ld, updates=200)
+    ld.set_defaults(seq_len=512, micro_batch=16)
+    ld.add_argument("--data", type=Path, help="a prepared folder (default: the demo corpus, prepared in a temp dir)")
+    ld.add_argument("--corpus", type=Path, default=Path("demo_data/corpus/en.txt"))
+    ld.add_argument("--compute-ms", type=float,
+                    help="compute per micro-batch to stand in for (default: analytic, H100 bf16 at 45%% MFU)")
+    pre = sub.add_parser("prepare", help="SentencePiece encoding into shards: MB/s with 1 worker and every core")
+    pre.add_argument("--corpus", type=Path, default=Path("demo_data/corpus/en.txt"))
+    pre.add_argument("--vocab", type=int, default=8000)
+    pre.add_argument("--repeats", type=int, default=3)
+    pre.add_argument("--json", type=Path)
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    if args.command == "one-stage":
+        print(json.dumps(time_stage(args.stage, args)))
+        return 0
+    result = {"stages": stages, "hf": hf_comparison, "prepare": preprocessing, "loader": loader}[args.command](args)
+    if args.json:
+        args.json.parent.mkdir(parents=True, exist_ok=True)
+        args.json.write_text(json.dumps(result, indent=2) + "\n")
+    print_table(result)
+    return 0

@@ -1,0 +1,366 @@
+"""Every checkpoint path and file name; saving and resuming.
+
+A run folder::
+
+    <run>/run.json                        what the run is (variant, model and train config, DeepSpeed config, data)
+    <run>/checkpoints/step_00001000/      one checkpoint (tag), self-describing:
+        meta.json                         step, samples, tokens, FLOPs, data position, model config, tokenizer,
+                                          weights hash, size and sha256 of every other file in the folder
+        model.pt                          fp32 weights, a plain state dict (loads with weights_only=True)
+        rng_rank_00000.pt ...             each rank's RNG states (dropout), for an exact resume
+        mp_rank_00_model_states.pt, *optim_states.pt   DeepSpeed's own files (optimizer, scheduler, ZeRO shards)
+    <run>/checkpoints/latest              the newest checkpoint's tag (DeepSpeed's own tools read it)
+    <run>/metrics.jsonl, <run>/tensorboard/
+
+A checkpoint is written into ``checkpoints/.step_XXXXXXXX.partial/``, its files flushed to disk, checksummed into
+meta.json, and only then renamed to ``step_XXXXXXXX``; ``latest`` is rewritten after the rename. A process killed at
+any moment leaves either the previous checkpoints alone or a ``.partial`` folder that nothing reads (and the next
+save removes). On resume, a checkpoint whose files fail their sizes or checksums (truncated, flipped bytes) is
+reported and the one before it is used.
+
+Rank 0 does the side effects; every rank takes part in the collectives (STYLE habit 7).
+"""
+from __future__ import annotations
+
+import hashlib
+import os
+import re
+import shutil
+from enum import Enum
+from pathlib import Path
+from typing import Any
+
+import torch
+import torch.distributed as dist
+
+from ds_minimodel.config import file_sha256, read_json, write_json
+from ds_minimodel.errors import InputError
+
+CHECKPOINTS = "checkpoints"
+META = "meta.json"
+WEIGHTS = "model.pt"
+RUN = "run.json"
+LATEST = "latest"
+
+
+class Kind(str, Enum):
+    """What a checkpoint or model folder holds: its meta.json ``"kind"`` (one owner for these names).
+
+    A Step-1 checkpoint records no kind (``kind_of`` returns ``PRETRAINED``); every other producer records one.
+    ``ds_minimodel.model.loading.load`` dispatches on it.
+    """
+
+    PRETRAINED = "pretrained"
+    """A Step-1 MLM (what ``run_pretrain.py --variant base|small|minijoint`` writes; no kind recorded)."""
+    MLM_HEAD = "mlm-head"
+    """A bare imported encoder whose MLM head ``--variant head`` trained."""
+    HF_IMPORT = "hf-import"
+    """An MLM imported from a Hugging Face folder."""
+    MINIJOINT_MINI = "minijoint-mini"
+    """The layers below a MiniJoint primary's second head, and that head (``surgery extract-mini``)."""
+    MINIPOST_MINI = "minipost-mini"
+    """Step 1b's output: a primary's bottom layers with new ones trained on top."""
+    PLUGGED = "plugged"
+    """A model with Step-2 embeddings swapped in (``surgery plug``)."""
+    EMBEDDINGS = "embeddings"
+    """Step 2's output: a target language's embeddings and output bias, no body."""
+    TASK_MODEL = "task-model"
+    """Step 3's output: a finetuned body with a task head."""
+
+
+def kind_of(meta: dict[str, Any], source: Path | str) -> Kind:
+    """The ``Kind`` a meta.json records; an unknown one is refused naming the file."""
+    value = meta.get("kind")
+    if value is None:
+        return Kind.PRETRAINED
+    try:
+        return Kind(value)
+    except ValueError:
+        raise InputError(f"{source}: unknown kind {value!r}; known: {', '.join(k.value for k in Kind)}") from None
+
+
+_TAG = re.compile(r"^step_(\d{8})$")
+_PARTIAL = re.compile(r"^\.step_\d{8}\.partial$")
+
+
+class CheckpointWriteError(OSError):
+    """A checkpoint could not be written (disk full, permissions); the previous checkpoints are untouched."""
+
+
+def tag_for(step: int) -> str:
+    return f"step_{step:08d}"
+
+
+def checkpoint_root(run_dir: Path) -> Path:
+    return Path(run_dir) / CHECKPOINTS
+
+
+def complete_checkpoints(run_dir: Path) -> list[Path]:
+    """Complete checkpoints (meta.json present), oldest first."""
+    root = checkpoint_root(run_dir)
+    if not root.is_dir():
+        return []
+    found = [p for p in root.iterdir() if _TAG.match(p.name) and (p / META).is_file()]
+    return sorted(found, key=lambda p: int(_TAG.match(p.name).group(1)))
+
+
+def latest_checkpoint(run_dir: Path) -> Path | None:
+    done = complete_checkpoints(run_dir)
+    return done[-1] if done else None
+
+
+def _file_record(path: Path) -> dict[str, Any]:
+    """What meta.json records of a file it vouches for."""
+    return {"bytes": path.stat().st_size, "sha256": file_sha256(path)}
+
+
+def _file_problem(path: Path, recorded: dict[str, Any]) -> str | None:
+    """How ``path`` differs from its record in meta.json, or None (the size first: it is free)."""
+    if not path.is_file():
+        return f"{path}: missing"
+    size = path.stat().st_size
+    if size != recorded["bytes"]:
+        return f"{path}: {size:,} bytes, {recorded['bytes']:,} when written (truncated or replaced)"
+    if file_sha256(path) != recorded["sha256"]:
+        return f"{path}: checksum differs from the one recorded when it was written (corrupted)"
+    return None
+
+
+def verify(ckpt_dir: Path) -> str | None:
+    """Why the checkpoint's files do not match the sizes and checksums in its meta.json, or None when they do.
+    Checkpoints written before checksums were recorded pass."""
+    ckpt_dir = Path(ckpt_dir)
+    try:
+        meta = load_meta(ckpt_dir)
+    except InputError as err:
+        return str(err)
+    for name, recorded in sorted((meta.get("files") or {}).items()):
+        problem = _file_problem(ckpt_dir / name, recorded)
+        if problem is not None:
+            return problem
+    return None
+
+
+def latest_valid_checkpoint(run_dir: Path, *, say: Any = print) -> Path | None:
+    """The newest complete checkpoint whose files pass their checksums; each newer one that fails is reported
+    through ``say`` and skipped (it is left on disk for inspection)."""
+    for ckpt_dir in reversed(complete_checkpoints(run_dir)):
+        problem = verify(ckpt_dir)
+        if problem is None:
+            return ckpt_dir
+        say(f"checkpoint {ckpt_dir} is damaged ({problem}); using the one before it")
+    return None
+
+
+def _fsync(path: Path) -> None:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def _seal(staging: Path, meta: dict[str, Any], final: Path) -> None:
+    """Flush and checksum every file in ``staging``, write meta.json, rename the folder to ``final`` and point
+    ``latest`` at it. Rank 0 only, after every rank has written its files."""
+    files = {}
+    for path in sorted(p for p in staging.iterdir() if p.is_file()):
+        _fsync(path)
+        files[path.name] = _file_record(path)
+    write_json(staging / META, {**meta, "files": files})
+    _fsync(staging)
+    if final.exists():  # a checkpoint of an abandoned timeline (resumed from an earlier one after damage)
+        shutil.rmtree(final)
+    os.replace(staging, final)
+    _fsync(final.parent)
+    pointer = final.parent / f".{LATEST}.tmp"
+    pointer.write_text(final.name)
+    os.replace(pointer, final.parent / LATEST)
+
+
+def weights_sha256(state_dict: dict[str, torch.Tensor]) -> str:
+    """Content hash of a state dict: names, dtypes, shapes and bytes, in name order."""
+    digest = hashlib.sha256()
+    for name in sorted(state_dict):
+        tensor = state_dict[name].detach().cpu().contiguous()
+        digest.update(f"{name}|{tensor.dtype}|{tuple(tensor.shape)}|".encode())
+        digest.update(tensor.view(torch.uint8).numpy().tobytes() if tensor.numel() else b"")
+    return digest.hexdigest()
+
+
+def _rng_file(rank: int) -> str:
+    return f"rng_rank_{rank:05d}.pt"
+
+
+def _rng_state() -> dict[str, torch.Tensor]:
+    state = {"cpu": torch.get_rng_state()}
+    if torch.cuda.is_available():
+        state["cuda"] = torch.cuda.get_rng_state()
+    return state
+
+
+def _full_precision_weights(engine: Any, ckpt_dir: Path, trainable_only: bool) -> dict[str, torch.Tensor]:
+    """fp32 weights of the model (or of its trainable parameters only), gathered on rank 0.
+
+    Under ZeRO 1-3 with fp16/bf16 the module holds rounded 16-bit copies and the fp32 master weights are sharded
+    across ranks' optimizer files, so they are rebuilt from the saved checkpoint (DeepSpeed's zero_to_fp32).
+    Otherwise the module's own parameters are the master weights.
+    """
+    module = engine.module
+    names = ([n for n, p in module.named_parameters() if p.requires_grad] if trainable_only
+             else list(module.state_dict()))
+    current = module.state_dict()
+    gathered: dict[str, torch.Tensor] = {}
+    if engine.zero_optimization_stage() > 0:
+        from deepspeed.utils.zero_to_fp32 import get_fp32_state_dict_from_zero_checkpoint
+
+        gathered = get_fp32_state_dict_from_zero_checkpoint(
+            str(ckpt_dir.parent), tag=ckpt_dir.name, exclude_frozen_parameters=trainable_only)
+    # Frozen parameters are not in the optimizer: those (and buffers) come from the module.
+    return {name: gathered.get(name, current[name]).detach().float().cpu().clone() for name in names}
+
+
+def save(engine: Any, run_dir: Path, step: int, meta: dict[str, Any], *, keep: int | None = None,
+         trainable_only: bool = False) -> Path:
+    """Save a checkpoint for ``step`` atomically (see the module docstring). Called by every rank.
+
+    ``trainable_only``: a compact checkpoint of the trained parameters and optimizer state, without the frozen body
+    (Step 2 keeps every checkpoint for the time-to-target analysis; the body is identified by its hash in meta).
+    A failure to write (e.g. a full disk) on any rank raises CheckpointWriteError on every rank, naming the
+    checkpoint that is still the newest good one; the partial folder is removed.
+    """
+    rank = dist.get_rank()
+    root = checkpoint_root(run_dir)
+    tag = tag_for(step)
+    final, staging = root / tag, root / f".{tag}.partial"
+    if rank == 0:
+        root.mkdir(parents=True, exist_ok=True)
+        for leftover in root.iterdir():  # what a killed run left behind; nothing reads these
+            if _PARTIAL.match(leftover.name) or (leftover.name == tag and not (leftover / META).is_file()):
+                shutil.rmtree(leftover)
+    dist.barrier()
+    error: BaseException | None = None
+    try:
+        engine.save_checkpoint(str(root), tag=staging.name, client_state={"step": step},
+                               exclude_frozen_parameters=trainable_only, save_latest=False)
+        torch.save(_rng_state(), staging / _rng_file(rank))
+    except (OSError, RuntimeError) as err:  # torch.save reports a failed write as RuntimeError
+        error = err
+    error = _agree_on_failure(error, engine.device)
+    if rank == 0 and error is None:
+        try:
+            weights = _full_precision_weights(engine, staging, trainable_only)
+            torch.save(weights, staging / WEIGHTS)
+            _seal(staging, {**meta, "step": step, "weights_sha256": weights_sha256(weights)}, final)
+        except (OSError, RuntimeError) as err:
+            error = err
+    error = _agree_on_failure(error, engine.device)
+    if error is not None:
+        previous = latest_checkpoint(run_dir)
+        why = _write_failure(error, root, previous)  # before the partial folder's space is given back
+        if rank == 0:
+            shutil.rmtree(staging, ignore_errors=True)
+        dist.barrier()
+        raise CheckpointWriteError(
+            f"{staging}: could not write the checkpoint of update {step} ({why}); the newest good checkpoint "
+            f"is {previous or 'none'}. Free space (or fix permissions) and resume with --resume")
+    if rank == 0 and keep is not None:
+        for old in complete_checkpoints(run_dir)[:-keep]:
+            shutil.rmtree(old)
+    dist.barrier()
+    return final
+
+
+def _write_failure(error: BaseException, root: Path, previous: Path | None) -> str:
+    """The error, with the free space where it happened: torch.save reports a full disk as "unexpected pos N vs M"
+    (measured on a full tmpfs), which does not say that the disk is full."""
+    try:
+        free = shutil.disk_usage(root).free
+    except OSError:
+        return str(error)
+    text = f"{error}; {free / 2**20:,.1f} MiB free there"
+    if previous is not None:
+        needed = sum(f.stat().st_size for f in previous.rglob("*") if f.is_file())
+        if free < needed:
+            text += f", less than the {needed / 2**20:,.1f} MiB the previous checkpoint takes: the disk is full"
+    return text
+
+
+def _agree_on_failure(error: BaseException | None, device: Any) -> BaseException | None:
+    """Every rank learns whether any rank failed, so that none waits forever in a collective the others left."""
+    flag = torch.tensor([0.0 if error is None else 1.0], device=device)
+    dist.all_reduce(flag)
+    if flag.item() and error is None:
+        return OSError("another rank failed to write its part")
+    return error
+
+
+def resume(engine: Any, ckpt_dir: Path, *, trainable_only: bool = False) -> dict[str, Any]:
+    """Restore the engine (weights, optimizer, scheduler) and this rank's RNG; returns the checkpoint's meta.
+
+    A compact (``trainable_only``) checkpoint restores the trained parameters; the frozen body must already be in
+    the module, as built by the stage.
+    """
+    meta = load_meta(ckpt_dir)
+    load_path, _ = engine.load_checkpoint(str(ckpt_dir.parent), tag=ckpt_dir.name,
+                                          load_module_strict=not trainable_only)
+    if load_path is None:
+        raise InputError(f"{ckpt_dir}: DeepSpeed could not load this checkpoint")
+    rng_path = ckpt_dir / _rng_file(dist.get_rank())
+    if rng_path.is_file():
+        state = torch.load(rng_path, weights_only=True)
+        torch.set_rng_state(state["cpu"])
+        if "cuda" in state and torch.cuda.is_available():
+            torch.cuda.set_rng_state(state["cuda"])
+    return meta
+
+
+def load_meta(ckpt_dir: Path) -> dict[str, Any]:
+    path = Path(ckpt_dir) / META
+    if not path.is_file():
+        raise InputError(f"{ckpt_dir}: not a complete checkpoint ({META} missing)")
+    meta = read_json(path)
+    if not isinstance(meta, dict) or "weights_sha256" not in meta:
+        raise InputError(f"{path}: not a checkpoint description (no 'weights_sha256')")
+    return meta
+
+
+def load_weights(ckpt_dir: Path) -> dict[str, torch.Tensor]:
+    """The checkpoint's fp32 weights. weights_only=True: loading never runs code from the file."""
+    path = Path(ckpt_dir) / WEIGHTS
+    if not path.is_file():
+        raise InputError(f"{path}: weights file missing")
+    recorded = ((load_meta(ckpt_dir).get("files") or {}) if (Path(ckpt_dir) / META).is_file() else {}).get(WEIGHTS)
+    if recorded and _file_problem(path, recorded):
+        raise InputError(f"{path}: does not match the size and checksum recorded in {META} (truncated or corrupted)")
+    try:
+        return torch.load(path, map_location="cpu", weights_only=True)
+    except Exception as err:  # noqa: BLE001 - any unpickling failure is a bad file for the user
+        raise InputError(f"{path}: cannot load weights safely: {err}") from None
+
+
+# ----------------------------------------------------------------------------------------------- model folders
+# A model folder is what later stages read: model.pt + meta.json, like a checkpoint without DeepSpeed's files.
+# Every training checkpoint is also a model folder.
+
+def lineage(meta: dict[str, Any]) -> str:
+    """Identity of the primary model a model descends from: the primary's weights hash.
+
+    A Step-1 checkpoint is its own primary; a mini-model, a finetuned model or trained embeddings carry
+    ``primary_sha256`` from the model they were cut from, so embeddings can be plugged only into their own lineage.
+    """
+    return meta.get("primary_sha256") or meta["weights_sha256"]
+
+
+def save_model_folder(folder: Path, state_dict: dict[str, torch.Tensor], meta: dict[str, Any]) -> dict[str, Any]:
+    """Write weights then meta.json (last, atomically); returns the meta written (with ``weights_sha256``)."""
+    folder = Path(folder)
+    folder.mkdir(parents=True, exist_ok=True)
+    weights = {k: v.detach().cpu().contiguous() for k, v in state_dict.items()}
+    tmp = folder / f".{WEIGHTS}.tmp"
+    torch.save(weights, tmp)
+    tmp.replace(folder / WEIGHTS)
+    meta = {**meta, "weights_sha256": weights_sha256(weights),
+            "files": {WEIGHTS: _file_record(folder / WEIGHTS)}}
+    write_json(folder / META, meta)
+    return meta

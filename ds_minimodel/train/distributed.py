@@ -1,0 +1,87 @@
+"""Joining the process group, whichever launcher started the ranks (deepspeed, torchrun, srun, mpirun, plain python)."""
+from __future__ import annotations
+
+import datetime
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch.distributed as dist
+
+from ds_minimodel.cluster import slurm
+from ds_minimodel.cluster.launch import free_port
+
+
+@dataclass(frozen=True)
+class DistInfo:
+    rank: int
+    world_size: int
+    local_rank: int
+
+
+DEFAULT_DIST_TIMEOUT = datetime.timedelta(minutes=5)
+
+
+def init_distributed(timeout: datetime.timedelta = DEFAULT_DIST_TIMEOUT) -> DistInfo:
+    """Join (or create) the process group, whichever way the processes were started.
+
+    - ``deepspeed`` / ``torchrun`` with RANK set: use the environment as given.
+    - ``srun`` (one task per rank): rank, size and master address from the SLURM_* variables.
+    - ``mpirun``: Open MPI's OMPI_COMM_WORLD_* and DeepSpeed's MPI discovery (mpi4py) for the master address.
+    - plain ``python``: a one-rank group on loopback (DeepSpeed would otherwise try MPI discovery).
+
+    ``timeout`` bounds every collective on every process group, so a dead or hung peer ends the run with an error
+    instead of a hang (see ``_bound_every_group``).
+    """
+    import deepspeed
+
+    if dist.is_initialized():
+        return DistInfo(dist.get_rank(), dist.get_world_size(), int(os.environ.get("LOCAL_RANK", 0)))
+    env = os.environ
+    if "RANK" not in env:
+        env.update(slurm.rank_env(env))
+    mpi = "RANK" not in env and "OMPI_COMM_WORLD_RANK" in env
+    if "RANK" not in env and not mpi:
+        env.update(RANK="0", WORLD_SIZE="1", LOCAL_RANK="0")
+        env.setdefault("MASTER_ADDR", "127.0.0.1")
+        env.setdefault("MASTER_PORT", str(free_port()))
+    _bound_every_group(timeout)
+    deepspeed.init_distributed(auto_mpi_discovery=mpi, timeout=timeout, verbose=False)
+    _unlink_shm_allreduce_buffer()
+    return DistInfo(dist.get_rank(), dist.get_world_size(), int(env.get("LOCAL_RANK", 0)))
+
+
+def _bound_every_group(timeout: datetime.timedelta) -> None:
+    """Make ``timeout`` the default of every process group created from now on.
+
+    ``deepspeed.init_distributed(timeout=...)`` reaches only the main group. DeepSpeed's data-parallel (and ZeRO,
+    sequence- and expert-parallel) groups come from ``dist.new_group(ranks)`` with no timeout, which torch fills
+    from its module-level defaults: 30 minutes for Gloo, 10 for NCCL. Measured on two hosts (network namespaces):
+    with a frozen (SIGSTOPped) peer the other rank hung in the gradient-clipping all-reduce, on DeepSpeed's
+    data-parallel group, for the full 30 minutes despite ``init_distributed(timeout=20 s)``; with these defaults
+    lowered it failed after ~22 s. ``new_group`` reads the defaults at call time, hence setting them here.
+    """
+    import torch.distributed.distributed_c10d as c10d
+
+    c10d.default_pg_timeout = timeout
+    if isinstance(getattr(c10d, "default_pg_nccl_timeout", None), datetime.timedelta):
+        c10d.default_pg_nccl_timeout = timeout
+
+
+def _unlink_shm_allreduce_buffer() -> None:
+    """Remove the name of DeepSpeed's CPU shared-memory all-reduce buffer once every rank has mapped it.
+
+    On CPU, DeepSpeed's shm_comm creates /dev/shm/deepspeed_allreduce_buffer_<uid>_<addr>_<port>_<rank> (69 MB per
+    rank) while the group initialises and never unlinks it: every CPU run leaked its buffers until /dev/shm, which
+    is RAM, filled up (measured: 22 GB after a day of test runs, and a machine swapping to a halt). Each rank maps
+    every other rank's buffer inside init_distributed, so after a barrier the names can go; the mappings stay
+    valid, and the memory is freed when the last process using it exits, also when it is killed.
+    """
+    addr, port = os.environ.get("MASTER_ADDR"), os.environ.get("MASTER_PORT")
+    path = Path("/dev/shm") / f"deepspeed_allreduce_buffer_{os.getuid()}_{addr}_{port}_{dist.get_rank()}"
+    if not path.exists():
+        return
+    dist.barrier()
+    path.unlink(missing_ok=True)
+
+

@@ -1,0 +1,102 @@
+"""A ``ds_configs/`` JSON: reading it, and the batch arithmetic it owns (STYLE habit 4). No torch here, so that the
+cluster tools (hostfile and launch checks) can do the same arithmetic without importing it."""
+from __future__ import annotations
+
+import copy
+import os
+from dataclasses import dataclass
+from typing import Any
+
+from ds_minimodel.config import read_json
+from ds_minimodel.errors import InputError
+
+BATCH_KEYS = ("train_batch_size", "train_micro_batch_size_per_gpu", "gradient_accumulation_steps")
+
+
+@dataclass(frozen=True)
+class BatchSizes:
+    micro: int
+    """Sequences per rank per forward pass."""
+    accumulation: int
+    """Micro-batches per optimizer update."""
+    world_size: int
+    """Data-parallel ranks."""
+
+    @property
+    def global_batch(self) -> int:
+        """Sequences per optimizer update (the paper's B = 2,048)."""
+        return self.micro * self.accumulation * self.world_size
+
+
+def load_ds_config(path: str | os.PathLike) -> dict[str, Any]:
+    config = read_json(path)
+    if not isinstance(config, dict):
+        raise InputError(f"{path}: a DeepSpeed config must be a JSON object")
+    for key in BATCH_KEYS:
+        value = config.get(key)
+        if value is not None and (not isinstance(value, int) or isinstance(value, bool) or value <= 0):
+            raise InputError(f"{path}: {key} must be a positive integer, got {value!r}")
+    if uses_fp16(config) and not (config.get("zero_optimization") or {}).get("stage"):
+        # Measured with DeepSpeed 0.19.8: engine.backward() scales the loss only for ZeRO optimizers, while the
+        # stage-0 fp16 optimizers divide every gradient by the loss scale in step(), so each update is loss-scale
+        # times too small and nothing overflows however high the scale (deepspeedai/DeepSpeed PR 8393, open).
+        raise InputError(
+            f"{path}: fp16 needs ZeRO stage 1 or higher: under ZeRO stage 0 DeepSpeed's engine never applies the "
+            "loss scale that its fp16 optimizer divides out, so training silently stalls. Set "
+            '"zero_optimization": {"stage": 1} (on one GPU it costs the same as stage 0), or use bf16')
+    return config
+
+
+def resolve_batch(ds_config: dict[str, Any], world_size: int, *, source: str) -> BatchSizes:
+    """Check train_batch_size = micro x accumulation x world size; derive the one missing value.
+
+    ``world_size`` is the real number of ranks (or a hostfile's total slots before launch). The error names the
+    file and every number involved, since the usual cause is a config written for another cluster size.
+    """
+    total, micro, accum = (ds_config.get(k) for k in BATCH_KEYS)
+    given = sum(v is not None for v in (total, micro, accum))
+    if given < 2:
+        raise InputError(f"{source}: give at least two of {', '.join(BATCH_KEYS)}")
+    def derive(given_name: str, given: int) -> int:
+        """train_batch_size / (given x world size), which must divide exactly."""
+        derived, rest = divmod(total, given * world_size)
+        if rest or derived == 0:
+            raise InputError(
+                f"{source}: train_batch_size {total} is not divisible by {given_name} {given} "
+                f"x world size {world_size} = {given * world_size}")
+        return derived
+
+    if micro is None:
+        micro = derive("gradient_accumulation_steps", accum)
+    elif accum is None:
+        accum = derive("train_micro_batch_size_per_gpu", micro)
+    elif total is not None and total != micro * accum * world_size:
+        raise InputError(
+            f"{source}: train_batch_size {total} != train_micro_batch_size_per_gpu {micro} x "
+            f"gradient_accumulation_steps {accum} x world size {world_size} = {micro * accum * world_size}")
+    return BatchSizes(micro=micro, accumulation=accum, world_size=world_size)
+
+
+def scheduler_total_steps(ds_config: dict[str, Any]) -> int | None:
+    params = (ds_config.get("scheduler") or {}).get("params") or {}
+    total = params.get("total_num_steps")
+    return total if isinstance(total, int) else None  # "auto": the run's own update count (fill_schedule)
+
+
+def fill_schedule(ds_config: dict[str, Any], steps: int, warmup_ratio: float) -> dict[str, Any]:
+    """A copy of the config with the scheduler's ``"auto"`` lengths filled in: ``total_num_steps`` becomes the run's
+    update count and ``warmup_num_steps`` that times ``warmup_ratio`` (at least 1), so one JSON serves runs of any
+    length, as HF Trainer's ``"auto"`` values do."""
+    config = copy.deepcopy(ds_config)
+    params = (config.get("scheduler") or {}).get("params") or {}
+    if params.get("total_num_steps") == "auto":
+        params["total_num_steps"] = steps
+    if params.get("warmup_num_steps") == "auto":
+        params["warmup_num_steps"] = max(1, round(warmup_ratio * steps))
+    return config
+
+
+def uses_fp16(ds_config: dict[str, Any]) -> bool:
+    return bool((ds_config.get("fp16") or {}).get("enabled"))
+
+
