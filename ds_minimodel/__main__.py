@@ -7,6 +7,7 @@ path: ``deepspeed run_pretrain.py ...`` (or ``torchrun``, ``mpirun``, ``srun``),
 from __future__ import annotations
 
 import importlib
+import os
 import sys
 
 # command -> (module whose main(argv) runs it, one line of help). Modules are imported only when their command runs,
@@ -48,7 +49,11 @@ def main(argv: list[str] | None = None) -> int:
         print(f"ds-minimodel: unknown command {command!r}\n\n{usage()}", file=sys.stderr)
         return 2
     sys.argv[0] = f"ds-minimodel {command}"  # argparse's prog
-    code = importlib.import_module(COMMANDS[command][0]).main(rest)
+    try:
+        code = importlib.import_module(COMMANDS[command][0]).main(rest)
+    except BrokenPipeError:  # output piped into a reader that stopped (| head): not an error of the command
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 0
     if command in TRAINING:
         from ds_minimodel.stages.cli import exit_now
 

@@ -22,8 +22,8 @@ import torch.nn.functional as F
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from ds_minimodel.data.streams import TokenShards  # noqa: E402
-from ds_minimodel.train import checkpoint  # noqa: E402
 from ds_minimodel.model.loading import load_mlm
+from ds_minimodel.train import checkpoint  # noqa: E402
 
 BANDS = ((0, 1000), (1000, 4000))
 

@@ -28,6 +28,7 @@ from ds_minimodel.data.tokenizer import (
     training_record_path,
 )
 from ds_minimodel.errors import InputError, report
+from ds_minimodel.folders import require_output
 
 logger = logging.getLogger(__name__)
 
@@ -85,6 +86,18 @@ def _train_or_reuse(corpus: Path, target: Path, *, force: bool, **options) -> No
     train_sentencepiece(corpus, target.parent / target.stem, **options)
 
 
+# What a prepared folder holds: the tokenizer (SentencePiece model and its sidecars, or a Hugging Face tokenizer's
+# files), the shards and their index. A folder of only these is this command's own, to continue or re-encode.
+_DATA_FILES = ("meta.json", "lines.npy", "docs.npy", HF_TOKENIZER_DIR)
+_DATA_PREFIXES = ("tokens_", "spm.")
+
+
+def is_data_folder(folder: Path) -> bool:
+    """Whether ``folder`` holds only what ``prepare`` writes (a finished or an interrupted preparation)."""
+    return all(p.name in _DATA_FILES or p.name.startswith(_DATA_PREFIXES) or p.name.startswith(".")
+               for p in Path(folder).iterdir())
+
+
 def prepare(
     corpus: Path,
     out_dir: Path,
@@ -104,6 +117,7 @@ def prepare(
     `out_dir`. Returns prepare_corpus's summary."""
     if not corpus.is_file():
         raise InputError(f"{corpus}: corpus file not found")
+    require_output(out_dir, own=is_data_folder, what="prepared data")
     hf = tokenizer is not None and Path(tokenizer).is_dir()
     target = out_dir / (HF_TOKENIZER_DIR if hf else TOKENIZER_FILE)
     other = out_dir / (TOKENIZER_FILE if hf else HF_TOKENIZER_DIR)

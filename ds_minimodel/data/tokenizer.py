@@ -9,6 +9,7 @@ Hugging Face keeps its own tokenizer, seen through the same ids by `HFTokenizer`
 
 from __future__ import annotations
 
+import collections
 import contextlib
 import hashlib
 import itertools
@@ -177,6 +178,28 @@ def choose_character_coverage(corpus: Path) -> float:
     return RICH_SCRIPT_COVERAGE if rich / letters > 0.5 else SMALL_SCRIPT_COVERAGE
 
 
+SENTENCE_BYTES = 4192  # SentencePiece's max_sentence_length default: longer lines are left out of training
+
+
+def check_vocabulary_fits(corpus: Path, vocab_size: int, character_coverage: float | None = None) -> None:
+    """Refuse, before any training, a vocabulary too small for the corpus's characters: SentencePiece keeps every
+    character needed to cover ``character_coverage`` of the text as a piece of its own, so a vocabulary below that
+    count (plus the special pieces) cannot be trained (Chinese needs thousands). Estimated on a sample of the file."""
+    coverage = choose_character_coverage(corpus) if character_coverage is None else character_coverage
+    counts = collections.Counter(ch for ch in _sample_text(corpus) if not ch.isspace())
+    total, covered, needed = sum(counts.values()), 0, 0
+    for _, n in counts.most_common():
+        if covered >= coverage * total:
+            break
+        covered += n
+        needed += 1
+    if needed + NUM_SPECIAL > vocab_size:
+        raise InputError(
+            f"{corpus}: a vocabulary of {vocab_size:,} pieces cannot hold this text's characters: about {needed:,} "
+            f"are needed at character coverage {coverage} (estimated on a sample); raise vocab_size or lower "
+            "character_coverage for this language")
+
+
 @contextlib.contextmanager
 def _stderr_to(log_path: Path) -> Iterator[None]:
     """Send file descriptor 2 to `log_path`: SentencePiece's C++ logger writes hundreds of lines there.
@@ -237,6 +260,9 @@ def train_sentencepiece(
     sample = _sample_lines(corpus, input_sentence_size, seed)
     if not sample:
         raise InputError(f"{corpus}: no text found (only blank lines or lines that are not UTF-8)")
+    if all(len(line.encode("utf-8")) > SENTENCE_BYTES for line in sample):
+        raise InputError(f"{corpus}: every line is longer than {SENTENCE_BYTES:,} bytes, which SentencePiece leaves "
+                         "out of training; put one paragraph or sentence per line")
     try:
         with _stderr_to(log_path):
             spm.SentencePieceTrainer.train(
@@ -260,6 +286,12 @@ def train_sentencepiece(
                 f"{corpus}: vocabulary size {vocab_size} is too large for this corpus (at most "
                 f"{too_high.group(2)} pieces can be learned from it); lower --vocab-size or use a bigger corpus"
             ) from None
+        required = re.search(r"Vocabulary size is smaller than required_chars\. (\d+) vs (\d+)", str(err))
+        if required:
+            raise InputError(
+                f"{corpus}: a vocabulary of {vocab_size:,} pieces cannot hold this text's {required.group(2)} "
+                f"required characters at character coverage {coverage}; raise the vocabulary size or lower the "
+                "character coverage") from None
         raise InputError(f"{corpus}: SentencePiece training failed: {err} (log: {log_path})") from None
 
     model_path = _sidecar(model_prefix, ".model")

@@ -42,6 +42,7 @@ from ds_minimodel.data.tokenizer import (
     PAD_ID,
 )
 from ds_minimodel.errors import InputError, report
+from ds_minimodel.folders import require_output
 from ds_minimodel.model.encoder import MAIN_HEAD, MaskedLM
 from ds_minimodel.train import checkpoint
 
@@ -396,16 +397,11 @@ def require_trained_head(meta: dict[str, Any], folder: Path, use: str) -> None:
                          "first, and use its checkpoint")
 
 
-def require_empty_out(out: Path) -> None:
-    if out.exists() and (not out.is_dir() or any(out.iterdir())):
-        raise InputError(f"{out}: already exists and is not an empty folder; choose another --out")
-
-
 def import_to(folder: Path, out: Path) -> dict[str, Any]:
     """``import``: the folder's model as one of our model folders, with its tokenizer files copied into
     ``out/tokenizer`` (the folder then stands alone). Returns the meta written."""
     folder, out = Path(folder), Path(out)
-    require_empty_out(out)
+    require_output(out, what="an imported model")
     model, meta = import_folder(folder)
     tokenizer_dir = out / "tokenizer"
     copy_hf_tokenizer(folder, tokenizer_dir)

@@ -25,6 +25,7 @@ from ds_minimodel.data.tokenizer import (
     load_tokenizer,
 )
 from ds_minimodel.errors import InputError
+from ds_minimodel.folders import require_output
 from ds_minimodel.model.encoder import MAIN_HEAD, MaskedLM, TaskModel
 from ds_minimodel.model.hf import (
     ARCHITECTURE,
@@ -32,11 +33,10 @@ from ds_minimodel.model.hf import (
     EXPORT_RECORD,
     HEAD_INITIALISED,
     SAFETENSORS,
-    require_empty_out,
     state_dict_to_hf,
 )
-from ds_minimodel.train import checkpoint
 from ds_minimodel.model.loading import load, task_spec
+from ds_minimodel.train import checkpoint
 
 
 def sentencepiece_tokenizer_json(tokenizer: Tokenizer) -> str:
@@ -154,7 +154,7 @@ def export_folder(source: Path, out: Path, *, embeddings: Path | None = None) ->
     from ds_minimodel.model.surgery import swap_checked
 
     source, out = Path(source), Path(out)
-    require_empty_out(out)
+    require_output(out, what="a Hugging Face folder")
     labels: list[str] = []
     model: MaskedLM | TaskModel
     model, meta = load(source)  # an HF folder is imported on the fly

@@ -29,6 +29,7 @@ from torch import nn
 from ds_minimodel.config import ModelConfig
 from ds_minimodel.data.tokenizer import NUM_SPECIAL, SPECIAL_PIECES
 from ds_minimodel.errors import InputError, report
+from ds_minimodel.folders import require_output
 from ds_minimodel.model.encoder import AUX_HEAD, MAIN_HEAD, EncoderLayer, MaskedLM
 from ds_minimodel.model.loading import load_mlm
 from ds_minimodel.systems import Depths
@@ -441,6 +442,7 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
+        require_output(args.out, what="a model folder" if args.command != "export-embeddings" else "embeddings")
         if args.command == "extract-mini":
             meta = extract_minijoint_folder(args.source, args.out)
         elif args.command == "export-embeddings":

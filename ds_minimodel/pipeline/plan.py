@@ -23,15 +23,17 @@ from ds_minimodel.cluster.launch import free_port, local_command
 from ds_minimodel.config import read_json
 from ds_minimodel.data.shards import META_FILE
 from ds_minimodel.errors import InputError, report
-from ds_minimodel.systems import get_system
+from ds_minimodel.folders import claim, require_output
 from ds_minimodel.pipeline.results import scored, task_baselines, write_results
 from ds_minimodel.pipeline.settings import (
     RELEARN_SUFFIX,
-    as_options,
     FinetuneSettings,
     PipelineConfig,
     TaskSettings,
+    as_options,
+    check,
 )
+from ds_minimodel.systems import get_system
 from ds_minimodel.train import checkpoint
 
 # ----------------------------------------------------------------------------------------------- running steps
@@ -106,6 +108,7 @@ class Pipeline:
     def __init__(self, cfg: PipelineConfig, source_path: str, *, launcher: str = "deepspeed") -> None:
         self.cfg, self.source_path, self.launcher = cfg, source_path, launcher
         self.sections = cfg.parsed(source_path)
+        check(cfg, self.sections, source_path, world_size=None if launcher == "srun" else cfg.ranks)
         self.out = Path(cfg.out)
         self.log_root = self.out / "tensorboard"
         self.languages = [c.lang for c in [self.sections["source"], *self.sections["targets"]]]
@@ -207,7 +210,9 @@ class Pipeline:
         from ds_minimodel.data.prepare import prepare
 
         for corpus in [self.sections["source"], *self.sections["targets"]]:
-            prepare(Path(corpus.corpus), self.data_dir(corpus.lang), vocab_size=self.cfg.vocab_size)
+            prepare(Path(corpus.corpus), self.data_dir(corpus.lang),
+                    vocab_size=corpus.vocab_size or self.cfg.vocab_size, character_coverage=corpus.character_coverage,
+                    tokenizer=None if corpus.tokenizer is None else Path(corpus.tokenizer))
         return {}
 
     def _common(self, needed_by: str) -> list[str]:
@@ -317,6 +322,14 @@ class Pipeline:
         return record
 
 
+PIPELINE_FOLDERS = ("data", "step1", "step1b", "step2", "step3", "step4", "tensorboard", "analysis", "slurm")
+
+
+def is_pipeline_output(folder: Path) -> bool:
+    """Whether ``folder`` holds only what a pipeline writes (its step folders and results files)."""
+    return all(p.name in PIPELINE_FOLDERS or p.name.startswith(("results", ".")) for p in folder.iterdir())
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--config", type=Path, required=True)
@@ -338,7 +351,9 @@ def main(argv: list[str] | None = None) -> int:
             return 0
         if args.lang is not None and not (args.only or "").startswith("step2-"):
             raise InputError("--lang goes with --only step2-<system>")
-        if args.only is None:
+        require_output(pipeline.out, option=f"{args.config}: out", own=is_pipeline_output, what="a pipeline's output")
+        if args.only is None:  # one pipeline per folder; single jobs (batch jobs, Step-2 arrays) claim their runs
+            claim(pipeline.out, f"pipeline {args.config}")
             summary = pipeline.run_all()
         else:
             summary = pipeline.run(args.only, args.lang)

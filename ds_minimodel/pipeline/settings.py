@@ -2,7 +2,6 @@
 from __future__ import annotations
 
 import dataclasses
-
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -40,6 +39,12 @@ class FinetuneSettings:
 class CorpusSettings:
     lang: str
     corpus: str
+    vocab_size: int | None = None
+    """This language's vocabulary size (default: the config's ``vocab_size``); Chinese or Japanese need more."""
+    character_coverage: float | None = None
+    """SentencePiece's character coverage (default: chosen by script, see ``data.tokenizer``)."""
+    tokenizer: str | None = None
+    """An existing tokenizer to use instead of training one: a SentencePiece model or a Hugging Face folder."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -123,6 +128,78 @@ class PipelineConfig:
             "step2": typed(StageSettings, self.step2, "step2"),
             "step3": typed(FinetuneSettings, self.step3, "step3"),
         }
+
+
+def check(cfg: PipelineConfig, sections: dict[str, Any], source: str, *, world_size: int | None) -> None:
+    """Everything that can be known before the first update: numbers, shapes against the preset, every file named
+    (exists, parses), each language's vocabulary against its text. ``world_size``: the ranks the training stages
+    will have, when known here (not under srun, whose allocation decides)."""
+    from ds_minimodel.data.tokenizer import check_vocabulary_fits
+    from ds_minimodel.model.encoder import POOLINGS
+    from ds_minimodel.tasks.formats import FORMATS, read_examples
+    from ds_minimodel.train.ds_config import load_ds_config, resolve_batch
+
+    preset = get_preset(cfg.preset)
+    positive = {"seq_len": cfg.seq_len, "vocab_size": cfg.vocab_size, "ranks": cfg.ranks, "seed": cfg.seed + 1}
+    for name, value in positive.items():
+        if not isinstance(value, int) or value < 1:
+            raise InputError(f"{source}: {name} must be a positive integer, got {value!r}")
+    if cfg.seq_len > preset.max_positions:
+        raise InputError(f"{source}: seq_len {cfg.seq_len} exceeds the {cfg.preset} preset's {preset.max_positions} "
+                         "positions")
+    layers = preset.num_layers
+    for name, value, low, high in (("aux_layer", cfg.aux_layer, 1, layers - 1), ("keep_layers", cfg.keep_layers, 1,
+                                   layers - 1), ("small_layers", cfg.small_layers, 1, layers), ("new_layers",
+                                   cfg.new_layers, 1, layers)):
+        if not low <= value <= high:
+            raise InputError(f"{source}: {name} must be between {low} and {high} for the {cfg.preset} preset "
+                             f"({layers} layers), got {value}")
+    for name in ("step1", "step1b", "step2"):
+        stage = sections[name]
+        if stage is None:
+            continue
+        for key in ("steps", "save_every", "log_every"):
+            if getattr(stage, key) < 1:
+                raise InputError(f"{source}: {name}.{key} must be at least 1, got {getattr(stage, key)}")
+        _check_ds_config(stage.ds_config, f"{source}: {name}.ds_config", world_size, load_ds_config, resolve_batch)
+    ft: FinetuneSettings = sections["step3"]
+    _check_ds_config(ft.ds_config, f"{source}: step3.ds_config", world_size, load_ds_config, resolve_batch)
+    if not ft.epochs > 0 or not ft.seeds or not all(isinstance(x, int) for x in ft.seeds):
+        raise InputError(f"{source}: step3 needs epochs > 0 and a non-empty list of integer seeds")
+    if ft.max_len > preset.max_positions or ft.pooling not in POOLINGS:
+        raise InputError(f"{source}: step3.max_len must be at most {preset.max_positions} (the preset's positions) "
+                         f"and pooling one of {', '.join(POOLINGS)}; got {ft.max_len}, {ft.pooling!r}")
+    for corpus in [sections["source"], *sections["targets"]]:
+        where = f"{source}: {corpus.lang}"
+        if not Path(corpus.corpus).is_file():
+            raise InputError(f"{corpus.corpus}: corpus file not found ({where})")
+        if corpus.tokenizer is not None:
+            if not Path(corpus.tokenizer).exists():
+                raise InputError(f"{corpus.tokenizer}: tokenizer not found ({where})")
+        else:
+            check_vocabulary_fits(Path(corpus.corpus), corpus.vocab_size or cfg.vocab_size,
+                                  corpus.character_coverage)
+    for task in sections["tasks"]:
+        where = f"{source}: task {task.name}"
+        for fmt in filter(None, (task.format, task.eval_format)):
+            if fmt not in FORMATS:
+                raise InputError(f"{where}: unknown format {fmt!r}; known: {', '.join(FORMATS)}")
+        if task.eval_format and FORMATS[task.eval_format].kind != FORMATS[task.format].kind:
+            raise InputError(f"{where}: eval_format {task.eval_format!r} is not a {FORMATS[task.format].kind} task")
+        for path in [task.train, *task.dev.values(), *task.test.values()]:
+            if not Path(path).is_file():
+                raise InputError(f"{path}: task file not found ({where})")
+        train = read_examples(task.format, Path(task.train), language=sections["source"].lang, training=True)
+        for lang, path in [*task.dev.items(), *task.test.items()]:
+            read_examples(task.eval_format or task.format, Path(path), labels=train.labels or None, language=lang)
+
+
+def _check_ds_config(path: str, where: str, world_size: int | None, load: Any, resolve: Any) -> None:
+    if not Path(path).is_file():
+        raise InputError(f"{path}: DeepSpeed config not found ({where})")
+    config = load(path)
+    if world_size is not None:
+        resolve(config, world_size, source=path)
 
 
 def as_options(settings: Any, *, exclude: tuple[str, ...] = ()) -> list[str]:

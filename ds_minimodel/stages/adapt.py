@@ -29,9 +29,9 @@ from ds_minimodel.data.prepare import tokenizer_path
 from ds_minimodel.data.streams import MLMBatchStream, PackedDataset, TokenShards
 from ds_minimodel.data.tokenizer import load_tokenizer
 from ds_minimodel.errors import InputError
-from ds_minimodel.systems import get_system, system_names
 from ds_minimodel.model import hf
 from ds_minimodel.model.encoder import MaskedLM
+from ds_minimodel.model.loading import load_mlm
 from ds_minimodel.model.losses import mlm_step
 from ds_minimodel.model.surgery import (
     extract_embeddings,
@@ -41,11 +41,11 @@ from ds_minimodel.model.surgery import (
     swap_embeddings,
 )
 from ds_minimodel.stages.cli import add_training_args, dist_timeout, run_main, train_config
+from ds_minimodel.systems import get_system, system_names
 from ds_minimodel.train import checkpoint
 from ds_minimodel.train.distributed import init_distributed
 from ds_minimodel.train.ds_config import load_ds_config, resolve_batch
 from ds_minimodel.train.engine import Stage, TrainResult, train, write_run_description
-from ds_minimodel.model.loading import load_mlm
 
 INITS = ("overlap", "specials")
 

@@ -14,6 +14,8 @@ from typing import Any, NoReturn
 
 from ds_minimodel.config import TrainConfig
 from ds_minimodel.errors import InputError, TrainingError, report
+from ds_minimodel.folders import require_output
+from ds_minimodel.train import checkpoint
 from ds_minimodel.train.distributed import DEFAULT_DIST_TIMEOUT
 from ds_minimodel.train.ds_config import scheduler_total_steps
 from ds_minimodel.train.engine import StopSignals
@@ -56,6 +58,8 @@ def add_run_args(p: argparse.ArgumentParser) -> None:
 
 
 def train_config(args: argparse.Namespace, ds_config: dict[str, Any]) -> TrainConfig:
+    if args.steps is not None and args.steps < 1:
+        raise InputError(f"--steps must be at least 1, got {args.steps}")
     steps = args.steps or scheduler_total_steps(ds_config)
     if steps is None:
         raise InputError(f"{args.ds_config}: the scheduler's total_num_steps is not a number; pass --steps")
@@ -78,9 +82,15 @@ def run_main(run: Callable[[argparse.Namespace], dict[str, Any]], args: argparse
     logging.getLogger("DeepSpeed").setLevel(logging.WARNING)
     StopSignals.catch_early_usr1()
     try:
+        # Before any work: a run writes only into a new or empty folder or its own earlier run (folders.py).
+        require_output(args.out, own=checkpoint.is_run_folder, what="a training run")
         summary = run(args)
     except (InputError, TrainingError) as err:
         return report(err)
+    except KeyboardInterrupt:  # a second Ctrl-C, or one before training began: stop now, no traceback
+        print(f"{Path(sys.argv[0]).name}: interrupted; nothing was saved after the newest checkpoint in {args.out}",
+              file=sys.stderr, flush=True)
+        return 130
     if dist.is_initialized():
         if dist.get_rank() == 0:
             print(json.dumps(summary, sort_keys=True, default=str), flush=True)
@@ -90,7 +100,7 @@ def run_main(run: Callable[[argparse.Namespace], dict[str, Any]], args: argparse
         # active exception"; seen once in about a hundred 2-rank CPU runs, not since this collect, not proven).
         gc.collect()
         dist.destroy_process_group()
-    return 0
+    return 130 if summary.get("stopped_by") == "SIGINT" else 0  # a shell's code for a Ctrl-C'd command
 
 
 def exit_now(code: int) -> NoReturn:

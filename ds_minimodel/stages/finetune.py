@@ -20,7 +20,9 @@ from ds_minimodel import flops
 from ds_minimodel.config import FinetuneConfig, TrainConfig, write_json
 from ds_minimodel.data.streams import ArrayStream
 from ds_minimodel.data.tokenizer import load_tokenizer
+from ds_minimodel.errors import InputError
 from ds_minimodel.model.encoder import MAIN_HEAD, POOLINGS, TaskModel
+from ds_minimodel.model.loading import load_mlm
 from ds_minimodel.stages.cli import add_run_args, dist_timeout, run_main
 from ds_minimodel.tasks.formats import (
     KIND_OF_FORMAT,
@@ -37,8 +39,6 @@ from ds_minimodel.train import checkpoint
 from ds_minimodel.train.distributed import init_distributed
 from ds_minimodel.train.ds_config import load_ds_config, resolve_batch
 from ds_minimodel.train.engine import Stage, train, write_run_description
-from ds_minimodel.model.loading import load_mlm
-
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -87,14 +87,20 @@ def build_task_model(primary_folder: Path, spec: TaskSpec, seed: int) -> tuple[T
 
 
 def run(args: argparse.Namespace) -> dict[str, Any]:
+    # Every input is read and checked before the process group starts and before anything is written.
     ds_config = load_ds_config(args.ds_config)
-    info = init_distributed(dist_timeout(args))
-    batch = resolve_batch(ds_config, info.world_size, source=str(args.ds_config))
     primary_meta = checkpoint.load_meta(args.model)
-    tokenizer = load_tokenizer(primary_meta.get("tokenizer"), args.model)
+    positions = (primary_meta.get("model_config") or {}).get("max_positions")
+    if isinstance(positions, int) and args.max_len > positions:
+        raise InputError(f"--max-len {args.max_len} exceeds the model's {positions} positions ({args.model})")
     examples = read_examples(args.format, args.train, language=args.language, training=True)
     spec = TaskSpec(name=args.task, format=args.format, labels=task_labels(args.format, examples),
                     max_len=args.max_len, doc_stride=args.doc_stride, pooling=args.pooling)
+    # The dev file is read now, so that a bad one is refused before training rather than after it.
+    dev = None if args.dev is None else read_eval_examples(spec, args.dev_format, args.dev, args.language)
+    tokenizer = load_tokenizer(primary_meta.get("tokenizer"), args.model)
+    info = init_distributed(dist_timeout(args))
+    batch = resolve_batch(ds_config, info.world_size, source=str(args.ds_config))
     features = featurize(spec, examples, tokenizer)
     rows = len(features.arrays["input_ids"])
     steps = max(1, int(args.epochs * (rows // batch.global_batch)))
@@ -126,8 +132,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
                    run_dir=args.out, log_root=args.log_root, resume=args.resume, batch=batch)
     summary = {"step": result.step, "checkpoint": str(result.checkpoint), "stopped_by": result.stopped_by,
                **result.last_metrics}
-    if args.dev is not None and info.rank == 0 and result.stopped_by is None:
-        dev = read_eval_examples(spec, args.dev_format, args.dev, args.language)
+    if dev is not None and info.rank == 0 and result.stopped_by is None:
         dev_features = featurize(spec, dev, tokenizer)
         scores = score(spec, dev, dev_features, predict(result.engine.module, dev_features.arrays), args.language)
         write_json(Path(args.out) / "dev_scores.json", {"language": args.language, "file": str(args.dev), **scores})

@@ -12,9 +12,9 @@ compute the loss, predict, and score.
 """
 from __future__ import annotations
 
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from collections.abc import Callable, Sequence
 from typing import Any
 
 import numpy as np
@@ -27,6 +27,7 @@ from ds_minimodel.errors import InputError
 from ds_minimodel.model.encoder import POOLINGS
 from ds_minimodel.tasks import qa, readers
 from ds_minimodel.tasks.features import classification_features, token_classification_features
+
 MAIN_METRIC = {"sequence": "accuracy", "token": "accuracy", "span": "f1"}
 """The paper's headline metric of each kind of task."""
 
@@ -64,8 +65,6 @@ FORMATS: dict[str, TaskFormat] = {f.name: f for f in (
 )}
 """Every task format, by name: a new format is one entry here (and its reader in ``tasks.readers``)."""
 KIND_OF_FORMAT = {name: f.kind for name, f in FORMATS.items()}
-UPOS = ["ADJ", "ADP", "ADV", "AUX", "CCONJ", "CONJ", "DET", "INTJ", "NOUN", "NUM", "PART", "PRON", "PROPN", "PRT",
-        "PUNCT", "SCONJ", "SYM", "VERB", "X"]  # UD's 17 tags plus Petrov et al.'s CONJ and PRT
 
 
 @dataclass(frozen=True)
@@ -127,7 +126,7 @@ def task_labels(fmt: str, examples: readers.Examples) -> list[str]:
         return list(examples.labels)
     if KIND_OF_FORMAT[fmt] == "token":
         seen = {tag for example in examples for tag in example.tags}
-        return [t for t in UPOS if t in seen] + sorted(seen - set(UPOS))
+        return [t for t in readers.UPOS if t in seen]  # read_conllu refuses any other UPOS tag
     return []
 
 

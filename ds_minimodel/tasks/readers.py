@@ -323,6 +323,8 @@ def read_pawsx_tsv(path: Path | str, *, skip_empty: bool | None = None) -> Examp
 
 # --- CoNLL-U -------------------------------------------------------------------------------------------------------
 
+UPOS = ["ADJ", "ADP", "ADV", "AUX", "CCONJ", "CONJ", "DET", "INTJ", "NOUN", "NUM", "PART", "PRON", "PROPN", "PRT",
+        "PUNCT", "SCONJ", "SYM", "VERB", "X"]  # UD's 17 tags plus Petrov et al.'s CONJ and PRT
 CONLLU_COLUMNS = ("id", "form", "lemma", "upos", "xpos", "feats", "head", "deprel", "deps", "misc")
 
 
@@ -370,6 +372,9 @@ def read_conllu(path: Path | str, column: str = "upos") -> Examples:
             raise InputError(f"{path}:{number}: ID {word_id} out of sequence, expected {len(tokens) + 1}")
         if not cells[1]:
             raise InputError(f"{path}:{number}: empty FORM")
+        if column == "upos" and cells[tag_index] not in UPOS:
+            raise InputError(f"{path}:{number}: unknown UPOS tag {cells[tag_index]!r}; Universal Dependencies' "
+                             f"tags are {', '.join(UPOS)}")
         tokens.append(cells[1])
         tags.append(cells[tag_index])
     finish()

@@ -34,11 +34,11 @@ import torch
 
 from ds_minimodel import flops
 from ds_minimodel.config import ModelConfig, get_preset
-from ds_minimodel.systems import Depths, get_primary, get_system, system_names
 from ds_minimodel.data.tokenizer import IGNORE_INDEX, MASK_ID, NUM_SPECIAL
 from ds_minimodel.model.encoder import MaskedLM, TaskModel
 from ds_minimodel.model.losses import mlm_step
 from ds_minimodel.model.surgery import build_minipost, extract_minijoint, freeze_for_adaptation
+from ds_minimodel.systems import Depths, get_primary, get_system, system_names
 
 # Dense tensor-core peaks from the vendors' datasheets, TFLOP/s (no sparsity).
 GPU_PEAK_TFLOPS = {

@@ -21,7 +21,6 @@ from typing import Any
 
 from ds_minimodel.config import ModelConfig, get_preset
 from ds_minimodel.errors import InputError, report
-from ds_minimodel.systems import get_system
 from ds_minimodel.flops import (
     EFLOP,
     GPU_TFLOPS,
@@ -44,6 +43,7 @@ from ds_minimodel.flops import (
     system_costs,
     to_gpu_days,
 )
+from ds_minimodel.systems import get_system
 
 # ---------------------------------------------------------------------------------------------------------------
 # What A2 leaves out, analytically (forward, one batch).

@@ -91,6 +91,11 @@ def tag_for(step: int) -> str:
     return f"step_{step:08d}"
 
 
+def is_run_folder(folder: Path) -> bool:
+    """Whether ``folder`` holds a training run (its run.json), which only ``--resume`` may continue."""
+    return (Path(folder) / RUN).is_file()
+
+
 def checkpoint_root(run_dir: Path) -> Path:
     return Path(run_dir) / CHECKPOINTS
 
@@ -142,13 +147,25 @@ def verify(ckpt_dir: Path) -> str | None:
 
 
 def latest_valid_checkpoint(run_dir: Path, *, say: Any = print) -> Path | None:
-    """The newest complete checkpoint whose files pass their checksums; each newer one that fails is reported
-    through ``say`` and skipped (it is left on disk for inspection)."""
-    for ckpt_dir in reversed(complete_checkpoints(run_dir)):
+    """The newest complete checkpoint whose files pass their checksums; each newer one that fails, and each
+    checkpoint folder without meta.json, is reported through ``say`` and skipped (left on disk for inspection).
+    None when the run has no checkpoint yet; when it has some and every one is damaged, that is an error: starting
+    over beside them would hide the damage."""
+    root = checkpoint_root(run_dir)
+    for incomplete in sorted(p for p in (root.iterdir() if root.is_dir() else ())
+                             if _TAG.match(p.name) and not (p / META).is_file()):
+        say(f"checkpoint {incomplete} has no {META} (incomplete or damaged); skipped")
+    complete = complete_checkpoints(run_dir)
+    problems = []
+    for ckpt_dir in reversed(complete):
         problem = verify(ckpt_dir)
         if problem is None:
             return ckpt_dir
+        problems.append(f"{ckpt_dir.name}: {problem}")
         say(f"checkpoint {ckpt_dir} is damaged ({problem}); using the one before it")
+    if complete:
+        raise InputError(f"{root}: every checkpoint is damaged ({'; '.join(problems)}); nothing to resume from. "
+                         "Restore them, or start a new run in another --out")
     return None
 
 
@@ -295,23 +312,57 @@ def _agree_on_failure(error: BaseException | None, device: Any) -> BaseException
     return error
 
 
+# DeepSpeed pickles a few of its own records into its checkpoint files beside tensors and plain containers (found by
+# loading the model and optimizer files of fp32, bf16 ZeRO-1 and ZeRO-2 runs with weights_only=True; the fp16 loss
+# scaler is the dynamic one's class). They are the only globals its files may name: anything else is refused.
+_DEEPSPEED_RECORDS = (
+    ("deepspeed.runtime.fp16.loss_scaler", "LossScaler"),
+    ("deepspeed.runtime.fp16.loss_scaler", "DynamicLossScaler"),
+    ("deepspeed.runtime.zero.config", "ZeroStageEnum"),
+    ("deepspeed.utils.tensor_fragment", "fragment_address"),
+)
+
+
+def safe_load(path: str | Path, map_location: Any = None) -> Any:
+    """``torch.load`` for DeepSpeed's checkpoint files with ``weights_only=True``: tensors, containers and the
+    DeepSpeed records above only, so a file crafted to run code when unpickled is refused without running it.
+    DeepSpeed's own loader unpickles with ``weights_only=False``; ``resume`` puts this one in its place."""
+    import importlib
+
+    allowed = [getattr(importlib.import_module(module), name) for module, name in _DEEPSPEED_RECORDS]
+    try:
+        with torch.serialization.safe_globals(allowed):
+            return torch.load(path, map_location=map_location, weights_only=True)
+    except Exception as err:  # noqa: BLE001 - whatever the unpickler refuses is a bad file for the user
+        reason = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
+        raise InputError(f"{path}: refused: not loadable without running code from it ({reason})") from None
+
+
 def resume(engine: Any, ckpt_dir: Path, *, trainable_only: bool = False) -> dict[str, Any]:
     """Restore the engine (weights, optimizer, scheduler) and this rank's RNG; returns the checkpoint's meta.
 
     A compact (``trainable_only``) checkpoint restores the trained parameters; the frozen body must already be in
-    the module, as built by the stage.
+    the module, as built by the stage. Every file is read with ``weights_only=True`` (DeepSpeed's through
+    ``safe_load``): nothing in a checkpoint folder can run code. Every rank reads the model and all optimizer files,
+    so a refused file stops every rank; the ranks agree on a refused RNG file before any of them trains on.
     """
     meta = load_meta(ckpt_dir)
+    engine.checkpoint_engine.load = safe_load  # DeepSpeed reads every file of the folder through this
     load_path, _ = engine.load_checkpoint(str(ckpt_dir.parent), tag=ckpt_dir.name,
                                           load_module_strict=not trainable_only)
     if load_path is None:
         raise InputError(f"{ckpt_dir}: DeepSpeed could not load this checkpoint")
-    rng_path = ckpt_dir / _rng_file(dist.get_rank())
+    rng_path, error = ckpt_dir / _rng_file(dist.get_rank()), None
     if rng_path.is_file():
-        state = torch.load(rng_path, weights_only=True)
-        torch.set_rng_state(state["cpu"])
-        if "cuda" in state and torch.cuda.is_available():
-            torch.cuda.set_rng_state(state["cuda"])
+        try:
+            state = safe_load(rng_path)
+            torch.set_rng_state(state["cpu"])
+            if "cuda" in state and torch.cuda.is_available():
+                torch.cuda.set_rng_state(state["cuda"])
+        except (InputError, KeyError, TypeError, RuntimeError) as err:
+            error = err if isinstance(err, InputError) else InputError(f"{rng_path}: not an RNG state ({err!r})")
+    if _agree_on_failure(error, engine.device) is not None:
+        raise error if error is not None else InputError(f"{ckpt_dir}: another rank refused its RNG state file")
     return meta
 
 

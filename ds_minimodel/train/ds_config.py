@@ -36,7 +36,11 @@ def load_ds_config(path: str | os.PathLike) -> dict[str, Any]:
         value = config.get(key)
         if value is not None and (not isinstance(value, int) or isinstance(value, bool) or value <= 0):
             raise InputError(f"{path}: {key} must be a positive integer, got {value!r}")
-    if uses_fp16(config) and not (config.get("zero_optimization") or {}).get("stage"):
+    zero = config.get("zero_optimization") or {}
+    if not isinstance(zero, dict) or zero.get("stage", 0) not in (0, 1, 2, 3) or isinstance(zero.get("stage"), bool):
+        raise InputError(f"{path}: zero_optimization.stage must be 0, 1, 2 or 3, got "
+                         f"{zero.get('stage') if isinstance(zero, dict) else zero!r}")
+    if uses_fp16(config) and not zero.get("stage"):
         # Measured with DeepSpeed 0.19.8: engine.backward() scales the loss only for ZeRO optimizers, while the
         # stage-0 fp16 optimizers divide every gradient by the loss scale in step(), so each update is loss-scale
         # times too small and nothing overflows however high the scale (deepspeedai/DeepSpeed PR 8393, open).

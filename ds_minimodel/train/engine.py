@@ -24,6 +24,7 @@ from ds_minimodel.config import ModelConfig, TrainConfig, read_json, write_json
 from ds_minimodel.data.streams import Prefetcher
 from ds_minimodel.errors import InputError, TrainingError
 from ds_minimodel.flops import to_gpu_days
+from ds_minimodel.folders import claim, require_output
 from ds_minimodel.train import checkpoint
 from ds_minimodel.train.ds_config import BatchSizes, fill_schedule, scheduler_total_steps, uses_fp16
 from ds_minimodel.train.metrics import MetricsLogger
@@ -73,17 +74,27 @@ class TrainResult:
 
 
 class StopSignals:
-    """SIGTERM and SIGUSR1 ask the training loop to finish the current update, save a checkpoint and return, as a
-    preempted or time-limited batch job needs (Slurm: ``--signal=USR1@120``). Handlers are installed only in the
-    main thread, and the previous ones are restored on exit."""
+    """What asks the training loop to finish the current update, save a checkpoint and return:
 
-    SIGNALS = (signal.SIGTERM, signal.SIGUSR1)
+    - SIGTERM and SIGUSR1, as a preempted or time-limited batch job needs (Slurm: ``--signal=USR1@120``);
+    - Ctrl-C (SIGINT) the same way; a second Ctrl-C stops at once, without saving;
+    - the end of the launcher that started this rank (``deepspeed`` or ``torchrun``): a launcher killed by a signal
+      it cannot pass on (SIGKILL, or SIGTERM to the ``deepspeed`` runner, which does not forward it) would otherwise
+      leave its ranks training on as orphans, writing a folder that a relaunch then writes too.
+
+    Handlers are installed only in the main thread, and the previous ones are restored on exit.
+    """
+
+    SIGNALS = (signal.SIGTERM, signal.SIGUSR1, signal.SIGINT)
+    LAUNCHER_GONE = "its launcher ended"
     early: int | None = None
     """SIGUSR1 received before training began (see ``catch_early_usr1``)."""
 
     def __init__(self) -> None:
         self.received: int | None = StopSignals.early
+        self.launcher_gone = False
         self._previous: dict[int, Any] = {}
+        self._launchers = _launcher_pids()
 
     @classmethod
     def catch_early_usr1(cls) -> None:
@@ -100,11 +111,64 @@ class StopSignals:
         return self
 
     def _handle(self, signum: int, frame: Any) -> None:
+        if signum == signal.SIGINT and self.received == signal.SIGINT:
+            raise KeyboardInterrupt  # the second Ctrl-C: stop now
         self.received = signum
+
+    def stop_requested(self) -> bool:
+        """A signal arrived, or a launcher this rank watches is gone (checked once per update: one read of
+        /proc/<pid>/stat per watched process)."""
+        if self.received is None and not self.launcher_gone and self._launchers:
+            self.launcher_gone = os.getppid() != self._launchers[0] or not all(map(_alive, self._launchers))
+        return self.received is not None or self.launcher_gone
+
+    def reason(self) -> str:
+        if self.received is not None:
+            return signal.Signals(self.received).name
+        return self.LAUNCHER_GONE if self.launcher_gone else "a peer's signal"
 
     def restore(self) -> None:
         for sig, handler in self._previous.items():
             signal.signal(sig, handler)
+
+
+def _cmdline(pid: int) -> str:
+    try:
+        return Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+    except OSError:
+        return ""
+
+
+def _parent_of(pid: int) -> int | None:
+    try:
+        return int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[1])
+    except (OSError, IndexError, ValueError):
+        return None
+
+
+def _alive(pid: int) -> bool:
+    """Running, not gone and not a zombie (a killed launcher stays one until its own parent reaps it)."""
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except (OSError, IndexError):
+        return False
+    return state not in ("Z", "X")
+
+
+def _launcher_pids() -> list[int]:
+    """The launcher processes this rank lives under, nearest first: torchrun's agent, or DeepSpeed's per-node
+    ``deepspeed.launcher.launch`` and the ``deepspeed`` runner above it. Empty for a rank started any other way
+    (plain python, mpirun, srun), whose lifetime the shell or the job system owns."""
+    if "LOCAL_RANK" not in os.environ:
+        return []
+    parent = os.getppid()
+    command = _cmdline(parent)
+    if "torchrun" in command or "torch.distributed.run" in command:
+        return [parent]
+    if "deepspeed.launcher.launch" not in command:
+        return []
+    runner = _parent_of(parent)
+    return [parent, runner] if runner and "deepspeed" in _cmdline(runner) else [parent]
 
 
 class LossScaleWatch:
@@ -243,7 +307,7 @@ def train(
             # One small all-reduce per update: losses averaged over ranks and micro-batches, tokens summed, and
             # whether any rank was asked to stop (so that all ranks save and leave together).
             names = sorted(sums)
-            extra = torch.tensor([float(local_tokens), float(signals.received is not None)], device=engine.device)
+            extra = torch.tensor([float(local_tokens), float(signals.stop_requested())], device=engine.device)
             packed = torch.cat([torch.stack([sums[n] for n in names]), extra])
             dist.all_reduce(packed)
             values = (packed[:-2] / (batch.accumulation * batch.world_size)).tolist()
@@ -273,7 +337,7 @@ def train(
                      "global_batch": batch.global_batch},
                     keep=train_cfg.keep_checkpoints, trainable_only=stage.compact_checkpoints)
             if stop_requested and step < train_cfg.steps:
-                stopped_by = signal.Signals(signals.received).name if signals.received else "a peer's signal"
+                stopped_by = signals.reason()
                 if rank == 0:
                     print(f"[{stage.name}] {stopped_by}: saved {last_ckpt} at update {step} of {train_cfg.steps} "
                           "and stopped; run again with --resume to continue", flush=True)
@@ -352,8 +416,11 @@ class _progress:
 
 
 def write_run_description(run_dir: Path, description: dict[str, Any], *, resume: bool) -> None:
-    """Refuse to mix two runs in one folder; record what this run is. Rank 0 only."""
+    """Refuse to mix two runs in one folder, or to write a run into a folder that holds something else; claim the
+    folder as this run's (one live writer: ``folders.claim``); record what this run is. Rank 0 only."""
     path = run_dir / checkpoint.RUN
+    require_output(run_dir, own=checkpoint.is_run_folder, what="a training run")
+    claim(run_dir, f"{description.get('stage', 'a')} run")
     if path.exists():
         existing = read_json(path)
         if not resume:

@@ -10,10 +10,10 @@ import pytest
 import torch
 
 from ds_minimodel.data.streams import MLMBatchStream, PackedDataset, TokenShards
+from ds_minimodel.model.loading import load_mlm
 from ds_minimodel.model.losses import mlm_step
 from ds_minimodel.model.surgery import build_minipost
 from ds_minimodel.train import checkpoint
-from ds_minimodel.model.loading import load_mlm
 from tests.integration.conftest import REPO, run_cmd, torchrun_cmd
 
 STEP2 = ["--seq-len", "64", "--save-every", "10", "--log-every", "5", "--steps", "30"]

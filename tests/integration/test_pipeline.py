@@ -12,10 +12,9 @@ from pathlib import Path
 import pytest
 import torch
 
-from ds_minimodel.model.loading import load_task_model
+from ds_minimodel.model.loading import load_mlm, load_task_model
 from ds_minimodel.tasks.evaluate import zero_shot
 from ds_minimodel.train import checkpoint
-from ds_minimodel.model.loading import load_mlm
 from tests.integration.conftest import PIPELINE_SEEDS, PIPELINE_STEP2_SAVES, PIPELINE_TEST_SIZE, REPO, run_cmd
 
 SYSTEMS = ["bl_base", "bl_small", "minijoint", "minipost"]

@@ -94,16 +94,17 @@ def test_sigkill_anywhere_loses_nothing_but_the_updates_since_the_last_checkpoin
     assert not any(p.name.endswith(".partial") for p in (out / "checkpoints").iterdir())
 
 
-def test_sigterm_and_sigusr1_save_exit_0_and_resume_exactly(en_data, tmp_path, reference):
+def test_sigterm_sigusr1_and_ctrl_c_save_and_resume_exactly(en_data, tmp_path, reference):
     out = tmp_path / "run"
     cmd = pretrain(en_data, out, "--save-every", "100")
     stops = []
-    for sig, after in ((signal.SIGTERM, 5), (signal.SIGUSR1, 12)):
+    for sig in (signal.SIGTERM, signal.SIGUSR1, signal.SIGINT):
         proc = start(cmd + (["--resume"] if stops else []))
+        after = (stops[-1] if stops else 0) + 4  # a few updates into this process's training
         wait_for(lambda: updates_logged(out) >= after, proc)
         proc.send_signal(sig)
         stdout, stderr = proc.communicate(timeout=120)
-        assert proc.returncode == 0, stderr[-3000:]
+        assert proc.returncode == (130 if sig == signal.SIGINT else 0), stderr[-3000:]
         step = checkpoint.load_meta(checkpoint.latest_checkpoint(out))["step"]
         assert after <= step < STEPS and f"{sig.name}: saved" in stdout and "--resume" in stdout
         assert json.loads(stdout.strip().splitlines()[-1])["stopped_by"] == sig.name
@@ -111,6 +112,33 @@ def test_sigterm_and_sigusr1_save_exit_0_and_resume_exactly(en_data, tmp_path, r
     assert stops[0] < stops[1]
     run_cmd(cmd + ["--resume"])
     assert_same(final_weights(out), reference)
+
+
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGKILL])
+def test_ranks_save_and_exit_when_their_launcher_is_killed(en_data, tmp_path, sig):
+    """SIGTERM to the ``deepspeed`` runner (what ``kill PID`` or a job system that signals only the top process
+    does) ends it at once without passing the signal on; SIGKILL cannot be passed on. Either way the ranks notice
+    within an update, save and exit, instead of training on as orphans."""
+    out = tmp_path / "run"
+    env = {k: v for k, v in os.environ.items() if k not in RANK_VARS}
+    env.update(DS_ACCELERATOR="cpu", OMP_NUM_THREADS="1", PYTHONUNBUFFERED="1")
+    cmd = ["deepspeed", "--num_gpus", "1", "--master_port", str(29500 + os.getpid() % 1000),
+           *pretrain(en_data, out, "--save-every", "100", "--steps", "400")[1:]]
+    runner = subprocess.Popen(cmd, cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                              start_new_session=True)
+    try:
+        wait_for(lambda: updates_logged(out) >= 3, runner)
+        if sig == signal.SIGTERM:  # while it trains, the folder has one writer: a second run is refused
+            second = run_cmd(pretrain(en_data, out, "--save-every", "100", "--steps", "400", "--resume"), check=False)
+            assert second.returncode == 2 and "in use by pretrain run (pid " in second.stderr, second.stderr[-2000:]
+            assert len(second.stderr.strip().splitlines()) == 1, second.stderr
+        runner.send_signal(sig)
+        output, _ = runner.communicate(timeout=120)  # EOF: every process holding the pipe (the ranks) has ended
+        assert "its launcher ended: saved" in output, output[-3000:]
+        meta = checkpoint.load_meta(checkpoint.latest_checkpoint(out))
+        assert 3 <= meta["step"] < 400
+    finally:
+        os.killpg(runner.pid, signal.SIGKILL) if runner.poll() is None else None
 
 
 def test_damaged_checkpoints_are_reported_and_the_previous_good_one_used(en_data, tmp_path, reference):

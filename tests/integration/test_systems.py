@@ -46,7 +46,8 @@ def test_a_registered_fifth_system_runs_through_step2_flops_and_analysis(tmp_pat
     task = config["tasks"][0]
     task["train"] = head(REPO / task["train"], tmp_path / "train.jsonl", 2000)
     task["dev"] = {"en": head(REPO / task["dev"]["en"], tmp_path / "dev.en.jsonl", 100)}
-    task["test"] = {lang: head(REPO / path, tmp_path / f"test.{lang}.jsonl", 100) for lang, path in task["test"].items()}
+    task["test"] = {lang: head(REPO / path, tmp_path / f"test.{lang}.jsonl", 100)
+                    for lang, path in task["test"].items()}
     path = tmp_path / "pipeline.json"
     path.write_text(json.dumps(config))
 

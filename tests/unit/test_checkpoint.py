@@ -11,8 +11,8 @@ import torch
 from ds_minimodel.config import get_preset
 from ds_minimodel.errors import InputError
 from ds_minimodel.model.encoder import MaskedLM
-from ds_minimodel.train import checkpoint
 from ds_minimodel.model.loading import load_mlm
+from ds_minimodel.train import checkpoint
 
 
 class _RunsCode:

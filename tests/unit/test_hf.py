@@ -21,8 +21,8 @@ from ds_minimodel.data.tokenizer import BOS_ID, EOS_ID, NUM_SPECIAL, Tokenizer, 
 from ds_minimodel.errors import InputError
 from ds_minimodel.model import hf, hf_export
 from ds_minimodel.model.encoder import MAIN_HEAD, TaskModel
-from ds_minimodel.train import checkpoint
 from ds_minimodel.model.loading import load_mlm
+from ds_minimodel.train import checkpoint
 
 transformers = pytest.importorskip("transformers", reason="transformers (the hf/test extra) is not installed")
 tokenizers = pytest.importorskip("tokenizers", reason="tokenizers (a transformers dependency) is not installed")
@@ -286,7 +286,7 @@ def test_cli_import_writes_a_standalone_model_folder(folders, tmp_path: Path, ca
     assert Path(meta["tokenizer"]["path"]) == (out / "tokenizer").resolve()
     assert meta["tokenizer"]["sha256"] == direct_meta["tokenizer"]["sha256"]  # the copy is the same tokenizer
     assert hf.main(["import", "--from", str(folder), "--out", str(out)]) == 2  # not into a non-empty folder
-    assert "not an empty folder" in capsys.readouterr().err
+    assert "already holds a model folder" in capsys.readouterr().err
     assert hf.main(["import", "--from", str(tmp_path / "nowhere"), "--out", str(tmp_path / "x")]) == 2
 
 
@@ -318,12 +318,12 @@ def test_qa_answer_spans_map_through_an_hf_tokenizer(kind: str, folders) -> None
 
 def test_exported_classifier_with_german_embeddings_predicts_as_our_evaluation(german: Tokenizer,
                                                                               tmp_path: Path) -> None:
-    from ds_minimodel.model.surgery import save_embeddings, swap_checked
     from ds_minimodel.model.loading import load_task_model
-    from ds_minimodel.train.checkpoint import Kind
+    from ds_minimodel.model.surgery import save_embeddings, swap_checked
     from ds_minimodel.tasks.evaluate import zero_shot
     from ds_minimodel.tasks.formats import TaskSpec, featurize, predict, read_eval_examples
     from ds_minimodel.tasks.readers import LOHELP_LABELS
+    from ds_minimodel.train.checkpoint import Kind
 
     spec = TaskSpec(name="lohelp", format="generic", labels=list(LOHELP_LABELS), max_len=64)
     cfg = ModelConfig(vocab_size=german.vocab_size, hidden_size=32, num_layers=2, num_heads=4, ffn_size=64,

@@ -64,8 +64,8 @@ def demo_pipeline(tmp_path: Path, **changes):
 
 
 def test_plan_orders_jobs_after_what_they_need(tmp_path):
-    jobs = demo_pipeline(tmp_path, targets=[{"lang": "de", "corpus": "de.txt"}, {"lang": "fr", "corpus": "fr.txt"}]
-                         ).jobs()
+    de = "demo_data/corpus/de.txt"  # a second target language: any corpus will do for the plan
+    jobs = demo_pipeline(tmp_path, targets=[{"lang": "de", "corpus": de}, {"lang": "fr", "corpus": de}]).jobs()
     names = [j.name for j in jobs]
     assert names[0] == "prepare" and names[-1] == "step4"
     for job in jobs:

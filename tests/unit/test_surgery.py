@@ -19,8 +19,8 @@ from ds_minimodel.data.tokenizer import IGNORE_INDEX, NUM_SPECIAL, SPECIAL_PIECE
 from ds_minimodel.errors import InputError
 from ds_minimodel.model import surgery
 from ds_minimodel.model.encoder import AUX_HEAD, MAIN_HEAD, MaskedLM
-from ds_minimodel.model.losses import mlm_losses
 from ds_minimodel.model.loading import load_mlm
+from ds_minimodel.model.losses import mlm_losses
 from ds_minimodel.train.checkpoint import lineage, save_model_folder
 
 SRC_VOCAB, TRG_VOCAB = 300, 340

@@ -1,0 +1,204 @@
+"""Bad inputs are refused with one line naming the file or option and the problem, before any work and without
+changing what is already written (issue 18): output folders, one writer per folder, checks made before the first
+update. The signal and launcher cases run real processes: tests/integration/test_signals.py; code-running
+checkpoint files: tests/integration/test_checkpoint_safety.py."""
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from ds_minimodel.config import get_preset
+from ds_minimodel.data import prepare
+from ds_minimodel.errors import InputError
+from ds_minimodel.folders import claim, describe, require_output
+from ds_minimodel.model import surgery
+from ds_minimodel.model.encoder import MaskedLM
+from ds_minimodel.pipeline.plan import Pipeline
+from ds_minimodel.pipeline.settings import PipelineConfig
+from ds_minimodel.stages import finetune, pretrain
+from ds_minimodel.tasks.readers import read_conllu
+from ds_minimodel.train import checkpoint
+from ds_minimodel.train.ds_config import load_ds_config
+
+REPO = Path(__file__).resolve().parents[2]
+FIXTURES = REPO / "tests/fixtures/tasks"
+
+
+def snapshot(folder: Path) -> dict[str, bytes]:
+    return {str(p.relative_to(folder)): p.read_bytes() for p in sorted(folder.rglob("*")) if p.is_file()}
+
+
+@pytest.fixture()
+def folders(tmp_path: Path) -> dict[str, Path]:
+    """One folder of each kind a command must not write over."""
+    model = MaskedLM(get_preset("tiny").replace(vocab_size=100))
+    checkpoint.save_model_folder(tmp_path / "model", model.state_dict(), {"model_config": model.cfg.to_dict()})
+    data = tmp_path / "data"
+    data.mkdir()
+    for name in ("meta.json", "tokens_00000.bin", "lines.npy", "spm.model"):
+        (data / name).write_text("x")
+    run = tmp_path / "run"
+    (run / "checkpoints").mkdir(parents=True)
+    (run / "run.json").write_text("{}")
+    (tmp_path / "file").write_text("x")
+    return {"model": tmp_path / "model", "data": data, "run": run, "file": tmp_path / "file"}
+
+
+def test_output_folders_name_what_they_hold_and_are_left_unchanged(folders, capsys):
+    assert describe(folders["data"]).startswith("a prepared data folder")
+    assert describe(folders["run"]).startswith("a training run")
+    assert describe(folders["model"]).startswith("a model folder")
+    before = {name: snapshot(f) for name, f in folders.items() if f.is_dir()}
+    cases = [
+        (surgery.main, ["plug", "--model", "m", "--embeddings", "e", "--out", str(folders["run"])], "a training run"),
+        (surgery.main, ["extract-mini", "--from", "m", "--out", str(folders["data"])], "a prepared data folder"),
+        (prepare.main, ["--corpus", str(FIXTURES / "generic.jsonl"), "--out", str(folders["model"])], "a model folder"),
+        (pretrain.main, ["--ds-config", "x.json", "--data", "d", "--out", str(folders["data"])],
+         "a prepared data folder"),
+        (pretrain.main, ["--ds-config", "x.json", "--data", "d", "--out", str(folders["model"])], "a model folder"),
+        (pretrain.main, ["--ds-config", "x.json", "--data", "d", "--out", str(folders["file"])], "an existing file"),
+    ]
+    for main, argv, what in cases:
+        assert main(argv) == 2, argv
+        err = capsys.readouterr().err.strip()
+        assert len(err.splitlines()) == 1 and what in err and "Traceback" not in err, err
+    assert before == {name: snapshot(f) for name, f in folders.items() if f.is_dir()}
+    require_output(folders["run"], own=checkpoint.is_run_folder)  # a run's own folder: --resume continues it
+    require_output(folders["data"], own=prepare.is_data_folder)  # prepare re-encodes its own folder
+
+
+HOLD = """
+import sys, time
+from ds_minimodel.folders import claim
+claim(sys.argv[1], "test holder")
+print("held", flush=True)
+time.sleep(60)
+"""
+
+
+def test_one_live_writer_per_folder_and_a_dead_one_does_not_block(tmp_path):
+    folder = tmp_path / "run"
+    holder = subprocess.Popen([sys.executable, "-c", HOLD, str(folder)], stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout.readline().strip() == "held"
+        with pytest.raises(InputError, match=rf"in use by test holder \(pid {holder.pid} on "):
+            claim(folder, "second")
+        holder.send_signal(signal.SIGKILL)  # a writer that dies without cleaning up
+        holder.wait(timeout=10)
+        claim(folder, "second")  # the kernel released its lock
+        assert f"pid {os.getpid()}" in (folder / ".writer.lock").read_text()
+    finally:
+        holder.kill()
+
+
+def pipeline_config(tmp_path: Path, **changes) -> Path:
+    config = json.loads((REPO / "configs/demo.json").read_text())
+    config.update(out=str(tmp_path / "out"))
+    for key, value in changes.items():
+        section, _, field = key.partition("__")
+        if field:
+            config[section][field] = value
+        else:
+            config[section] = value
+    path = tmp_path / "pipeline.json"
+    path.write_text(json.dumps(config))
+    return path
+
+
+def test_the_pipeline_checks_everything_before_the_first_job(tmp_path):
+    cjk = tmp_path / "zh.txt"
+    cjk.write_text("\n".join("".join(chr(0x4E00 + (i * 7 + j * 13) % 3000) for j in range(40)) for i in range(400)))
+    cases = [
+        ({"step2__steps": 0}, "step2.steps must be at least 1"),
+        ({"seq_len": 4096}, "seq_len 4096 exceeds the demo preset's 64 positions"),
+        ({"aux_layer": 9}, "aux_layer must be between 1 and 5"),
+        ({"step3__max_len": 512}, "step3.max_len must be at most 64"),
+        ({"targets": [{"lang": "zh", "corpus": str(cjk)}]}, "cannot hold this text's characters"),
+        ({"step1__ds_config": "ds_configs/none.json"}, "DeepSpeed config not found"),
+    ]
+    for changes, message in cases:
+        path = pipeline_config(tmp_path, **changes)
+        with pytest.raises(InputError, match=message):
+            Pipeline(PipelineConfig.load(path), str(path))
+    task = json.loads((REPO / "configs/demo.json").read_text())["tasks"][0]
+    path = pipeline_config(tmp_path, tasks=[{**task, "test": {"de": str(tmp_path / "missing.jsonl")}}])
+    with pytest.raises(InputError, match="missing.jsonl: task file not found"):
+        Pipeline(PipelineConfig.load(path), str(path))
+    # Per-language tokenizer settings make the same language fit.
+    path = pipeline_config(tmp_path, targets=[{"lang": "zh", "corpus": str(cjk), "vocab_size": 4000}])
+    Pipeline(PipelineConfig.load(path), str(path))
+    assert not (tmp_path / "out").exists()  # nothing was written
+
+
+def test_finetuning_reads_its_inputs_before_training(folders, tmp_path, capsys):
+    bad_dev = tmp_path / "dev.jsonl"
+    bad_dev.write_text('{"text": "a", "label": "scalc"}\nnot json\n')
+    common = ["--model", str(folders["model"]), "--task", "lohelp", "--format", "generic", "--train",
+              str(FIXTURES / "lohelp.train.en.jsonl"), "--ds-config", "ds_configs/cpu_finetune.json"]
+    assert finetune.main([*common, "--max-len", "4096", "--out", str(tmp_path / "a")]) == 2
+    assert "--max-len 4096 exceeds the model's 128 positions" in capsys.readouterr().err
+    assert finetune.main([*common, "--dev", str(bad_dev), "--out", str(tmp_path / "b")]) == 2
+    assert f"{bad_dev}:2" in capsys.readouterr().err
+    assert not (tmp_path / "a").exists() and not (tmp_path / "b").exists()
+
+
+def test_other_mistakes_get_one_line(tmp_path, folders):
+    conllu = tmp_path / "bad.conllu"
+    conllu.write_text("1\tDogs\tdog\tNOUNS\t_\t_\t0\troot\t_\t_\n\n")
+    with pytest.raises(InputError, match=r"bad.conllu:1: unknown UPOS tag 'NOUNS'"):
+        read_conllu(conllu)
+    config = tmp_path / "ds.json"
+    config.write_text(json.dumps({"train_batch_size": 8, "zero_optimization": {"stage": 7}}))
+    with pytest.raises(InputError, match="zero_optimization.stage must be 0, 1, 2 or 3, got 7"):
+        load_ds_config(config)
+    with pytest.raises(InputError, match="--steps must be at least 1, got 0"):
+        from ds_minimodel.stages.cli import train_config
+
+        train_config(pretrain.build_parser().parse_args(["--ds-config", "x", "--data", "d", "--out", "o",
+                                                         "--steps", "0"]), {})
+
+
+def test_resume_with_every_checkpoint_damaged_is_refused(folders, capsys):
+    run = folders["run"]
+    for step in (1, 2):
+        ckpt = run / "checkpoints" / checkpoint.tag_for(step)
+        ckpt.mkdir()
+        (ckpt / "model.pt").write_text("x")
+        (ckpt / "meta.json").write_text(json.dumps({"weights_sha256": "0", "files": {
+            "model.pt": {"bytes": 1, "sha256": "0" * 64}}}))
+    (run / "checkpoints" / checkpoint.tag_for(3)).mkdir()  # no meta.json: named, not silently skipped
+    said = []
+    with pytest.raises(InputError, match="every checkpoint is damaged"):
+        checkpoint.latest_valid_checkpoint(run, say=said.append)
+    assert any("step_00000003 has no meta.json" in line for line in said)
+
+
+def test_ctrl_c_asks_for_a_save_and_a_second_one_stops_at_once():
+    from ds_minimodel.train.engine import StopSignals
+
+    signals = StopSignals()
+    signals._handle(signal.SIGINT, None)  # the first: finish the update, save, exit 130 (test_reliability.py)
+    assert signals.stop_requested() and signals.reason() == "SIGINT"
+    with pytest.raises(KeyboardInterrupt):
+        signals._handle(signal.SIGINT, None)
+
+
+def test_ctrl_c_outside_the_training_loop_exits_130_with_one_line(tmp_path):
+    """A second Ctrl-C, or one before training begins (here: while the process waits), exits 130, no traceback."""
+    script = ("import time\nfrom ds_minimodel.stages.cli import run_main\n"
+              "import argparse\n"
+              "def slow(args):\n    print('started', flush=True)\n    time.sleep(30)\n"
+              f"raise SystemExit(run_main(slow, argparse.Namespace(out={str(tmp_path / 'o')!r})))\n")
+    proc = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    assert proc.stdout.readline().strip() == "started"
+    time.sleep(0.2)
+    proc.send_signal(signal.SIGINT)
+    _, err = proc.communicate(timeout=20)
+    assert proc.returncode == 130 and "interrupted" in err and "Traceback" not in err, err
