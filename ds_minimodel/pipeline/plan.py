@@ -325,9 +325,16 @@ class Pipeline:
 PIPELINE_FOLDERS = ("data", "step1", "step1b", "step2", "step3", "step4", "tensorboard", "analysis", "slurm")
 
 
+# Files that mark a folder as another command's output (a run, a checkpoint or model, a data folder, an HF model).
+FOREIGN_MARKERS = ("run.json", "checkpoints", "meta.json", "model.pt", "config.json")
+
+
 def is_pipeline_output(folder: Path) -> bool:
-    """Whether ``folder`` holds only what a pipeline writes (its step folders and results files)."""
-    return all(p.name in PIPELINE_FOLDERS or p.name.startswith(("results", ".")) for p in folder.iterdir())
+    """Whether ``folder`` can be a pipeline's: its sub-folders are the pipeline's step folders, and nothing in it
+    marks another command's output (loose files such as a log the user redirected there are fine)."""
+    entries = list(folder.iterdir())
+    return (not any(p.name in FOREIGN_MARKERS for p in entries)
+            and all(p.name in PIPELINE_FOLDERS or p.name.startswith(".") for p in entries if p.is_dir()))
 
 
 def main(argv: list[str] | None = None) -> int:

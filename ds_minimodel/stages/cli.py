@@ -7,7 +7,9 @@ import gc
 import json
 import logging
 import os
+import signal
 import sys
+import threading
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any, NoReturn
@@ -81,6 +83,10 @@ def run_main(run: Callable[[argparse.Namespace], dict[str, Any]], args: argparse
 
     logging.getLogger("DeepSpeed").setLevel(logging.WARNING)
     StopSignals.catch_early_usr1()
+    # Ctrl-C means the same however the process was started: a shell starts background jobs with SIGINT ignored,
+    # and Python then never raises KeyboardInterrupt; an explicit `kill -INT` should still stop the run cleanly.
+    if threading.current_thread() is threading.main_thread():
+        signal.signal(signal.SIGINT, signal.default_int_handler)
     try:
         # Before any work: a run writes only into a new or empty folder or its own earlier run (folders.py).
         require_output(args.out, own=checkpoint.is_run_folder, what="a training run")

@@ -334,7 +334,10 @@ def safe_load(path: str | Path, map_location: Any = None) -> Any:
         with torch.serialization.safe_globals(allowed):
             return torch.load(path, map_location=map_location, weights_only=True)
     except Exception as err:  # noqa: BLE001 - whatever the unpickler refuses is a bad file for the user
-        reason = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
+        # torch's message is several lines of advice (including loading with weights_only=False); keep the reason.
+        found = re.search(r"WeightsUnpickler error: ([^\n]*)", str(err))
+        reason = found.group(1).strip() if found else (str(err).strip().splitlines() or [type(err).__name__])[0]
+        reason = reason.split(" Please use", 1)[0]
         raise InputError(f"{path}: refused: not loadable without running code from it ({reason})") from None
 
 

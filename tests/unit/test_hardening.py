@@ -202,3 +202,13 @@ def test_ctrl_c_outside_the_training_loop_exits_130_with_one_line(tmp_path):
     proc.send_signal(signal.SIGINT)
     _, err = proc.communicate(timeout=20)
     assert proc.returncode == 130 and "interrupted" in err and "Traceback" not in err, err
+
+
+def test_a_pipeline_continues_its_own_output_but_not_another_commands(tmp_path, folders):
+    from ds_minimodel.pipeline.plan import is_pipeline_output
+
+    out = tmp_path / "out"
+    (out / "step1").mkdir(parents=True)
+    (out / "pipeline.log").write_text("a log the user redirected here")
+    assert is_pipeline_output(out)
+    assert not is_pipeline_output(folders["run"]) and not is_pipeline_output(folders["data"])
