@@ -16,7 +16,9 @@ Definitions (paper section 4.2 and footnotes 5 and 6):
 - the cost to reach a target is interpolated linearly between the checkpoint just before and the first checkpoint
   at or above it (section 3: 48% at 5,000 updates and 1.17 EFLOPs, 52% at 10,000 and 2.34 EFLOPs give 50% at 7,500
   updates and 1.755 EFLOPs). A target met at the first checkpoint has no earlier point: its cost is the first
-  checkpoint's, an upper bound, flagged ``at_first_checkpoint``. A target never met is ``never``;
+  checkpoint's, an upper bound, flagged ``at_first_checkpoint``. A target never met is ``never``. Each estimate
+  comes with the paper's lower and upper bounds (appendix A.4, Table A4): the cost at the checkpoint before the
+  crossing (0.0 when the first checkpoint already meets the target) and at the checkpoint at or after it;
 - the speedup for a language is BL_BASE's V100-days to the target over the system's; the average speedup is the
   mean of the per-language ratios, over the languages where both reach it;
 - no speedup on noise: where BL_BASE's final score is not clearly above the majority class of that language's test
@@ -63,12 +65,19 @@ class Point:
 
 @dataclass(frozen=True)
 class Reached:
-    """The cost at which a curve first reaches a target; all None when it never does."""
+    """The cost at which a curve first reaches a target; all None when it never does.
+
+    ``lower_*``/``upper_*`` are the paper's bounds (appendix A.4, Table A4): the checkpoint just before the crossing
+    (0 when the first checkpoint already meets the target) and the first checkpoint at or above it."""
 
     updates: float | None
     flops: float | None
     v100_days: float | None
     at_first_checkpoint: bool = False
+    lower_updates: float | None = None
+    upper_updates: float | None = None
+    lower_v100_days: float | None = None
+    upper_v100_days: float | None = None
 
     @property
     def never(self) -> bool:
@@ -81,8 +90,10 @@ def time_to_target(curve: list[Point], target: float) -> Reached:
     for i, point in enumerate(curve):
         if point.score < target:
             continue
+        bounds = {"upper_updates": point.updates, "upper_v100_days": point.v100_days}
         if i == 0:
-            return Reached(point.updates, point.flops, point.v100_days, at_first_checkpoint=True)
+            return Reached(point.updates, point.flops, point.v100_days, at_first_checkpoint=True,
+                           lower_updates=0.0, lower_v100_days=0.0, **bounds)
         before = curve[i - 1]
         t = (target - before.score) / (point.score - before.score)  # 0 < t <= 1: before < target <= point
 
@@ -90,7 +101,8 @@ def time_to_target(curve: list[Point], target: float) -> Reached:
             return a + t * (b - a)
 
         return Reached(between(before.updates, point.updates), between(before.flops, point.flops),
-                       between(before.v100_days, point.v100_days))
+                       between(before.v100_days, point.v100_days), lower_updates=before.updates,
+                       lower_v100_days=before.v100_days, **bounds)
     return Reached(None, None, None)
 
 
@@ -217,6 +229,7 @@ def table3(rows: list[dict[str, Any]]) -> str:
         lines += [f"Table 3 ({task}): V100-days to near-maximal performance (95% of BL_BASE's final score) and "
                   "speedup over BL_BASE",
                   f"{'system':<10} " + " ".join(f"{lang:>18}" for lang in langs) + f" {'avg speedup':>12}"]
+        bounds: list[str] = []
         for system in ordered_systems({r["system"] for r in rows if r["task"] == task}):
             cells = []
             for lang in langs:
@@ -231,6 +244,7 @@ def table3(rows: list[dict[str, Any]]) -> str:
                     mark = "<=" if r["at_first_checkpoint"] else ""
                     ratio = f"{r['speedup']:.2f}x" if r["speedup"] is not None else "-"
                     cells.append(f"{mark + format(r['v100_days'], '.3g'):>11} {ratio:>6}")
+                    bounds.append(f"{system} {lang}: {r['lower_v100_days']:.3g} - {r['upper_v100_days']:.3g}")
             avg = speedups.get((task, system))
             lines.append(f"{system:<10} " + " ".join(cells) + f" {(f'{avg:.2f}x' if avg else '-'):>12}")
         if not any(r.get("transfer", True) for r in rows if r["task"] == task):
@@ -239,6 +253,9 @@ def table3(rows: list[dict[str, Any]]) -> str:
         targets = sorted({(r["lang"], r["target"]) for r in rows if r["task"] == task and r["target"] is not None})
         lines.append("targets: " + (", ".join(f"{lang} {t:.1f}" for lang, t in targets) or "none")
                      + "   (<=: reached at the first checkpoint, an upper bound)")
+        if bounds:  # appendix A.4 / Table A4: the checkpoints before and at the crossing
+            lines.append("lower - upper V100-days (checkpoint before the crossing, 0 before the first; checkpoint at "
+                         "or after it): " + "; ".join(bounds))
         for r in rows:
             if r["task"] == task and r["system"] == BASELINE and not r.get("transfer", True):
                 lines.append(f"no transfer in {r['lang']}: BL_BASE's final score {r['final_score']:.1f} is not "

@@ -30,6 +30,23 @@ def test_section_3_worked_example():
     assert not reached.never and not reached.at_first_checkpoint
 
 
+def test_lower_and_upper_bounds_are_the_checkpoints_around_the_crossing():
+    """Appendix A.4 / Table A4: the lower estimate is the checkpoint before the crossing (0.0 when the first
+    checkpoint already meets the target), the upper the checkpoint at or after it."""
+    curve = [Point(5_000, 1.17e18, 0.45, 48.0), Point(10_000, 2.34e18, 0.90, 52.0), Point(15_000, 3.51e18, 1.35, 53.0)]
+    inside = time_to_target(curve, 50.0)
+    assert (inside.lower_updates, inside.upper_updates) == (5_000, 10_000)
+    assert (inside.lower_v100_days, inside.upper_v100_days) == (0.45, 0.90)
+    assert inside.lower_v100_days < inside.v100_days < inside.upper_v100_days
+    first = time_to_target(curve, 40.0)
+    assert (first.lower_updates, first.upper_updates, first.lower_v100_days, first.upper_v100_days) == (
+        0.0, 5_000, 0.0, 0.45)
+    exact = time_to_target(curve, 53.0)
+    assert (exact.v100_days, exact.lower_v100_days, exact.upper_v100_days) == (1.35, 0.90, 1.35)
+    never = time_to_target(curve, 60.0)
+    assert never.never and never.lower_v100_days is None and never.upper_v100_days is None
+
+
 def test_never_reached_and_reached_at_the_first_checkpoint():
     curve = [Point(100, 1.0, 1.0, 40.0), Point(200, 2.0, 2.0, 45.0)]
     assert time_to_target(curve, 46.0).never
@@ -88,12 +105,15 @@ def test_tables_and_plots_written(tmp_path):
     assert minijoint[4:6] == ["59.0+-", "1.4"]
     t3 = summary["table3"]
     assert "never" in t3 and "2.50x" in t3 and "targets: de 57.0, fr 66.5" in t3
+    assert "bl_small de: 0 - 154; minijoint de: 309 - 463" in t3  # Table A4's bounds; BL_SMALL met it at once
     assert sorted(p.rsplit("/", 1)[1] for p in summary["figures"]) == [
         "figure1_speedup.png", "figure3_xnli_de.png", "figure3_xnli_fr.png"]
     for figure in summary["figures"]:
         assert open(figure, "rb").read(8) == b"\x89PNG\r\n\x1a\n"
     saved = json.loads((tmp_path / "analysis/time_to_target.json").read_text())
     assert len(saved["rows"]) == 6 and (tmp_path / "analysis/time_to_target.csv").is_file()
+    row = next(r for r in saved["rows"] if (r["system"], r["lang"]) == ("minijoint", "de"))
+    assert row["lower_v100_days"] < row["v100_days"] < row["upper_v100_days"]
 
 
 def test_results_that_are_not_a_pipelines_are_refused(tmp_path):
