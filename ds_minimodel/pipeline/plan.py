@@ -32,6 +32,7 @@ from ds_minimodel.pipeline.settings import (
     TaskSettings,
     as_options,
     check,
+    task_finetuning,
 )
 from ds_minimodel.systems import get_system
 from ds_minimodel.train import checkpoint
@@ -253,6 +254,7 @@ class Pipeline:
         source = self.sections["source"].lang
         primary = self._finished(self.step1_dir(variant), f"step1-{variant}", f"step3-{variant}")
         for task in self.sections["tasks"]:
+            own = task_finetuning(self.cfg.step3, task, self.source_path)
             for seed in ft.seeds:
                 dev = task.dev.get(source)
                 self._train("run_finetune.py", self.step3_dir(task.name, variant, seed),
@@ -260,7 +262,7 @@ class Pipeline:
                             ["--model", str(primary), "--task", task.name, "--format", task.format,
                              "--train", task.train, *(["--dev", dev] if dev else []),
                              *(["--dev-format", task.eval_format] if task.eval_format else []), "--language",
-                             source, *as_options(ft, exclude=("seeds",)), "--seed", str(seed)])
+                             source, *as_options(own, exclude=("seeds",)), "--seed", str(seed)])
 
     def _step4(self) -> dict[str, Any]:
         """Zero-shot: every Step-2 checkpoint of every system, with every seed's task model; the controls (each

@@ -33,6 +33,16 @@ class FinetuneSettings:
     warmup_ratio: float = FinetuneConfig.warmup_ratio
     pooling: str = FinetuneConfig.pooling
     """Sequence tasks: classify from the <s> position (RoBERTa) or from the mean over real tokens."""
+    doc_stride: int = FinetuneConfig.doc_stride
+    """QA: overlap between consecutive context windows."""
+
+
+FORMAT_FINETUNING: dict[str, dict[str, Any]] = {"squad": {"max_len": 384, "doc_stride": 128}}
+"""The paper's finetuning settings where a task format differs from ``step3``'s defaults (Sec. 4.1 and appendix:
+extractive QA reads 384 tokens with a stride of 128). A task's own ``finetune`` section and the config's ``step3``
+section, where they set a value, come first. Its learning rates (1e-5 classification, 3e-5 QA) live in the
+DeepSpeed JSONs ``ds_configs/finetune_cls_fp16.json`` and ``finetune_qa_fp16.json``, chosen per task by
+``finetune.ds_config``."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -59,6 +69,9 @@ class TaskSettings:
     """{language: file} scored zero-shot in Step 4 with each target language's embeddings."""
     eval_format: str | None = None
     """Format of the dev and test files when it differs from ``format`` (XNLI: train ``multinli``, eval ``xnli``)."""
+    finetune: dict = field(default_factory=dict)
+    """This task's own finetuning settings (any ``step3`` key but ``seeds``): e.g. its DeepSpeed JSON (learning
+    rate), ``max_len`` or ``epochs``."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -130,6 +143,15 @@ class PipelineConfig:
         }
 
 
+def task_finetuning(step3: dict[str, Any], task: TaskSettings, source: str) -> FinetuneSettings:
+    """The Step-3 settings of one task: its own ``finetune`` section, then the config's ``step3`` where that sets a
+    value, then the paper's for its format (``FORMAT_FINETUNING``), then the defaults."""
+    if "seeds" in task.finetune:
+        raise InputError(f"{source}: task {task.name}: finetune.seeds is not per task; set step3.seeds")
+    merged = {**FORMAT_FINETUNING.get(task.format, {}), **step3, **task.finetune}
+    return dataclass_from_dict(FinetuneSettings, merged, f"{source}: task {task.name}'s finetuning")
+
+
 def check(cfg: PipelineConfig, sections: dict[str, Any], source: str, *, world_size: int | None) -> None:
     """Everything that can be known before the first update: numbers, shapes against the preset, every file named
     (exists, parses), each language's vocabulary against its text. ``world_size``: the ranks the training stages
@@ -163,12 +185,16 @@ def check(cfg: PipelineConfig, sections: dict[str, Any], source: str, *, world_s
                 raise InputError(f"{source}: {name}.{key} must be at least 1, got {getattr(stage, key)}")
         _check_ds_config(stage.ds_config, f"{source}: {name}.ds_config", world_size, load_ds_config, resolve_batch)
     ft: FinetuneSettings = sections["step3"]
-    _check_ds_config(ft.ds_config, f"{source}: step3.ds_config", world_size, load_ds_config, resolve_batch)
-    if not ft.epochs > 0 or not ft.seeds or not all(isinstance(x, int) for x in ft.seeds):
-        raise InputError(f"{source}: step3 needs epochs > 0 and a non-empty list of integer seeds")
-    if ft.max_len > preset.max_positions or ft.pooling not in POOLINGS:
-        raise InputError(f"{source}: step3.max_len must be at most {preset.max_positions} (the preset's positions) "
-                         f"and pooling one of {', '.join(POOLINGS)}; got {ft.max_len}, {ft.pooling!r}")
+    if not ft.seeds or not all(isinstance(x, int) for x in ft.seeds):
+        raise InputError(f"{source}: step3 needs a non-empty list of integer seeds")
+    for task in sections["tasks"]:
+        own = task_finetuning(cfg.step3, task, source)
+        where = f"{source}: task {task.name}'s finetuning"
+        _check_ds_config(own.ds_config, f"{where} (ds_config)", world_size, load_ds_config, resolve_batch)
+        if not own.epochs > 0 or own.max_len > preset.max_positions or own.pooling not in POOLINGS:
+            raise InputError(f"{where}: needs epochs > 0, max_len at most {preset.max_positions} (the preset's "
+                             f"positions) and pooling one of {', '.join(POOLINGS)}; got {own.epochs}, "
+                             f"{own.max_len}, {own.pooling!r}")
     for corpus in [sections["source"], *sections["targets"]]:
         where = f"{source}: {corpus.lang}"
         if not Path(corpus.corpus).is_file():

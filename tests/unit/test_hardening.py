@@ -119,7 +119,7 @@ def test_the_pipeline_checks_everything_before_the_first_job(tmp_path):
         ({"step2__steps": 0}, "step2.steps must be at least 1"),
         ({"seq_len": 4096}, "seq_len 4096 exceeds the demo preset's 64 positions"),
         ({"aux_layer": 9}, "aux_layer must be between 1 and 5"),
-        ({"step3__max_len": 512}, "step3.max_len must be at most 64"),
+        ({"step3__max_len": 512}, "task lohelp.s finetuning: needs epochs > 0, max_len at most 64"),
         ({"targets": [{"lang": "zh", "corpus": str(cjk)}]}, "cannot hold this text's characters"),
         ({"step1__ds_config": "ds_configs/none.json"}, "DeepSpeed config not found"),
     ]

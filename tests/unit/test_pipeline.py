@@ -113,3 +113,22 @@ def test_results_hold_the_controls_and_baselines(tmp_path):
     saved = json.loads((tmp_path / "results.json").read_text())
     assert saved["source_test"] == own and saved["baselines"] == trivial and saved["source_relearn"] == relearn
     assert [(r["lang"], r["mean"]) for r in saved["source_relearn_over_seeds"]] == [("en-relearn", 31.0)]
+
+
+def test_each_task_has_its_own_finetuning_settings_with_the_papers_per_format():
+    from ds_minimodel.pipeline.settings import TaskSettings, task_finetuning
+
+    step3 = {"ds_config": "ds_configs/cpu_finetune.json", "epochs": 2}
+    xnli = TaskSettings(name="xnli", format="multinli", train="t")
+    mlqa = TaskSettings(name="mlqa", format="squad", train="t")
+    own = TaskSettings(name="mlqa", format="squad", train="t",
+                       finetune={"ds_config": "ds_configs/finetune_qa_fp16.json", "max_len": 256})
+    assert (task_finetuning(step3, xnli, "c").max_len, task_finetuning(step3, xnli, "c").epochs) == (128, 2)
+    assert (task_finetuning(step3, mlqa, "c").max_len, task_finetuning(step3, mlqa, "c").doc_stride) == (384, 128)
+    assert task_finetuning({**step3, "max_len": 64}, mlqa, "c").max_len == 64  # the config's own value first
+    mine = task_finetuning(step3, own, "c")
+    assert (mine.ds_config, mine.max_len, mine.epochs) == ("ds_configs/finetune_qa_fp16.json", 256, 2)
+    with pytest.raises(InputError, match="finetune.seeds is not per task"):
+        task_finetuning(step3, TaskSettings(name="x", format="generic", train="t", finetune={"seeds": [1]}), "c")
+    with pytest.raises(InputError, match="unknown key"):
+        task_finetuning(step3, TaskSettings(name="x", format="generic", train="t", finetune={"lr": 1}), "c")
