@@ -6,7 +6,9 @@ Step-2 checkpoint, with the checkpoint's updates, FLOPs and V100-days) and write
 - ``table2.txt``: the final checkpoint's score per language next to Step 2's cost (the paper's Table 2);
 - ``table3.txt`` and ``time_to_target.json``/``.csv``: V100-days (and updates, FLOPs) each system needs to reach
   near-maximal performance, and its speedup over BL_BASE (the paper's Table 3);
-- ``figure3_<task>_<lang>.png``: score against V100-days per system, with the target marked (Figure 3);
+- ``figure3_<task>_<lang>.png``: score against V100-days per system, with the target marked (Figure 3), and
+  ``figure3_<task>_avg.png`` with ``curves_over_languages.json``: the same averaged over the task's target
+  languages (Figure A2 style);
 - ``figure1_speedup.png``: average speedup per task and system (Figure 1).
 
 Definitions (paper section 4.2 and footnotes 5 and 6):
@@ -131,6 +133,29 @@ def curves(results: dict[str, Any], source: str, *, key: str = "zero_shot_over_s
     for points in out.values():
         points.sort(key=lambda p: p.updates)
     return out, metrics
+
+
+AVERAGE = "avg"
+"""The language key of curves averaged over a task's target languages."""
+
+
+def average_over_languages(all_curves: dict[tuple[str, str, str], list[Point]]
+                           ) -> dict[tuple[str, str, str], list[Point]]:
+    """{(task, AVERAGE, system): the mean over the task's target languages of their curves} (Figure A2 style),
+    at the Step-2 updates every language of that system has a checkpoint at; costs and scores are means over the
+    languages (costs differ only through each language's vocabulary size). Only where a task has two or more
+    languages."""
+    averaged: dict[tuple[str, str, str], list[Point]] = {}
+    for task, system in sorted({(k[0], k[2]) for k in all_curves}):
+        per_lang = [c for (t, _, s), c in sorted(all_curves.items()) if (t, s) == (task, system)]
+        if len(per_lang) < 2:
+            continue
+        common = sorted(set.intersection(*({p.updates for p in c} for c in per_lang)))
+        at = [{p.updates: p for p in c} for c in per_lang]
+        averaged[(task, AVERAGE, system)] = [
+            Point(u, statistics.mean(a[u].flops for a in at), statistics.mean(a[u].v100_days for a in at),
+                  statistics.mean(a[u].score for a in at)) for u in common]
+    return averaged
 
 
 def ordered_systems(present: set[str]) -> list[str]:
@@ -336,7 +361,8 @@ def plot_curves(all_curves: dict[tuple[str, str, str], list[Point]], rows: list[
         if task in source_score:
             ax.axhline(source_score[task], color="tab:green", linestyle="-.", label="source language, own embeddings")
         ax.set(xlabel="Step-2 compute (V100-days)", ylabel=f"{metrics[task]} (mean over seeds)",
-               title=f"{task}, {lang}: zero-shot score against adaptation compute")
+               title=f"{task}, {'mean over target languages' if lang == AVERAGE else lang}: zero-shot score "
+                     "against adaptation compute")
         ax.legend()
         fig.tight_layout()
         path = out / f"{prefix}_{task}_{lang}.png"
@@ -393,9 +419,15 @@ def run(results_path: Path, out: Path, *, plots: bool = True) -> dict[str, Any]:
     write_json(out / "time_to_target.json", {"near_maximal": NEAR_MAXIMAL, "baseline": BASELINE, "rows": rows})
     if rows:
         write_csv(out / "time_to_target.csv", rows, fieldnames=list(rows[0]))
+    averaged = average_over_languages(all_curves)
+    write_json(out / "curves_over_languages.json", {
+        "note": "mean over target languages of the per-seed-mean curves, at the updates all languages share",
+        "curves": [{"task": task, "system": system, "points": [asdict(p) for p in curve]}
+                   for (task, _, system), curve in sorted(averaged.items())]})
     figures = []
     if plots:
         figures = [*plot_curves(all_curves, rows, metrics, out, majority=majority, source_score=source_score),
+                   *plot_curves(averaged, [], metrics, out, source_score=source_score),
                    *plot_curves(relearn_curves, [], metrics, out, majority=majority, source_score=source_score,
                                 prefix="relearn"),
                    plot_speedups(rows, out)]

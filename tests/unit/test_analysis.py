@@ -30,6 +30,20 @@ def test_section_3_worked_example():
     assert not reached.never and not reached.at_first_checkpoint
 
 
+def test_curves_averaged_over_languages_at_the_updates_they_share():
+    from ds_minimodel.pipeline.analysis import AVERAGE, average_over_languages
+
+    curves = {("xnli", "de", "minijoint"): [Point(100, 1.0, 0.1, 40.0), Point(200, 2.0, 0.2, 50.0)],
+              ("xnli", "fr", "minijoint"): [Point(100, 3.0, 0.3, 60.0), Point(200, 4.0, 0.4, 70.0),
+                                            Point(300, 5.0, 0.5, 80.0)],
+              ("xnli", "de", "bl_base"): [Point(100, 1.0, 0.1, 45.0)]}  # one language only: no average
+    averaged = average_over_languages(curves)
+    assert list(averaged) == [("xnli", AVERAGE, "minijoint")]
+    got = averaged[("xnli", AVERAGE, "minijoint")]
+    assert [(p.updates, p.flops, p.score) for p in got] == [(100, 2.0, 50.0), (200, 3.0, 60.0)]
+    assert [p.v100_days for p in got] == pytest.approx([0.2, 0.3])
+
+
 def test_lower_and_upper_bounds_are_the_checkpoints_around_the_crossing():
     """Appendix A.4 / Table A4: the lower estimate is the checkpoint before the crossing (0.0 when the first
     checkpoint already meets the target), the upper the checkpoint at or after it."""
@@ -107,7 +121,7 @@ def test_tables_and_plots_written(tmp_path):
     assert "never" in t3 and "2.50x" in t3 and "targets: de 57.0, fr 66.5" in t3
     assert "bl_small de: 0 - 154; minijoint de: 309 - 463" in t3  # Table A4's bounds; BL_SMALL met it at once
     assert sorted(p.rsplit("/", 1)[1] for p in summary["figures"]) == [
-        "figure1_speedup.png", "figure3_xnli_de.png", "figure3_xnli_fr.png"]
+        "figure1_speedup.png", "figure3_xnli_avg.png", "figure3_xnli_de.png", "figure3_xnli_fr.png"]
     for figure in summary["figures"]:
         assert open(figure, "rb").read(8) == b"\x89PNG\r\n\x1a\n"
     saved = json.loads((tmp_path / "analysis/time_to_target.json").read_text())
