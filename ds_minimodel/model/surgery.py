@@ -152,8 +152,8 @@ def freeze_for_adaptation(model: MaskedLM, *, train_positions: bool = False,
     head) and the main head's per-token bias. Optionally also the position table and the embedding LayerNorm.
 
     Everything else, an aux head included, gets requires_grad=False. Returns the trainable parameters' names.
-    Note: ``save_embeddings``/``plug_embeddings`` carry only the token matrix and the main bias, so positions or
-    an embedding LayerNorm trained here must be saved and plugged by the caller.
+    A Step-2 checkpoint holds every tensor trained here, and ``swap_checked``/``plug_embeddings`` carry all of them
+    (``save_embeddings`` writes only the token matrix and the main bias).
     """
     trainable = {TOKENS_KEY, BIAS_KEY}
     if train_positions:
@@ -307,8 +307,21 @@ def save_embeddings(folder: Path, embeddings: torch.Tensor, bias: torch.Tensor, 
     return save_model_folder(folder, state, meta)
 
 
+# What Step 2 may train beside the token rows and the output bias (``freeze_for_adaptation``'s options): the
+# position table and the embedding LayerNorm. A plug carries them too.
+EXTRA_KEYS = ("embeddings.positions.weight", "embeddings.norm.weight", "embeddings.norm.bias")
+
+
 def load_embeddings(folder: Path) -> tuple[torch.Tensor, torch.Tensor, dict[str, Any]]:
-    """(embeddings (V, h), bias (V,), meta) from a folder written by ``save_embeddings``, validated."""
+    """(embeddings (V, h), bias (V,), meta) from a folder written by ``save_embeddings`` or a Step-2 checkpoint,
+    validated; what else Step 2 trained (``EXTRA_KEYS``) is read by ``load_trained``."""
+    state, meta = load_trained(folder)
+    return state[TOKENS_KEY], state[BIAS_KEY], meta
+
+
+def load_trained(folder: Path) -> tuple[dict[str, torch.Tensor], dict[str, Any]]:
+    """Every tensor a Step-2 checkpoint (or ``save_embeddings`` folder) holds, by name, and its meta: the token
+    rows, the output bias and any of ``EXTRA_KEYS`` that Step 2 trained, validated."""
     folder = Path(folder)
     meta = load_meta(folder)
     meta_path, weights_path = folder / checkpoint.META, folder / checkpoint.WEIGHTS
@@ -322,9 +335,12 @@ def load_embeddings(folder: Path) -> tuple[torch.Tensor, torch.Tensor, dict[str,
     if not isinstance(tokenizer, dict) or not {"path", "sha256"} <= set(tokenizer):
         raise InputError(f"{meta_path}: tokenizer must be an object with 'path' and 'sha256', got {tokenizer!r}")
     weights = load_weights(folder)
-    if set(weights) != {TOKENS_KEY, BIAS_KEY}:
-        raise InputError(f"{weights_path}: expected exactly the tensors {TOKENS_KEY} and {BIAS_KEY}, found "
-                         f"{sorted(weights)}")
+    if not {TOKENS_KEY, BIAS_KEY} <= set(weights) <= {TOKENS_KEY, BIAS_KEY, *EXTRA_KEYS}:
+        raise InputError(f"{weights_path}: expected the tensors {TOKENS_KEY} and {BIAS_KEY} (and possibly "
+                         f"{', '.join(EXTRA_KEYS)}), found {sorted(weights)}")
+    if "trainable" in meta and set(meta["trainable"]) != set(weights):
+        raise InputError(f"{weights_path}: holds {sorted(weights)} but Step 2 trained {sorted(meta['trainable'])} "
+                         f"({checkpoint.META})")
     emb, bias = weights[TOKENS_KEY], weights[BIAS_KEY]
     if emb.dim() != 2 or bias.dim() != 1:
         raise InputError(f"{weights_path}: {TOKENS_KEY} must be (V, h) and {BIAS_KEY} (V,), got "
@@ -338,14 +354,14 @@ def load_embeddings(folder: Path) -> tuple[torch.Tensor, torch.Tensor, dict[str,
     if weights_sha256(weights) != meta["weights_sha256"]:
         raise InputError(f"{weights_path}: contents do not match weights_sha256 in {checkpoint.META} "
                          "(modified or corrupted after saving)")
-    return emb, bias, meta
+    return weights, meta
 
 
 def swap_checked(model: nn.Module, model_meta: dict[str, Any], model_folder: Path, embeddings_folder: Path
                  ) -> dict[str, Any]:
     """Swap the embeddings saved in ``embeddings_folder`` into ``model`` (an MLM or a finetuned task model, whose
     meta is ``model_meta``), after checking they belong to its lineage and width. Returns the embeddings' meta."""
-    emb, bias, emb_meta = load_embeddings(embeddings_folder)
+    state, emb_meta = load_trained(embeddings_folder)
     body_lineage = lineage(model_meta)
     if emb_meta["primary_sha256"] != body_lineage:
         raise InputError(
@@ -355,7 +371,16 @@ def swap_checked(model: nn.Module, model_meta: dict[str, Any], model_folder: Pat
     if emb_meta["hidden_size"] != model.cfg.hidden_size:
         raise InputError(f"{embeddings_folder}: hidden size {emb_meta['hidden_size']} does not match the "
                          f"hidden size {model.cfg.hidden_size} of {model_folder}")
-    swap_embeddings(model, emb, bias)
+    extras = {k: v for k, v in state.items() if k in EXTRA_KEYS}
+    own = model.state_dict()
+    for key, tensor in extras.items():
+        if key not in own or own[key].shape != tensor.shape:
+            raise InputError(f"{embeddings_folder}: {key} is {tuple(tensor.shape)}, but {model_folder} has "
+                             f"{tuple(own[key].shape) if key in own else 'no such tensor'}")
+    swap_embeddings(model, state[TOKENS_KEY], state[BIAS_KEY])
+    with torch.no_grad():
+        for key, tensor in extras.items():  # what Step 2 trained beside the rows travels with them
+            model.get_parameter(key).copy_(tensor)
     return emb_meta
 
 

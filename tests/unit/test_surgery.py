@@ -389,6 +389,28 @@ def test_plug_refuses_another_hidden_size(tmp_path: Path, tokenizers, primary_fo
     assert str(folder) in str(err.value) and str(tmp_path / "emb") in str(err.value)
 
 
+def test_plug_carries_positions_and_embedding_norm_that_step2_trained(tmp_path: Path, tokenizers,
+                                                                      primary_folder) -> None:
+    """A Step-2 run with --train-positions --train-embedding-norm saves those tensors beside the rows; plugging and
+    swapping carry every one of them, and a checkpoint missing one Step 2 trained is refused."""
+    _, de = tokenizers
+    folder, primary_meta = primary_folder
+    primary, _ = load_mlm(folder)
+    state = {surgery.TOKENS_KEY: torch.randn(TRG_VOCAB, 64), surgery.BIAS_KEY: torch.randn(TRG_VOCAB),
+             "embeddings.positions.weight": torch.randn_like(primary.embeddings.positions.weight),
+             "embeddings.norm.weight": torch.rand(64) + 0.5, "embeddings.norm.bias": torch.randn(64)}
+    meta = {"kind": "embeddings", "primary_sha256": lineage(primary_meta), "vocab_size": TRG_VOCAB,
+            "hidden_size": 64, "tokenizer": {"path": str(de.path), "sha256": de.sha256}, "trainable": sorted(state)}
+    save_model_folder(tmp_path / "step2", state, meta)
+    plugged, _ = surgery.plug_embeddings(folder, tmp_path / "step2")
+    for key, tensor in state.items():
+        assert torch.equal(plugged.state_dict()[key], tensor), key
+    partial = {k: v for k, v in state.items() if k != "embeddings.norm.bias"}
+    save_model_folder(tmp_path / "partial", partial, meta)
+    with pytest.raises(InputError, match="but Step 2 trained"):
+        surgery.plug_embeddings(folder, tmp_path / "partial")
+
+
 def test_corrupted_embeddings_folders_are_refused(tmp_path: Path, tokenizers, primary_folder) -> None:
     _, de = tokenizers
     _, primary_meta = primary_folder
@@ -411,7 +433,7 @@ def test_corrupted_embeddings_folders_are_refused(tmp_path: Path, tokenizers, pr
     assert str(weights) in str(err.value)
 
     torch.save({surgery.TOKENS_KEY: emb}, weights)  # a tensor missing
-    with pytest.raises(InputError, match="exactly the tensors"):
+    with pytest.raises(InputError, match="expected the tensors"):
         surgery.load_embeddings(folder)
 
     torch.save({surgery.TOKENS_KEY: emb, surgery.BIAS_KEY: bias + 1}, weights)  # same shapes, other contents
