@@ -52,10 +52,6 @@ class Primary:
     aux_head_layer: Callable[[Depths], int | None] = lambda d: None
     """The layer a second MLM head reads (MiniJoint's dual-head pretraining), or None."""
 
-    def flop_stage(self, depths: Depths) -> str:
-        """The stage of ``flops.per_update_flops`` that prices one update of this pretraining."""
-        return "pretrain" if self.aux_head_layer(depths) is None else "pretrain_dual"
-
 
 @dataclass(frozen=True)
 class System:

@@ -45,6 +45,11 @@ from ds_minimodel.train.checkpoint import (
 
 TOKENS_KEY = "embeddings.tokens.weight"
 BIAS_KEY = f"heads.{MAIN_HEAD}.bias"
+# What Step 2 may train beside the token rows and the output bias (``freeze_for_adaptation``'s options): the
+# position table and the embedding LayerNorm. A plug carries them too.
+POSITIONS_KEY = "embeddings.positions.weight"
+NORM_KEYS = ("embeddings.norm.weight", "embeddings.norm.bias")
+EXTRA_KEYS = (POSITIONS_KEY, *NORM_KEYS)
 
 
 # ------------------------------------------------------------------------------------------------ building models
@@ -157,9 +162,9 @@ def freeze_for_adaptation(model: MaskedLM, *, train_positions: bool = False,
     """
     trainable = {TOKENS_KEY, BIAS_KEY}
     if train_positions:
-        trainable.add("embeddings.positions.weight")
+        trainable.add(POSITIONS_KEY)
     if train_embedding_norm:
-        trainable.update({"embeddings.norm.weight", "embeddings.norm.bias"})
+        trainable.update(NORM_KEYS)
     names = []
     for name, param in model.named_parameters():
         param.requires_grad_(name in trainable)
@@ -305,11 +310,6 @@ def save_embeddings(folder: Path, embeddings: torch.Tensor, bias: torch.Tensor, 
     meta = {**meta, "kind": Kind.EMBEDDINGS.value, "vocab_size": vocab, "hidden_size": hidden}
     state = {TOKENS_KEY: embeddings.detach().float(), BIAS_KEY: bias.detach().float()}
     return save_model_folder(folder, state, meta)
-
-
-# What Step 2 may train beside the token rows and the output bias (``freeze_for_adaptation``'s options): the
-# position table and the embedding LayerNorm. A plug carries them too.
-EXTRA_KEYS = ("embeddings.positions.weight", "embeddings.norm.weight", "embeddings.norm.bias")
 
 
 def load_embeddings(folder: Path) -> tuple[torch.Tensor, torch.Tensor, dict[str, Any]]:

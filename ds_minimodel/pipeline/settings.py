@@ -159,13 +159,12 @@ def check(cfg: PipelineConfig, sections: dict[str, Any], source: str, *, world_s
     from ds_minimodel.data.tokenizer import check_vocabulary_fits
     from ds_minimodel.model.encoder import POOLINGS
     from ds_minimodel.tasks.formats import FORMATS, read_examples
-    from ds_minimodel.train.ds_config import load_ds_config, resolve_batch
 
     preset = get_preset(cfg.preset)
-    positive = {"seq_len": cfg.seq_len, "vocab_size": cfg.vocab_size, "ranks": cfg.ranks, "seed": cfg.seed + 1}
-    for name, value in positive.items():
-        if not isinstance(value, int) or value < 1:
-            raise InputError(f"{source}: {name} must be a positive integer, got {value!r}")
+    for name, value, low in (("seq_len", cfg.seq_len, 1), ("vocab_size", cfg.vocab_size, 1), ("ranks", cfg.ranks, 1),
+                             ("seed", cfg.seed, 0)):
+        if not isinstance(value, int) or value < low:
+            raise InputError(f"{source}: {name} must be an integer of at least {low}, got {value!r}")
     if cfg.seq_len > preset.max_positions:
         raise InputError(f"{source}: seq_len {cfg.seq_len} exceeds the {cfg.preset} preset's {preset.max_positions} "
                          "positions")
@@ -183,14 +182,14 @@ def check(cfg: PipelineConfig, sections: dict[str, Any], source: str, *, world_s
         for key in ("steps", "save_every", "log_every"):
             if getattr(stage, key) < 1:
                 raise InputError(f"{source}: {name}.{key} must be at least 1, got {getattr(stage, key)}")
-        _check_ds_config(stage.ds_config, f"{source}: {name}.ds_config", world_size, load_ds_config, resolve_batch)
+        _check_ds_config(stage.ds_config, f"{source}: {name}.ds_config", world_size)
     ft: FinetuneSettings = sections["step3"]
     if not ft.seeds or not all(isinstance(x, int) for x in ft.seeds):
         raise InputError(f"{source}: step3 needs a non-empty list of integer seeds")
     for task in sections["tasks"]:
         own = task_finetuning(cfg.step3, task, source)
         where = f"{source}: task {task.name}'s finetuning"
-        _check_ds_config(own.ds_config, f"{where} (ds_config)", world_size, load_ds_config, resolve_batch)
+        _check_ds_config(own.ds_config, f"{where} (ds_config)", world_size)
         if not own.epochs > 0 or own.max_len > preset.max_positions or own.pooling not in POOLINGS:
             raise InputError(f"{where}: needs epochs > 0, max_len at most {preset.max_positions} (the preset's "
                              f"positions) and pooling one of {', '.join(POOLINGS)}; got {own.epochs}, "
@@ -220,12 +219,14 @@ def check(cfg: PipelineConfig, sections: dict[str, Any], source: str, *, world_s
             read_examples(task.eval_format or task.format, Path(path), labels=train.labels or None, language=lang)
 
 
-def _check_ds_config(path: str, where: str, world_size: int | None, load: Any, resolve: Any) -> None:
+def _check_ds_config(path: str, where: str, world_size: int | None) -> None:
+    from ds_minimodel.train.ds_config import load_ds_config, resolve_batch
+
     if not Path(path).is_file():
         raise InputError(f"{path}: DeepSpeed config not found ({where})")
-    config = load(path)
+    config = load_ds_config(path)
     if world_size is not None:
-        resolve(config, world_size, source=path)
+        resolve_batch(config, world_size, source=path)
 
 
 def as_options(settings: Any, *, exclude: tuple[str, ...] = ()) -> list[str]:

@@ -139,20 +139,24 @@ def _cmdline(pid: int) -> str:
         return ""
 
 
-def _parent_of(pid: int) -> int | None:
+def _stat(pid: int) -> list[str]:
+    """The fields of /proc/<pid>/stat after the command name (state first, then the parent's pid); empty when the
+    process is gone."""
     try:
-        return int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[1])
-    except (OSError, IndexError, ValueError):
-        return None
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except (OSError, IndexError):
+        return []
+
+
+def _parent_of(pid: int) -> int | None:
+    fields = _stat(pid)
+    return int(fields[1]) if len(fields) > 1 else None
 
 
 def _alive(pid: int) -> bool:
     """Running, not gone and not a zombie (a killed launcher stays one until its own parent reaps it)."""
-    try:
-        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
-    except (OSError, IndexError):
-        return False
-    return state not in ("Z", "X")
+    fields = _stat(pid)
+    return bool(fields) and fields[0] not in ("Z", "X")
 
 
 def _launcher_pids() -> list[int]:
