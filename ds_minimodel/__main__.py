@@ -23,7 +23,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "hf": ("ds_minimodel.model.hf", "import a Hugging Face BERT/RoBERTa folder, export ours"),
     "pipeline": ("ds_minimodel.pipeline.plan", "the whole method from one config file, resumable"),
     "submit": ("ds_minimodel.pipeline.submit", "a pipeline as one Slurm batch job per step"),
-    "analysis": ("ds_minimodel.pipeline.analysis", "the paper's tables, speedups and plots from results.json"),
+    "analysis": ("ds_minimodel.pipeline.report", "the paper's tables, speedups and plots from results.json"),
     "flops": ("ds_minimodel.tools.flops_check", "the paper's FLOP formulas, figures and a measured cross-check"),
     "bench": ("ds_minimodel.tools.bench", "speed and memory benchmarks"),
     "probe": ("ds_minimodel.tools.probe", "MLM loss of a body with given embeddings, on fixed masks"),

@@ -42,7 +42,8 @@ class ModelConfig:
     init_std: float = 0.02
     """Standard deviation of the normal initialisation of weights and embeddings (BERT/RoBERTa)."""
     aux_head_layer: int | None = None
-    """MiniJoint: attach a second MLM head to the output of this layer (1-based; paper N=4). None: one head."""
+    """MiniJoint: attach a second MLM head to the output of this layer (1-based; paper N=4). None: one head. At
+    ``num_layers`` both heads read the top layer (the depth study's N=12, section 5.2)."""
     position_init: str = "normal"
     """Initial position table (it is learned either way): ``normal``, N(0, init_std) as BERT/RoBERTa; ``sinusoidal``,
     the fixed encoding of Vaswani et al. (2017) scaled to the same standard deviation, so that nearby positions
@@ -75,9 +76,9 @@ class ModelConfig:
         if self.position_init not in ("normal", "sinusoidal"):
             raise InputError(
                 f"model config: position_init must be 'normal' or 'sinusoidal', got {self.position_init!r}")
-        if self.aux_head_layer is not None and not 1 <= self.aux_head_layer < self.num_layers:
+        if self.aux_head_layer is not None and not 1 <= self.aux_head_layer <= self.num_layers:
             raise InputError(
-                f"model config: aux_head_layer must be between 1 and num_layers-1 ({self.num_layers - 1}), "
+                f"model config: aux_head_layer must be between 1 and num_layers ({self.num_layers}), "
                 f"got {self.aux_head_layer!r}")
 
     @property

@@ -174,8 +174,8 @@ def minipost_flops(*, h: float, V: float, l: float, l_t: int, s: float, p: float
 def dual_head_pretrain_flops(*, h: float, V: float, l: float, s: float, p: float, B: float, U: float,
                              aux_layer: int = PAPER_MINI_LAYERS, ffn: float | None = None) -> float:
     """MiniJoint's Step 1: A1 plus the second MLM head's forward and backward, 3 FLOP_lm per sequence per update."""
-    if not 1 <= aux_layer < l:
-        raise InputError(f"dual head: aux_layer must be between 1 and l-1={l - 1}, got {aux_layer}")
+    if not 1 <= aux_layer <= l:
+        raise InputError(f"dual head: aux_layer must be between 1 and l={l}, got {aux_layer}")
     # 1. The paper gives no formula; footnote 2 gives ~30.4 vs ~32.2 V100-days for plain vs dual-head 12 layers.
     # 2. The second head has the main head's shape and sees the same p*s masked tokens: FLOP_lm forward.
     # 3. Everything is trainable, so its backward is 2 FLOP_lm (dLoss/da and dLoss/dw), as in A1.

@@ -8,7 +8,9 @@ one ``register`` call, made in this module or in a plugin module named by ``DS_M
 module names, imported on first use, in every process: the launched ranks too).
 
 Depths are functions of ``Depths`` (a pipeline config's layer counts) so that one entry serves every model size.
-Nothing here imports torch.
+MiniJoint at another depth, for the depth study (section 5.2), needs no entry: ``minijoint@N`` names MiniJoint with
+its second head after layer N (its own primary and system, registered the first time the name is looked up, in
+whichever process looks it up). Nothing here imports torch.
 """
 from __future__ import annotations
 
@@ -112,6 +114,38 @@ def load_plugins() -> None:
             raise InputError(f"{PLUGINS_ENV}: cannot import {name!r}: {err}") from None
 
 
+DEPTH_FAMILY, AT = "minijoint", "@"
+"""``minijoint@N``: MiniJoint with the second head after layer N (1 <= N <= the primary's layers; at N = layers both
+heads read the top layer, the paper's "virtually equivalent to BL_BASE", footnote 7)."""
+
+
+def depth_of(name: str) -> int | None:
+    """N of a depth-study name ``minijoint@N``; None for every other name."""
+    family, at, n = name.partition(AT)
+    if family == DEPTH_FAMILY and at and n.isdigit() and n == str(int(n)) and int(n) >= 1:
+        return int(n)
+    return None
+
+
+def _register_depth_variant(name: str) -> bool:
+    """Register the primary and the system of ``minijoint@N`` (once); False when ``name`` is not such a name."""
+    n = depth_of(name)
+    if n is None:
+        return False
+    if name not in PRIMARIES:
+        register(Primary(name, num_layers=lambda d: d.layers, aux_head_layer=lambda d, n=n: n))
+    if name not in SYSTEMS:
+        register(System(name, f"MiniJoint (N={n})", name, "mini", step2_layers=lambda d, n=n: n,
+                        description=f"MiniJoint with its second head after layer {n} (the depth study, section 5.2)"))
+    return True
+
+
+def is_system(name: str) -> bool:
+    """Whether ``name`` is a registered system or a depth-study name (which this registers)."""
+    load_plugins()
+    return name in SYSTEMS or _register_depth_variant(name)
+
+
 def system_names() -> list[str]:
     """Every registered system, in registration order (the order of tables and plots)."""
     load_plugins()
@@ -123,16 +157,26 @@ def primary_names() -> list[str]:
     return list(PRIMARIES)
 
 
-def get_system(name: str, *, source: str = "--system") -> System:
+def order_key(name: str) -> tuple[int, int, str]:
+    """Where ``name`` goes in tables and plots: the registered systems in registration order, then the depth study's
+    ``minijoint@N`` by N, then anything else by name."""
     load_plugins()
-    if name not in SYSTEMS:
-        raise InputError(f"{source}: unknown system {name!r}; known: {', '.join(SYSTEMS)}")
+    if depth_of(name) is not None:
+        return (1, depth_of(name), name)
+    fixed = [n for n in SYSTEMS if depth_of(n) is None]
+    return (0, fixed.index(name), name) if name in fixed else (2, 0, name)
+
+
+def get_system(name: str, *, source: str = "--system") -> System:
+    if not is_system(name):
+        raise InputError(f"{source}: unknown system {name!r}; known: {', '.join(SYSTEMS)} and {DEPTH_FAMILY}{AT}N "
+                         "(the second head after layer N)")
     return SYSTEMS[name]
 
 
 def get_primary(name: str, *, source: str = "--variant") -> Primary:
     load_plugins()
-    if name not in PRIMARIES:
+    if name not in PRIMARIES and not _register_depth_variant(name):
         raise InputError(f"{source}: unknown primary {name!r}; known: {', '.join(PRIMARIES)}")
     return PRIMARIES[name]
 

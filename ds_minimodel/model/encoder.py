@@ -216,12 +216,15 @@ class MaskedLM(Body):
         masked_positions: torch.Tensor | None = None,
     ) -> dict[str, torch.Tensor]:
         """input_ids (B, S); attention_mask (B, S) bool, True at real tokens; masked_positions (B, S) bool."""
-        wanted = {layer: name for name, layer in self.head_layers().items()}
+        wanted: dict[int, list[str]] = {}  # layer -> the heads reading it (both, when N is the top layer)
+        for name, layer in self.head_layers().items():
+            wanted.setdefault(layer, []).append(name)
         logits = {}
         for depth, x in enumerate(self.hidden_states(input_ids, attention_mask), start=1):
             if depth in wanted:
                 selected = x if masked_positions is None else x[masked_positions]  # (n_masked, h)
-                logits[wanted[depth]] = self.heads[wanted[depth]](selected, self.embeddings.tokens.weight)
+                for name in wanted[depth]:
+                    logits[name] = self.heads[name](selected, self.embeddings.tokens.weight)
         return logits
 
 

@@ -1,7 +1,8 @@
-"""The paper's compute analysis from a pipeline's results (``python -m ds_minimodel analysis``).
+"""The paper's compute analysis from a pipeline's results: what ``python -m ds_minimodel analysis``
+(``pipeline.report``) writes.
 
-Reads ``results.json`` (written by ``pipeline.plan``: one zero-shot score per system, task, language, seed and
-Step-2 checkpoint, with the checkpoint's updates, FLOPs and V100-days) and writes:
+It reads ``results.json`` (written by ``pipeline.plan``: one zero-shot score per system, task, language, seed and
+Step-2 checkpoint, with the checkpoint's updates, FLOPs and V100-days); the tables and figures:
 
 - ``table2.txt``: the final checkpoint's score per language next to Step 2's cost (the paper's Table 2);
 - ``table3.txt`` and ``time_to_target.json``/``.csv``: V100-days (and updates, FLOPs) each system needs to reach
@@ -36,16 +37,14 @@ one-time costs, reported by ``python -m ds_minimodel flops``.
 """
 from __future__ import annotations
 
-import argparse
 import statistics
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from ds_minimodel.config import read_json, write_csv, write_json
-from ds_minimodel.errors import InputError, report
+from ds_minimodel.errors import InputError
 from ds_minimodel.flops import EFLOP
-from ds_minimodel.systems import BASELINE, system_names
+from ds_minimodel.systems import BASELINE, is_system, order_key
 
 NEAR_MAXIMAL = 0.95
 CLEAR_MARGIN = 2.0
@@ -127,7 +126,7 @@ def curves(results: dict[str, Any], source: str, *, key: str = "zero_shot_over_s
             metrics[row["task"]] = row["metric"]
         except (KeyError, TypeError, ValueError) as err:
             raise InputError(f"{source}: {key}[{i}] is malformed ({err!r})") from None
-        if row["system"] not in system_names():
+        if not is_system(row["system"]):
             raise InputError(f"{source}: {key}[{i}]: unknown system {row['system']!r}")
         out.setdefault(key, []).append(point)
     for points in out.values():
@@ -159,7 +158,7 @@ def average_over_languages(all_curves: dict[tuple[str, str, str], list[Point]]
 
 
 def ordered_systems(present: set[str]) -> list[str]:
-    return [s for s in system_names() if s in present]
+    return sorted(present, key=order_key)
 
 
 # ----------------------------------------------------------------------------------------------- analyses
@@ -225,20 +224,20 @@ def table2(all_curves: dict[tuple[str, str, str], list[Point]], metrics: dict[st
     for task in sorted({k[0] for k in all_curves}):
         langs = sorted({k[1] for k in all_curves if k[0] == task})
         lines += [f"Table 2 ({task}, {metrics[task]}): final Step-2 checkpoint, mean +- std over seeds",
-                  f"{'system':<10} {'updates':>8} {'EFLOPs':>10} {'V100-days':>10} "
+                  f"{'system':<12} {'updates':>8} {'EFLOPs':>10} {'V100-days':>10} "
                   + " ".join(f"{lang:>12}" for lang in langs) + f" {'avg':>7}"]
         for system in ordered_systems({k[2] for k in all_curves if k[0] == task}):
             finals = [all_curves.get((task, lang, system), [None])[-1] for lang in langs]
             present = [p for p in finals if p is not None]
             cost = present[0]  # the cost columns: the first language's run (the same schedule for every language)
             cells = [f"{p.score:6.1f}+-{p.std:4.1f}" if p else f"{'-':>12}" for p in finals]
-            lines.append(f"{system:<10} {cost.updates:8.0f} {cost.flops / EFLOP:10.3g} {cost.v100_days:10.3g} "
+            lines.append(f"{system:<12} {cost.updates:8.0f} {cost.flops / EFLOP:10.3g} {cost.v100_days:10.3g} "
                          + " ".join(cells) + f" {statistics.mean(p.score for p in present):7.1f}")
         for name, label in TRIVIAL.items():
             values = [trivial.get((task, lang, "test"), {}).get(name) for lang in langs]
             if any(v is not None for v in values):
                 known = [v for v in values if v is not None]
-                lines.append(f"{label:<41} " + " ".join(f"{v:12.1f}" if v is not None else f"{'-':>12}"
+                lines.append(f"{label:<43} " + " ".join(f"{v:12.1f}" if v is not None else f"{'-':>12}"
                                                         for v in values) + f" {statistics.mean(known):7.1f}")
         lines.append("")
     return "\n".join(lines).rstrip()
@@ -253,7 +252,7 @@ def table3(rows: list[dict[str, Any]]) -> str:
         by_key = {(r["lang"], r["system"]): r for r in rows if r["task"] == task}
         lines += [f"Table 3 ({task}): V100-days to near-maximal performance (95% of BL_BASE's final score) and "
                   "speedup over BL_BASE",
-                  f"{'system':<10} " + " ".join(f"{lang:>18}" for lang in langs) + f" {'avg speedup':>12}"]
+                  f"{'system':<12} " + " ".join(f"{lang:>18}" for lang in langs) + f" {'avg speedup':>12}"]
         bounds: list[str] = []
         for system in ordered_systems({r["system"] for r in rows if r["task"] == task}):
             cells = []
@@ -271,7 +270,7 @@ def table3(rows: list[dict[str, Any]]) -> str:
                     cells.append(f"{mark + format(r['v100_days'], '.3g'):>11} {ratio:>6}")
                     bounds.append(f"{system} {lang}: {r['lower_v100_days']:.3g} - {r['upper_v100_days']:.3g}")
             avg = speedups.get((task, system))
-            lines.append(f"{system:<10} " + " ".join(cells) + f" {(f'{avg:.2f}x' if avg else '-'):>12}")
+            lines.append(f"{system:<12} " + " ".join(cells) + f" {(f'{avg:.2f}x' if avg else '-'):>12}")
         if not any(r.get("transfer", True) for r in rows if r["task"] == task):
             lines.append("BL_BASE transfers to none of these languages: the run is too small to measure a speedup "
                          "(RESULTS.md reports the larger reference run, configs/reference.json)")
@@ -396,57 +395,3 @@ def plot_speedups(rows: list[dict[str, Any]], out: Path) -> Path:
     fig.savefig(path, dpi=100)
     plt.close(fig)
     return path
-
-
-# ----------------------------------------------------------------------------------------------- driver
-def run(results_path: Path, out: Path, *, plots: bool = True) -> dict[str, Any]:
-    results = read_json(results_path)
-    all_curves, metrics = curves(results, str(results_path))
-    if not all_curves:
-        raise InputError(f"{results_path}: holds no zero-shot scores yet")
-    relearn_curves = curves(results, str(results_path), key="source_relearn_over_seeds")[0]
-    trivial = trivial_scores(results)
-    majority = {(task, lang): v["majority"] for (task, lang, split), v in trivial.items()
-                if split == "test" and "majority" in v}
-    source_score = {task: p.score for (task, _, primary), p in own_scores(results).items() if primary == "base"}
-    out.mkdir(parents=True, exist_ok=True)
-    rows = analyse(all_curves, majority)
-    t2, t3 = table2(all_curves, metrics, trivial), table3(rows)
-    diag = diagnostics(results, all_curves, relearn_curves, metrics)
-    (out / "table2.txt").write_text(t2 + "\n", encoding="utf-8")
-    (out / "table3.txt").write_text(t3 + "\n", encoding="utf-8")
-    (out / "diagnostics.txt").write_text(diag + "\n", encoding="utf-8")
-    write_json(out / "time_to_target.json", {"near_maximal": NEAR_MAXIMAL, "baseline": BASELINE, "rows": rows})
-    if rows:
-        write_csv(out / "time_to_target.csv", rows, fieldnames=list(rows[0]))
-    averaged = average_over_languages(all_curves)
-    write_json(out / "curves_over_languages.json", {
-        "note": "mean over target languages of the per-seed-mean curves, at the updates all languages share",
-        "curves": [{"task": task, "system": system, "points": [asdict(p) for p in curve]}
-                   for (task, _, system), curve in sorted(averaged.items())]})
-    figures = []
-    if plots:
-        figures = [*plot_curves(all_curves, rows, metrics, out, majority=majority, source_score=source_score),
-                   *plot_curves(averaged, [], metrics, out, source_score=source_score),
-                   *plot_curves(relearn_curves, [], metrics, out, majority=majority, source_score=source_score,
-                                prefix="relearn"),
-                   plot_speedups(rows, out)]
-    return {"table2": t2, "table3": t3, "diagnostics": diag, "figures": [str(p) for p in figures], "out": str(out)}
-
-
-def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="ds-minimodel analysis", description=__doc__,
-                                formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--results", type=Path, required=True, help="results.json written by the pipeline")
-    p.add_argument("--out", type=Path, help="folder for tables and plots (default: <results folder>/analysis)")
-    p.add_argument("--no-plots", action="store_true")
-    args = p.parse_args(argv)
-    try:
-        summary = run(args.results, args.out or args.results.parent / "analysis", plots=not args.no_plots)
-    except InputError as err:
-        return report(err)
-    print(summary["table2"] + "\n\n" + summary["table3"] + "\n\n" + summary["diagnostics"])
-    print(f"\ntables and time to target: {summary['out']}")
-    for figure in summary["figures"]:
-        print(f"plot: {figure}")
-    return 0

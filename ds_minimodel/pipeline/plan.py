@@ -26,6 +26,7 @@ from ds_minimodel.errors import InputError, report
 from ds_minimodel.folders import claim, require_output
 from ds_minimodel.pipeline.results import scored, task_baselines, write_results
 from ds_minimodel.pipeline.settings import (
+    MINI_PREFIX,
     RELEARN_SUFFIX,
     FinetuneSettings,
     PipelineConfig,
@@ -132,6 +133,7 @@ class Pipeline:
         jobs += [Job(f"step2-{s}", after=(self.body_job(s),),
                      array=targets + (relearn if s in self.cfg.source_relearn else ())) for s in self.cfg.systems]
         jobs += [Job(f"step3-{v}", after=(f"step1-{v}",)) for v in self.primaries]
+        jobs += [Job(f"step3-{MINI_PREFIX}{s}", after=(self.body_job(s),)) for s in self.cfg.source_minis]
         jobs.append(Job("step4", after=tuple(j.name for j in jobs if j.name.startswith(("step2-", "step3-"))),
                         trains=False))
         return jobs
@@ -142,6 +144,10 @@ class Pipeline:
                 return job
         raise InputError(f"{self.source_path}: no job {name!r} in this pipeline; its jobs are "
                          + ", ".join(j.name for j in self.jobs()))
+
+    def finetuned(self) -> list[str]:
+        """What Step 3 finetunes: every primary, then ``mini-<system>`` for each of ``source_minis``."""
+        return [*self.primaries, *(f"{MINI_PREFIX}{s}" for s in self.cfg.source_minis)]
 
     # -- where everything is
     def data_dir(self, lang: str) -> Path:
@@ -158,6 +164,10 @@ class Pipeline:
 
     def step3_dir(self, task: str, variant: str, seed: int) -> Path:
         return self.out / "step3" / task / variant / f"seed{seed}"
+
+    def mini_dir(self, system: str) -> Path:
+        """Where the mini-model of a system with a ``mini`` body is cut out of its primary, for ``source_minis``."""
+        return self.out / "minis" / system
 
     def body_dir(self, system: str) -> Path:
         entry = get_system(system)
@@ -248,11 +258,29 @@ class Pipeline:
                      "--seq-len", str(self.cfg.seq_len), "--seed", str(self.cfg.seed),
                      *as_options(self.sections["step2"])])
 
+    def _mini_model(self, system: str) -> Path:
+        """The model a ``source_minis`` system's Step 2 trains over: Step 1b's output, or (a ``mini`` body) the layers
+        below its primary's second head and that head, cut out once into ``mini_dir``."""
+        from ds_minimodel.model.surgery import extract_minijoint_folder
+
+        job = f"step3-{MINI_PREFIX}{system}"
+        body = self._finished(self.body_dir(system), self.body_job(system), job)
+        if get_system(system).body == "step1b":
+            return body
+        folder = self.mini_dir(system)
+        if not (folder / checkpoint.META).is_file():  # meta.json is written last: its absence means not done
+            extract_minijoint_folder(body, folder)
+        return folder
+
     def _step3(self, variant: str) -> None:
-        """Step 3 for one primary: every task and seed, English embeddings frozen."""
+        """Step 3 for one primary (or, ``mini-<system>``, for a system's mini-model): every task and seed, English
+        embeddings frozen."""
         ft: FinetuneSettings = self.sections["step3"]
         source = self.sections["source"].lang
-        primary = self._finished(self.step1_dir(variant), f"step1-{variant}", f"step3-{variant}")
+        if variant.startswith(MINI_PREFIX):
+            primary = self._mini_model(variant[len(MINI_PREFIX):])
+        else:
+            primary = self._finished(self.step1_dir(variant), f"step1-{variant}", f"step3-{variant}")
         for task in self.sections["tasks"]:
             own = task_finetuning(self.cfg.step3, task, self.source_path)
             for seed in ft.seeds:
@@ -272,7 +300,7 @@ class Pipeline:
         source = self.sections["source"].lang
         task_models, dev_scores = {}, []
         for task in self.sections["tasks"]:
-            for variant in self.primaries:
+            for variant in self.finetuned():
                 for seed in ft.seeds:
                     run_dir = self.step3_dir(task.name, variant, seed)
                     task_models[(task.name, variant, seed)] = self._finished(run_dir, f"step3-{variant}", "step4")
@@ -283,7 +311,7 @@ class Pipeline:
         for task in self.sections["tasks"]:
             trivial += task_baselines(task, source)
             if source in task.test:  # diagnostics (a) and (b) of issue 16: the body, and Step 2 without a gap
-                for variant in self.primaries:
+                for variant in self.finetuned():
                     for seed in ft.seeds:
                         own.append({"primary": variant, **self._score(
                             task, source, None, None, seed, task_models[(task.name, variant, seed)],
@@ -324,7 +352,8 @@ class Pipeline:
         return record
 
 
-PIPELINE_FOLDERS = ("data", "step1", "step1b", "step2", "step3", "step4", "tensorboard", "analysis", "slurm")
+PIPELINE_FOLDERS = ("data", "step1", "step1b", "minis", "step2", "step3", "step4", "tensorboard", "analysis",
+                    "slurm")
 
 
 # Files that mark a folder as another command's output (a run, a checkpoint or model, a data folder, an HF model).

@@ -8,7 +8,7 @@ from typing import Any
 from ds_minimodel import flops
 from ds_minimodel.config import file_sha256, read_json, write_csv, write_json
 from ds_minimodel.pipeline.settings import TaskSettings
-from ds_minimodel.systems import system_names
+from ds_minimodel.systems import order_key
 from ds_minimodel.tasks.evaluate import zero_shot
 from ds_minimodel.train import checkpoint
 
@@ -60,10 +60,9 @@ def over_seeds(results: list[dict[str, Any]]) -> list[dict[str, Any]]:
     groups: dict[tuple, list[dict[str, Any]]] = {}
     for r in results:
         groups.setdefault((r["task"], r["system"], r["lang"], r["step2_update"]), []).append(r)
-    order = {s: i for i, s in enumerate(system_names())}
     rows = []
     for (task, system, lang, update), records in sorted(groups.items(),
-                                                        key=lambda kv: (kv[0][0], order[kv[0][1]], *kv[0][2:])):
+                                                        key=lambda kv: (kv[0][0], order_key(kv[0][1]), *kv[0][2:])):
         metric = main_metric(records[0])
         scores = [r[metric] for r in records]
         rows.append({"task": task, "system": system, "lang": lang, "step2_update": update,

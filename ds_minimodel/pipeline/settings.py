@@ -8,9 +8,13 @@ from typing import Any
 
 from ds_minimodel.config import FinetuneConfig, TrainConfig, dataclass_from_dict, get_preset, read_json
 from ds_minimodel.errors import InputError
-from ds_minimodel.systems import Depths, get_system, system_names
+from ds_minimodel.systems import AT, DEPTH_FAMILY, Depths, depth_of, get_system, is_system, system_names
 
 RELEARN_SUFFIX = "-relearn"
+"""The source-relearn control's name where a target language's would stand: ``en-relearn``."""
+MINI_PREFIX = "mini-"
+"""A system's finetuned mini-model (``source_minis``): Step-3 job ``step3-mini-<system>``, runs in
+``step3/<task>/mini-<system>/seed<k>``, scored on the source test files as ``primary`` ``mini-<system>``."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -100,22 +104,30 @@ class PipelineConfig:
     """Systems that also run the source-relearn control: Step 2 on the source corpus itself with only the special
     rows copied (``run_adapt.py --init specials``), scored on the source test files. No language gap is involved,
     so the gap to the model's own source score is what Step 2 loses at that budget (issue 16)."""
+    source_minis: list = field(default_factory=list)
+    """Systems whose mini-model (the body their Step 2 trains over) is also finetuned on each task and scored on the
+    source test files, beside the primaries (the paper's Table 5: does dual-head pretraining hurt English?)."""
 
     @classmethod
     def load(cls, path: Path) -> PipelineConfig:
         source = str(path)
         raw = read_json(path)
         cfg = dataclass_from_dict(cls, raw, source)
-        known = system_names()
-        unknown = sorted(set(cfg.systems) - set(known))
-        if unknown or not cfg.systems:
-            raise InputError(f"{source}: systems must be a non-empty subset of {', '.join(known)}; got {cfg.systems}")
+        unknown = [name for name in cfg.systems if not isinstance(name, str) or not is_system(name)]
+        if unknown or not cfg.systems or len(set(cfg.systems)) != len(cfg.systems):
+            raise InputError(f"{source}: systems must be a non-empty list of distinct names among "
+                             f"{', '.join(system_names())} or {DEPTH_FAMILY}{AT}N; got {cfg.systems}")
         for name in cfg.systems:
             if get_system(name).step1b and cfg.step1b is None:
                 raise InputError(f"{source}: {name} needs a step1b section")
         if not set(cfg.source_relearn) <= set(cfg.systems):
             raise InputError(f"{source}: source_relearn must name systems of this pipeline ({', '.join(cfg.systems)});"
                              f" got {cfg.source_relearn}")
+        minis = [name for name in cfg.source_minis if name not in cfg.systems or get_system(name).body == "primary"]
+        if minis:
+            raise InputError(f"{source}: source_minis must name systems of this pipeline that adapt a mini-model "
+                             f"({', '.join(s for s in cfg.systems if get_system(s).body != 'primary') or 'none'}); "
+                             f"got {cfg.source_minis}")
         return cfg
 
     def depths(self) -> Depths:
@@ -175,6 +187,10 @@ def check(cfg: PipelineConfig, sections: dict[str, Any], source: str, *, world_s
         if not low <= value <= high:
             raise InputError(f"{source}: {name} must be between {low} and {high} for the {cfg.preset} preset "
                              f"({layers} layers), got {value}")
+    for name in cfg.systems:
+        if depth_of(name) is not None and depth_of(name) > layers:
+            raise InputError(f"{source}: {name} puts the second head after layer {depth_of(name)}, above the "
+                             f"{cfg.preset} preset's {layers} layers")
     for name in ("step1", "step1b", "step2"):
         stage = sections[name]
         if stage is None:

@@ -52,7 +52,8 @@ INITS = ("overlap", "specials")
 
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--system", choices=system_names(), required=True)
+    p.add_argument("--system", type=_system, required=True,
+                   help=f"{', '.join(system_names())}, or minijoint@N (the depth study: second head after layer N)")
     p.add_argument("--body", type=Path, required=True,
                    help="checkpoint or model folder of the body: the primary (bl_base; also a Hugging Face folder), "
                         "the 4-layer model (bl_small), the MiniJoint primary or its extracted mini-model (minijoint), "
@@ -68,6 +69,14 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--train-embedding-norm", action="store_true", help="also train the embedding LayerNorm")
     add_training_args(p, save_every=500)
     return p
+
+
+def _system(name: str) -> str:
+    try:
+        get_system(name)
+    except InputError as err:
+        raise argparse.ArgumentTypeError(str(err)) from None
+    return name
 
 
 def load_body(system: str, folder: Path) -> tuple[MaskedLM, dict[str, Any]]:

@@ -25,7 +25,7 @@ from ds_minimodel.model.loading import load_mlm
 from ds_minimodel.model.losses import mlm_step
 from ds_minimodel.model.surgery import build_minipost, freeze_for_head_training
 from ds_minimodel.stages.cli import add_training_args, dist_timeout, run_main, train_config
-from ds_minimodel.systems import Depths, get_primary, primary_names
+from ds_minimodel.systems import Depths, get_primary
 from ds_minimodel.train import checkpoint
 from ds_minimodel.train.distributed import init_distributed
 from ds_minimodel.train.ds_config import load_ds_config, resolve_batch
@@ -35,11 +35,22 @@ STEP1B_VARIANTS = ("minipost", "head")
 """Variants that start from a pretrained model (``--from``) instead of a registered primary (``systems.PRIMARIES``)."""
 
 
+def _variant(name: str) -> str:
+    if name in STEP1B_VARIANTS:
+        return name
+    try:
+        get_primary(name)
+    except InputError as err:
+        raise argparse.ArgumentTypeError(f"{err} (or one of {', '.join(STEP1B_VARIANTS)})") from None
+    return name
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.ArgumentDefaultsHelpFormatter)
-    p.add_argument("--variant", choices=[*primary_names(), *STEP1B_VARIANTS], default="base",
+    p.add_argument("--variant", type=_variant, default="base",
                    help="a primary (systems.PRIMARIES): base: BL_BASE's model; small: BL_SMALL (--small-layers "
-                        "deep); minijoint: second MLM head after layer --aux-layer, loss = mean of both heads. Or: "
+                        "deep); minijoint: second MLM head after layer --aux-layer, loss = mean of both heads; "
+                        "minijoint@N: the same with the head after layer N (the depth study). Or: "
                         "minipost: Step 1b over --from; head: train only the MLM head of --from (a bare encoder "
                         "imported from Hugging Face)")
     p.add_argument("--aux-layer", type=int, default=Depths.aux,

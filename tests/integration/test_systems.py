@@ -1,14 +1,19 @@
-"""The system registry (``ds_minimodel.systems``): a fifth system added in one place, a plugin module, runs through
-the whole method like the paper's four.
+"""Systems beyond the paper's four, and the paper's studies beyond Tables 2-3, through one pipeline run on the tiny
+preset (12 layers, as the paper's depth study needs):
 
-The system is MiniJoint with its second head after layer 3 instead of the config's N: a primary with that head and
-a system adapting the layers below it. It is registered by a module named in DS_MINIMODEL_PLUGINS, so every launched
-stage (pretraining, Step 2, finetuning, the analysis) sees it too; nothing in the package names it."""
+- a fifth system added in one place, a plugin module: MiniJoint with its second head after layer 3, registered by a
+  module named in DS_MINIMODEL_PLUGINS, so every launched stage sees it too; nothing in the package names it;
+- the depth study's ``minijoint@12`` (both heads on the top layer, section 5.2), which needs no registration;
+- the plugin system's mini-model finetuned and scored on English beside the primaries (``source_minis``, Table 5);
+- extractive QA end to end (a SQuAD-format task: F1 and exact match through Step 4 and the tables).
+"""
 from __future__ import annotations
 
 import json
 import sys
 from pathlib import Path
+
+import pytest
 
 from ds_minimodel import flops, systems
 from ds_minimodel.pipeline.settings import PipelineConfig
@@ -21,6 +26,24 @@ register(Primary("dual3", num_layers=lambda d: d.layers, aux_head_layer=lambda d
 register(System("minijoint3", "MiniJoint-3", "dual3", "mini", step2_layers=lambda d: 3,
                 description="MiniJoint with its second head after layer 3"))
 '''
+SYSTEMS = ["bl_base", "minijoint3", "minijoint@12"]
+
+
+def squad_file(corpus: Path, out: Path, questions: int) -> str:
+    """A SQuAD v1.1 file from a corpus: each question is a line's opening words, its answer the line's fifth word
+    (in that line, at its offset). Enough to train and score the span head; not a task a model learns."""
+    data = []
+    for i, line in enumerate(l for l in corpus.read_text(encoding="utf-8").splitlines() if len(l.split()) >= 8):
+        if i == questions:
+            break
+        context = " ".join(line.split()[:40])
+        words = context.split()
+        answer_start = len(" ".join(words[:4])) + 1
+        data.append({"title": f"t{i}", "paragraphs": [{"context": context, "qas": [{
+            "id": f"q{i}", "question": " ".join(words[:3]) + "?",
+            "answers": [{"text": words[4], "answer_start": answer_start}]}]}]})
+    out.write_text(json.dumps({"version": "1.1", "data": data}), encoding="utf-8")
+    return str(out)
 
 
 def head(source: Path, out: Path, lines: int) -> str:
@@ -28,15 +51,19 @@ def head(source: Path, out: Path, lines: int) -> str:
     return str(out)
 
 
-def test_a_registered_fifth_system_runs_through_step2_flops_and_analysis(tmp_path, monkeypatch):
+@pytest.fixture(scope="module")
+def run(tmp_path_factory) -> dict:
+    tmp_path = tmp_path_factory.mktemp("systems")
+    mp = pytest.MonkeyPatch()
     (tmp_path / "plugin").mkdir()
     (tmp_path / "plugin/my_systems.py").write_text(PLUGIN)
     env_path = str(tmp_path / "plugin")
-    monkeypatch.setenv("PYTHONPATH", env_path)
-    monkeypatch.setenv(systems.PLUGINS_ENV, "my_systems")
+    mp.setenv("PYTHONPATH", env_path)
+    mp.setenv(systems.PLUGINS_ENV, "my_systems")
 
     config = json.loads((REPO / "configs/demo.json").read_text())
-    config.update(out=str(tmp_path / "out"), ranks=1, preset="tiny", vocab_size=500, systems=["bl_base", "minijoint3"])
+    config.update(out=str(tmp_path / "out"), ranks=1, preset="tiny", vocab_size=500, systems=SYSTEMS,
+                  source_minis=["minijoint3"])
     for corpus in [config["source"], *config["targets"]]:
         corpus["corpus"] = head(REPO / corpus["corpus"], tmp_path / f"{corpus['lang']}.txt", 3000)
     for section, steps in (("step1", 4), ("step2", 4)):
@@ -48,17 +75,25 @@ def test_a_registered_fifth_system_runs_through_step2_flops_and_analysis(tmp_pat
     task["dev"] = {"en": head(REPO / task["dev"]["en"], tmp_path / "dev.en.jsonl", 100)}
     task["test"] = {lang: head(REPO / path, tmp_path / f"test.{lang}.jsonl", 100)
                     for lang, path in task["test"].items()}
+    squad_en = squad_file(REPO / "demo_data/corpus/en.txt", tmp_path / "qa.en.json", 64)
+    squad_de = squad_file(REPO / "demo_data/corpus/de.txt", tmp_path / "qa.de.json", 24)
+    config["tasks"].append({"name": "qa", "format": "squad", "train": squad_en, "dev": {"en": squad_en},
+                            "test": {"en": squad_en, "de": squad_de},
+                            "finetune": {"max_len": 96, "doc_stride": 32, "epochs": 1}})
     path = tmp_path / "pipeline.json"
     path.write_text(json.dumps(config))
+    proc = run_cmd([sys.executable, "-m", "ds_minimodel", "pipeline", "--config", str(path)], timeout=600)
+    yield {"out": tmp_path / "out", "config": path, "env_path": env_path, "stdout": proc.stdout}
+    mp.undo()
 
-    run_cmd([sys.executable, "-m", "ds_minimodel", "pipeline", "--config", str(path)], timeout=600)
 
-    out = tmp_path / "out"
+def test_a_registered_fifth_system_runs_through_step2_flops_and_analysis(run, monkeypatch):
+    out = run["out"]
     assert (out / "step1/dual3").is_dir() and not (out / "step1/minijoint").exists()
     meta = json.loads(next((out / "step2/de/minijoint3/checkpoints").glob("step_*/meta.json")).read_text())
     assert meta["system"] == "minijoint3" and meta["body_layers"] == 3  # the layers below the head after layer 3
     results = json.loads((out / "results.json").read_text())
-    assert {r["system"] for r in results["zero_shot"]} == {"bl_base", "minijoint3"}
+    assert {r["system"] for r in results["zero_shot"]} == set(SYSTEMS)
     # Its Step-2 FLOPs are those of a 3-layer body: A3 at l=3 for the run's shape.
     record = next(r for r in results["zero_shot"] if r["system"] == "minijoint3" and r["step2_update"] == 4)
     base = next(r for r in results["zero_shot"] if r["system"] == "bl_base" and r["step2_update"] == 4)
@@ -66,16 +101,63 @@ def test_a_registered_fifth_system_runs_through_step2_flops_and_analysis(tmp_pat
     assert "minijoint3" in (out / "analysis/table3.txt").read_text()  # the analysis's tables list it
 
     # The same entry in this process: the FLOP table and the pipeline config know it.
-    sys.path.insert(0, env_path)
+    monkeypatch.syspath_prepend(run["env_path"])
+    monkeypatch.setenv(systems.PLUGINS_ENV, "my_systems")
     monkeypatch.setattr(systems, "_plugins_loaded", False)
     try:
         systems.load_plugins()
         costs = flops.system_costs(**flops.PAPER)
         assert costs["minijoint3"]["step2"] == flops.adapt_flops(l=3, **flops.PAPER)
         assert costs["minijoint3"]["step1"] == flops.dual_head_pretrain_flops(l=12, aux_layer=3, **flops.PAPER)
-        assert PipelineConfig.load(path).primaries() == ["base", "dual3"]
+        assert PipelineConfig.load(run["config"]).primaries() == ["base", "dual3", "minijoint@12"]
     finally:
         systems.SYSTEMS.pop("minijoint3", None)
         systems.PRIMARIES.pop("dual3", None)
-        sys.path.remove(env_path)
         sys.modules.pop("my_systems", None)
+
+
+def test_depth_study_with_both_heads_on_the_top_layer(run):
+    """Section 5.2's N=12: a dual-head primary whose heads both read layer 12, Step 2 over all 12 layers under the
+    second head; the analysis writes Table 4 (with the bounds of Table A4), Table A3 and Figure 4."""
+    out = run["out"]
+    step1 = json.loads(next((out / "step1/minijoint@12/checkpoints").glob("step_*/meta.json")).read_text())
+    assert step1["model_config"]["aux_head_layer"] == step1["model_config"]["num_layers"] == 12
+    step2 = json.loads(next((out / "step2/de/minijoint@12/checkpoints").glob("step_*/meta.json")).read_text())
+    assert step2["system"] == "minijoint@12" and step2["body_layers"] == 12
+    analysis = out / "analysis"
+    for name in ("table4.txt", "table_a3.txt"):
+        text = (analysis / name).read_text()
+        assert "N=12" in text or "\n12 " in text, text
+        assert text.strip() in run["stdout"]
+    assert (analysis / "figure4_lohelp_de.png").read_bytes()[:4] == b"\x89PNG"
+
+
+def test_a_mini_model_is_finetuned_and_scored_in_english_beside_the_primaries(run):
+    """Table 5 (section 5.3): the plugin system's mini-model (layers 1-3 and its second head) cut out once,
+    finetuned per task and seed, and scored on the English test files with its own embeddings."""
+    out = run["out"]
+    mini = json.loads((out / "minis/minijoint3/meta.json").read_text())
+    assert mini["kind"] == "minijoint-mini" and mini["model_config"]["num_layers"] == 3
+    finetuned = json.loads(next((out / "step3/lohelp/mini-minijoint3/seed1/checkpoints").glob(
+        "step_*/meta.json")).read_text())
+    assert finetuned["model_config"]["num_layers"] == 3
+    results = json.loads((out / "results.json").read_text())
+    scored = {(r["task"], r["primary"]) for r in results["source_test"]}
+    assert {("lohelp", p) for p in ("base", "dual3", "minijoint@12", "mini-minijoint3")} <= scored
+    table5 = (out / "analysis/table5.txt").read_text()
+    assert "MiniJoint-3 (mini-model)" in table5 and "MiniJoint-3 (full)" in table5 and "BL_BASE" in table5
+
+
+def test_extractive_qa_runs_through_step4_and_the_tables(run):
+    """Item 5 of issue 19: a SQuAD-format task (the MLQA/XQuAD format) finetuned at its own settings, scored
+    zero-shot with F1 and exact match for every system and checkpoint, and tabulated by F1."""
+    out = run["out"]
+    run_json = json.loads((out / "step3/qa/base/seed1/run.json").read_text())
+    assert (run_json["task"]["max_len"], run_json["task"]["doc_stride"]) == (96, 32)  # its own settings
+    results = json.loads((out / "results.json").read_text())
+    qa = [r for r in results["zero_shot"] if r["task"] == "qa"]
+    assert {(r["system"], r["step2_update"]) for r in qa} == {(s, u) for s in SYSTEMS for u in (2, 4)}
+    assert all(0.0 <= r["f1"] <= 100.0 and 0.0 <= r["exact_match"] <= r["f1"] + 1e-9 for r in qa)
+    assert {m["metric"] for m in results["zero_shot_over_seeds"] if m["task"] == "qa"} == {"f1"}
+    assert "Table 2 (qa, f1)" in (out / "analysis/table2.txt").read_text()
+    assert (out / "analysis/figure3_qa_de.png").is_file()

@@ -11,11 +11,11 @@ from ds_minimodel.pipeline.analysis import (
     analyse,
     average_speedups,
     curves,
-    run,
     table3,
     time_to_target,
     transfer_is_clear,
 )
+from ds_minimodel.pipeline.report import run
 from ds_minimodel.pipeline.results import over_seeds
 
 
@@ -189,3 +189,57 @@ def test_a_run_without_transfer_anywhere_says_so():
 def test_transfer_is_clear_takes_the_margin_and_the_spread(majority, clear):
     assert transfer_is_clear(Point(0, 0, 0, 60.0, 0.5), majority) is clear  # margin 2 points > 2 x 0.5
     assert not transfer_is_clear(Point(0, 0, 0, 60.0, 2.0), 56.5)  # 3.5 points, but twice the spread is 4
+
+
+def depth_results() -> dict:
+    """A depth sweep on known curves. BL_BASE ends at 60 (de) and 70 (fr): targets 57 and 66.5. Per update, N=2
+    costs 0.2 of BL_BASE and N=12 as much; N=2 never reaches French's target."""
+    per_update = {"bl_base": 1.0, "minijoint@2": 0.2, "minijoint@12": 1.0}
+    scores = {("bl_base", "de"): [30, 50, 58, 60], ("bl_base", "fr"): [40, 60, 67, 70],
+              ("minijoint@2", "de"): [57, 58, 58, 58], ("minijoint@2", "fr"): [40, 50, 60, 62],
+              ("minijoint@12", "de"): [30, 54, 60, 61], ("minijoint@12", "fr"): [40, 60, 66.5, 69]}
+    results = []
+    for (system, lang), points in scores.items():
+        for i, score in enumerate(points):
+            update = 1000 * (i + 1)
+            for seed in (1, 2):
+                results.append({"task": "xnli", "system": system, "lang": lang, "step2_update": update,
+                                "seed": seed, "accuracy": score, "step2_flops": per_update[system] * 1e18 * update,
+                                "v100_days": per_update[system] * update / 1000})
+    source_test = [{"task": "xnli", "lang": "en", "primary": primary, "seed": seed, "accuracy": acc + seed}
+                   for primary, acc in (("base", 80), ("minijoint@2", 79), ("mini-minijoint@2", 70))
+                   for seed in (1, 2)]
+    return {"zero_shot": results, "zero_shot_over_seeds": over_seeds(results), "source_dev": [],
+            "source_test": source_test}
+
+
+def test_depth_study_tables_and_figure_from_results_alone(tmp_path):
+    """Table 4 with the bounds of Table A4, Table A3 and Figure 4 (section 5.2), and Table 5 (section 5.3)."""
+    path = tmp_path / "results.json"
+    path.write_text(json.dumps(depth_results()))
+    summary = run(path, tmp_path / "analysis")
+    t4 = summary["table4"].splitlines()
+    assert t4[0].startswith("Table 4 (xnli)") and t4[1].split() == ["lang", "N=2", "N=12", "BL_BASE"]
+    # de: N=2 meets 57 at its first checkpoint (0.2 V100-days: lower bound 0); N=12 crosses between 54 at 2,000
+    # updates and 60 at 3,000 -> 2,500 updates = 2.5 days; BL_BASE between 50 and 58 -> 2,875 = 2.875 days.
+    assert t4[2].split() == ["de", "0.2", "(0", "-", "0.2)", "2.5", "(2", "-", "3)", "2.88", "(2", "-", "3)"]
+    # fr: N=2 never (62 < 66.5); N=12 exactly at its third checkpoint (3 days: bounds 2 - 3); BL_BASE 2,929 updates
+    assert t4[3].split()[:6] == ["fr", "∞", "3", "(2", "-", "3)"]
+    assert (tmp_path / "analysis/table4.txt").read_text().strip() == summary["table4"]
+    a3 = summary["table_a3"].splitlines()
+    assert a3[1].split() == ["N", "de", "fr", "avg"]
+    assert a3[2].split() == ["2", "58.0", "62.0", "60.0"] and a3[3].split() == ["12", "61.0", "69.0", "65.0"]
+    assert a3[4].split() == ["BL_BASE", "60.0", "70.0", "65.0"]
+    assert "figure4_xnli_avg.png" in [p.rsplit("/", 1)[1] for p in summary["figures"]]
+    t5 = summary["table5"]
+    assert "Table 5 (xnli, en test, accuracy)" in t5
+    assert "BL_BASE " in t5 and "81.5 +-  0.7" in t5  # base: 81 and 82 over two seeds
+    assert "MiniJoint (N=2) (full)" in t5 and "MiniJoint (N=2) (mini-model)" in t5 and "71.5" in t5
+
+
+def test_studies_tables_are_left_out_of_a_run_without_them(tmp_path):
+    path = tmp_path / "results.json"
+    path.write_text(json.dumps(synthetic_results()))
+    summary = run(path, tmp_path / "analysis")
+    assert summary["table4"] == summary["table_a3"] == summary["table5"] == ""
+    assert not (tmp_path / "analysis/table4.txt").exists() and not (tmp_path / "analysis/table5.txt").exists()

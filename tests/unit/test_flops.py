@@ -117,7 +117,7 @@ def test_per_update_flops_derives_the_shape_from_a_config() -> None:
     lambda: flops.per_update_flops("adapt", get_preset("tiny"), seq_len=8, batch=1, mask_prob=1.5),
     lambda: flops.per_update_flops("minipost", get_preset("tiny"), seq_len=8, batch=1, mask_prob=0.15,
                                    trainable_layers=13),
-    lambda: flops.dual_head_pretrain_flops(l=12, aux_layer=12, **PAPER),
+    lambda: flops.dual_head_pretrain_flops(l=12, aux_layer=13, **PAPER),
 ])
 def test_bad_inputs_are_input_errors(call) -> None:
     with pytest.raises(InputError):

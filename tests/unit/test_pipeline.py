@@ -6,9 +6,11 @@ from pathlib import Path
 
 import pytest
 
+from ds_minimodel import flops
 from ds_minimodel.errors import InputError
 from ds_minimodel.pipeline.results import over_seeds, write_results
 from ds_minimodel.pipeline.settings import PipelineConfig
+from ds_minimodel.systems import depth_of, get_primary, get_system, is_system, order_key
 
 
 def record(system: str, update: int, seed: int, accuracy: float, lang: str = "de") -> dict:
@@ -132,3 +134,41 @@ def test_each_task_has_its_own_finetuning_settings_with_the_papers_per_format():
         task_finetuning(step3, TaskSettings(name="x", format="generic", train="t", finetune={"seeds": [1]}), "c")
     with pytest.raises(InputError, match="unknown key"):
         task_finetuning(step3, TaskSettings(name="x", format="generic", train="t", finetune={"lr": 1}), "c")
+
+
+def test_the_depth_study_is_a_list_of_minijoint_depths_each_its_own_primary_and_step2(tmp_path):
+    """Section 5.2: ``minijoint@N`` is MiniJoint with the second head after layer N, N = 12 included; each depth
+    pretrains its own primary and adapts its bottom N layers. Names and depths are checked before any work."""
+    assert [depth_of(n) for n in ("minijoint@2", "minijoint@12", "minijoint", "minijoint@0", "minijoint@02",
+                                  "minijoint@x", "bl_base@2")] == [2, 12, None, None, None, None, None]
+    assert not is_system("minijoint@0") and is_system("minijoint@6")
+    system = get_system("minijoint@6")
+    assert (system.primary, system.body, system.paper_name) == ("minijoint@6", "mini", "MiniJoint (N=6)")
+    assert get_primary("minijoint@6").aux_head_layer(None) == 6 and system.step2_layers(None) == 6
+    assert sorted(["minijoint@10", "bl_base", "minijoint@2", "minipost"], key=order_key) == [
+        "bl_base", "minipost", "minijoint@2", "minijoint@10"]
+    # both heads at the top (N = l): the FLOP count takes it (the second head adds its cost, the body none)
+    shape = {"h": 64, "V": 500, "l": 12, "s": 64, "p": 0.15, "B": 8, "U": 1}
+    assert flops.dual_head_pretrain_flops(**shape, aux_layer=12) == flops.dual_head_pretrain_flops(**shape, aux_layer=4)
+
+    sweep = ["bl_base", "minijoint@2", "minijoint@6", "minijoint@12"]
+    pipeline = demo_pipeline(tmp_path, preset="tiny", systems=sweep, source_minis=["minijoint@2"])
+    by_name = {j.name: j for j in pipeline.jobs()}
+    assert by_name["step2-minijoint@6"].after == ("step1-minijoint@6",)
+    assert by_name["step3-mini-minijoint@2"].after == ("step1-minijoint@2",)
+    assert pipeline.finetuned() == ["base", "minijoint@12", "minijoint@2", "minijoint@6", "mini-minijoint@2"]
+    assert pipeline.mini_dir("minijoint@2") == tmp_path / "out/minis/minijoint@2"
+    with pytest.raises(InputError, match=r"step3-mini-minijoint@2 needs the finished run in .*step1/minijoint@2"):
+        pipeline.run("step3-mini-minijoint@2")
+    with pytest.raises(InputError, match="minijoint@13 puts the second head after layer 13, above the tiny "
+                                         "preset's 12 layers"):
+        demo_pipeline(tmp_path, preset="tiny", systems=["bl_base", "minijoint@13"])
+    base = json.loads((Path(__file__).resolve().parents[2] / "configs/demo.json").read_text())
+    path = tmp_path / "bad.json"
+    for systems, minis, message in ((["bl_base", "minijoint@x"], [], "systems must be"),
+                                    (["bl_base", "bl_base"], [], "systems must be"),
+                                    (["bl_base", "minijoint"], ["bl_base"], "source_minis must name systems"),
+                                    (["bl_base"], ["minijoint"], "source_minis must name systems")):
+        path.write_text(json.dumps({**base, "systems": systems, "source_minis": minis}))
+        with pytest.raises(InputError, match=rf"{path}: {message}"):
+            PipelineConfig.load(path)

@@ -99,6 +99,19 @@ def test_extract_minijoint_is_bottom_layers_plus_aux_head_bit_identical(cfg) -> 
     assert not torch.equal(mini.embeddings.tokens.weight, primary.embeddings.tokens.weight)
 
 
+def test_both_heads_on_the_top_layer_the_depth_studys_n_equal_to_the_depth() -> None:
+    """Section 5.2's N=12: both heads read the last layer; each gives its own logits, and the extracted mini-model is
+    the whole body under the second head."""
+    cfg = TINY_JOINT.replace(aux_head_layer=TINY.num_layers)
+    primary = _perturbed(cfg)
+    batch = _batch(SRC_VOCAB)
+    with torch.no_grad():
+        both = primary(**batch)
+        mini = surgery.extract_minijoint(primary)
+        assert set(both) == {MAIN_HEAD, AUX_HEAD} and not torch.equal(both[MAIN_HEAD], both[AUX_HEAD])
+        assert mini.cfg.num_layers == TINY.num_layers and torch.equal(mini(**batch)[MAIN_HEAD], both[AUX_HEAD])
+
+
 def test_extract_minijoint_refuses_a_one_head_model() -> None:
     with pytest.raises(InputError, match="aux"):
         surgery.extract_minijoint(MaskedLM(TINY))

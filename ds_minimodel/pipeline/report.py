@@ -1,0 +1,87 @@
+"""``python -m ds_minimodel analysis``: every table and figure of the paper that a pipeline's ``results.json``
+holds, written into one folder (``pipeline.analysis`` for Tables 2-3, Figures 1 and 3 and the diagnostics;
+``pipeline.studies`` for the depth study's Table 4, Table A3 and Figure 4, and Table 5).
+
+Only results.json is read: the analysis of a finished run can be redone anywhere, without its checkpoints.
+"""
+from __future__ import annotations
+
+import argparse
+from dataclasses import asdict
+from pathlib import Path
+from typing import Any
+
+from ds_minimodel.config import read_json, write_csv, write_json
+from ds_minimodel.errors import InputError, report
+from ds_minimodel.pipeline import studies
+from ds_minimodel.pipeline.analysis import (
+    NEAR_MAXIMAL,
+    analyse,
+    average_over_languages,
+    curves,
+    diagnostics,
+    own_scores,
+    plot_curves,
+    plot_speedups,
+    table2,
+    table3,
+    trivial_scores,
+)
+from ds_minimodel.systems import BASELINE
+
+
+def run(results_path: Path, out: Path, *, plots: bool = True) -> dict[str, Any]:
+    results = read_json(results_path)
+    all_curves, metrics = curves(results, str(results_path))
+    if not all_curves:
+        raise InputError(f"{results_path}: holds no zero-shot scores yet")
+    relearn_curves = curves(results, str(results_path), key="source_relearn_over_seeds")[0]
+    trivial = trivial_scores(results)
+    majority = {(task, lang): v["majority"] for (task, lang, split), v in trivial.items()
+                if split == "test" and "majority" in v}
+    source_score = {task: p.score for (task, _, primary), p in own_scores(results).items() if primary == "base"}
+    out.mkdir(parents=True, exist_ok=True)
+    rows = analyse(all_curves, majority)
+    averaged = average_over_languages(all_curves)
+    tables = {"table2": table2(all_curves, metrics, trivial), "table3": table3(rows),
+              "diagnostics": diagnostics(results, all_curves, relearn_curves, metrics),
+              "table4": studies.table4(rows), "table_a3": studies.table_a3(all_curves),
+              "table5": studies.table5(results)}
+    for name, text in tables.items():
+        if text:  # the studies' tables exist only where the run has a depth sweep or finetuned mini-models
+            (out / f"{name}.txt").write_text(text + "\n", encoding="utf-8")
+    write_json(out / "time_to_target.json", {"near_maximal": NEAR_MAXIMAL, "baseline": BASELINE, "rows": rows})
+    if rows:
+        write_csv(out / "time_to_target.csv", rows, fieldnames=list(rows[0]))
+    write_json(out / "curves_over_languages.json", {
+        "note": "mean over target languages of the per-seed-mean curves, at the updates all languages share",
+        "curves": [{"task": task, "system": system, "points": [asdict(p) for p in curve]}
+                   for (task, _, system), curve in sorted(averaged.items())]})
+    figures = []
+    if plots:
+        figures = [*plot_curves(all_curves, rows, metrics, out, majority=majority, source_score=source_score),
+                   *plot_curves(averaged, [], metrics, out, source_score=source_score),
+                   *plot_curves(relearn_curves, [], metrics, out, majority=majority, source_score=source_score,
+                                prefix="relearn"),
+                   *studies.plot_depths(all_curves, averaged, metrics, out, source_score),
+                   plot_speedups(rows, out)]
+    return {**tables, "figures": [str(p) for p in figures], "out": str(out)}
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="ds-minimodel analysis", description=__doc__,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--results", type=Path, required=True, help="results.json written by the pipeline")
+    p.add_argument("--out", type=Path, help="folder for tables and plots (default: <results folder>/analysis)")
+    p.add_argument("--no-plots", action="store_true")
+    args = p.parse_args(argv)
+    try:
+        summary = run(args.results, args.out or args.results.parent / "analysis", plots=not args.no_plots)
+    except InputError as err:
+        return report(err)
+    print("\n\n".join(summary[name] for name in ("table2", "table3", "diagnostics", "table4", "table_a3", "table5")
+                      if summary[name]))
+    print(f"\ntables and time to target: {summary['out']}")
+    for figure in summary["figures"]:
+        print(f"plot: {figure}")
+    return 0
