@@ -64,6 +64,10 @@ def launch(script: str, args: list[str], ranks: int, launcher: str = "deepspeed"
         raise SystemExit(f"pipeline: {script} exited with {proc.returncode}")
 
 
+PRETRAIN_RUN = ".seed"
+"""Job names of a further pretraining run (``pretrain_seeds``) end with this and its seed: ``step1-base.seed2``."""
+
+
 class StoppedEarly(Exception):
     """A step saved a checkpoint and stopped before its last update (SIGTERM/SIGUSR1): later steps need its
     output, so the pipeline stops too, with ``slurm.EXIT_REQUEUE``; running it again resumes the step."""
@@ -107,12 +111,22 @@ class Pipeline:
     Slurm job of each.
     """
 
-    def __init__(self, cfg: PipelineConfig, source_path: str, *, launcher: str = "deepspeed") -> None:
+    def __init__(self, cfg: PipelineConfig, source_path: str, *, launcher: str = "deepspeed",
+                 pretrain_seed: int | None = None) -> None:
+        """``pretrain_seed``: one of the config's ``pretrain_seeds``, a further pretraining run, planned by the main
+        pipeline (which checks the config once) in ``<out>/pretrain-seed<k>/`` with job names ending ``.seed<k>``."""
         self.cfg, self.source_path, self.launcher = cfg, source_path, launcher
         self.sections = cfg.parsed(source_path)
-        check(cfg, self.sections, source_path, world_size=None if launcher == "srun" else cfg.ranks)
-        self.out = Path(cfg.out)
-        self.log_root = self.out / "tensorboard"
+        if pretrain_seed is None:
+            check(cfg, self.sections, source_path, world_size=None if launcher == "srun" else cfg.ranks)
+        self.root = Path(cfg.out)
+        """The pipeline's output folder: the main run's, and where the shared data and the results are."""
+        self.seed = cfg.seed if pretrain_seed is None else pretrain_seed
+        self.suffix = "" if pretrain_seed is None else f"{PRETRAIN_RUN}{pretrain_seed}"
+        self.out = self.root if pretrain_seed is None else self.root / f"pretrain-seed{pretrain_seed}"
+        self.log_root = self.root / "tensorboard"
+        self.extra_runs = {} if pretrain_seed is not None else {
+            k: Pipeline(cfg, source_path, launcher=launcher, pretrain_seed=k) for k in cfg.pretrain_seeds}
         self.languages = [c.lang for c in [self.sections["source"], *self.sections["targets"]]]
         self.primaries = cfg.primaries()
         self.relearn_lang = f"{self.sections['source'].lang}{RELEARN_SUFFIX}"
@@ -121,21 +135,28 @@ class Pipeline:
     # -- the plan
     def body_job(self, system: str) -> str:
         entry = get_system(system)
-        return f"step1b-{system}" if entry.step1b else f"step1-{entry.primary}"
+        return (f"step1b-{system}" if entry.step1b else f"step1-{entry.primary}") + self.suffix
 
     def jobs(self) -> list[Job]:
-        targets = tuple(t.lang for t in self.sections["targets"])
-        jobs = [Job("prepare", trains=False)]
-        jobs += [Job(f"step1-{v}", after=("prepare",)) for v in self.primaries]
-        jobs += [Job(f"step1b-{s}", after=(f"step1-{get_system(s).primary}",))
-                 for s in self.cfg.systems if get_system(s).step1b]
-        relearn = (self.relearn_lang,)
-        jobs += [Job(f"step2-{s}", after=(self.body_job(s),),
-                     array=targets + (relearn if s in self.cfg.source_relearn else ())) for s in self.cfg.systems]
-        jobs += [Job(f"step3-{v}", after=(f"step1-{v}",)) for v in self.primaries]
-        jobs += [Job(f"step3-{MINI_PREFIX}{s}", after=(self.body_job(s),)) for s in self.cfg.source_minis]
+        jobs = [Job("prepare", trains=False), *self._training_jobs()]
+        for run in self.extra_runs.values():
+            jobs += run._training_jobs()
         jobs.append(Job("step4", after=tuple(j.name for j in jobs if j.name.startswith(("step2-", "step3-"))),
                         trains=False))
+        return jobs
+
+    def _training_jobs(self) -> list[Job]:
+        """Steps 1-3 of this pretraining run (job names end with its suffix: none for the main run)."""
+        targets, sfx = tuple(t.lang for t in self.sections["targets"]), self.suffix
+        jobs = [Job(f"step1-{v}{sfx}", after=("prepare",)) for v in self.primaries]
+        jobs += [Job(f"step1b-{s}{sfx}", after=(f"step1-{get_system(s).primary}{sfx}",))
+                 for s in self.cfg.systems if get_system(s).step1b]
+        relearn = (self.relearn_lang,) if not sfx else ()  # the controls: the main run only
+        jobs += [Job(f"step2-{s}{sfx}", after=(self.body_job(s),),
+                     array=targets + (relearn if s in self.cfg.source_relearn else ())) for s in self.cfg.systems]
+        jobs += [Job(f"step3-{v}{sfx}", after=(f"step1-{v}{sfx}",)) for v in self.primaries]
+        jobs += [Job(f"step3-{MINI_PREFIX}{s}{sfx}", after=(self.body_job(s),))
+                 for s in (self.cfg.source_minis if not sfx else ())]
         return jobs
 
     def job(self, name: str) -> Job:
@@ -146,12 +167,12 @@ class Pipeline:
                          + ", ".join(j.name for j in self.jobs()))
 
     def finetuned(self) -> list[str]:
-        """What Step 3 finetunes: every primary, then ``mini-<system>`` for each of ``source_minis``."""
-        return [*self.primaries, *(f"{MINI_PREFIX}{s}" for s in self.cfg.source_minis)]
+        """What Step 3 finetunes: every primary, then (the main run) ``mini-<system>`` for each of ``source_minis``."""
+        return [*self.primaries, *(f"{MINI_PREFIX}{s}" for s in (self.cfg.source_minis if not self.suffix else ()))]
 
     # -- where everything is
     def data_dir(self, lang: str) -> Path:
-        return self.out / "data" / lang
+        return self.root / "data" / lang
 
     def step1_dir(self, variant: str) -> Path:
         return self.out / "step1" / variant
@@ -181,7 +202,7 @@ class Pipeline:
 
     def _finished(self, run_dir: Path, job: str, needed_by: str) -> Path:
         if not finished(run_dir):
-            raise InputError(f"{needed_by} needs the finished run in {run_dir}; run the {job} job first")
+            raise InputError(f"{needed_by} needs the finished run in {run_dir}; run the {job}{self.suffix} job first")
         return checkpoint.latest_checkpoint(run_dir)
 
     # -- running
@@ -201,20 +222,22 @@ class Pipeline:
             return self._prepare()
         if name == "step4":
             return self._step4()
-        kind, what = name.split("-", 1)
+        base, _, seed = name.partition(PRETRAIN_RUN)
+        run = self.extra_runs[int(seed)] if seed else self
+        kind, what = base.split("-", 1)
         if kind == "step1":
-            self._step1(what)
+            run._step1(what)
         elif kind == "step1b":
-            self._step1b(what)
+            run._step1b(what)
         elif kind == "step2":
             for lang in [value] if value is not None else job.array:
-                self._step2(what, lang)
+                run._step2(what, lang)
         else:
-            self._step3(what)
+            run._step3(what)
         return {}
 
     def _train(self, script: str, run_dir: Path, run_name: str, args: list[str]) -> None:
-        train_step(script, run_dir, [*args, "--log-root", str(self.log_root), "--run-name", run_name],
+        train_step(script, run_dir, [*args, "--log-root", str(self.log_root), "--run-name", run_name + self.suffix],
                    self.cfg.ranks, self.launcher)
 
     def _prepare(self) -> dict[str, Any]:
@@ -228,7 +251,7 @@ class Pipeline:
 
     def _common(self, needed_by: str) -> list[str]:
         cfg = self.cfg
-        return ["--preset", cfg.preset, "--seq-len", str(cfg.seq_len), "--seed", str(cfg.seed),
+        return ["--preset", cfg.preset, "--seq-len", str(cfg.seq_len), "--seed", str(self.seed),
                 "--data", str(self._data(self.sections["source"].lang, needed_by))]
 
     def _step1(self, variant: str) -> None:
@@ -255,7 +278,7 @@ class Pipeline:
         self._train("run_adapt.py", self.step2_dir(lang, system), f"step2-{lang}-{system}",
                     ["--system", system, "--body", str(body), "--data", str(data),
                      "--init", "specials" if relearn else "overlap", "--lang", lang,
-                     "--seq-len", str(self.cfg.seq_len), "--seed", str(self.cfg.seed),
+                     "--seq-len", str(self.cfg.seq_len), "--seed", str(self.seed),
                      *as_options(self.sections["step2"])])
 
     def _mini_model(self, system: str) -> Path:
@@ -334,8 +357,33 @@ class Pipeline:
                         for seed in ft.seeds:
                             results.append(self._score(task, target.lang, system, ckpt, seed,
                                                        task_models[(task.name, get_system(system).primary, seed)]))
+        last: dict[tuple, int] = {}  # the main run's final checkpoint per curve, beside the others' (appendix A.5)
+        for r in results:
+            key = (r["task"], r["lang"], r["system"])
+            last[key] = max(last.get(key, 0), r["step2_update"])
+        finals = [{**r, "pretrain_seed": self.seed} for r in results
+                  if r["step2_update"] == last[(r["task"], r["lang"], r["system"])]]
+        for run in self.extra_runs.values():
+            finals += run._final_scores()
         return write_results(self.out, results, dev_scores, source_test=own, source_relearn=relearned,
-                             baselines=trivial)
+                             baselines=trivial, pretrain_runs=finals if self.extra_runs else ())
+
+    def _final_scores(self) -> list[dict[str, Any]]:
+        """A further pretraining run's Step 4: the final Step-2 checkpoint of every system and target language with
+        every finetuning seed of its own Step 3 (appendix A.5 compares final scores)."""
+        records = []
+        for task in self.sections["tasks"]:
+            for target in self.sections["targets"]:
+                if target.lang not in task.test:
+                    continue
+                for system in self.cfg.systems:
+                    primary = get_system(system).primary
+                    final = self._finished(self.step2_dir(target.lang, system), f"step2-{system}", "step4")
+                    for seed in self.sections["step3"].seeds:
+                        model = self._finished(self.step3_dir(task.name, primary, seed), f"step3-{primary}", "step4")
+                        records.append({**self._score(task, target.lang, system, final, seed, model),
+                                        "pretrain_seed": self.seed})
+        return records
 
     def _score(self, task: TaskSettings, lang: str, system: str | None, ckpt: Path | None, seed: int,
                task_model: Path, *, as_lang: str | None = None, own_of: str | None = None) -> dict[str, Any]:
@@ -365,7 +413,8 @@ def is_pipeline_output(folder: Path) -> bool:
     marks another command's output (loose files such as a log the user redirected there are fine)."""
     entries = list(folder.iterdir())
     return (not any(p.name in FOREIGN_MARKERS for p in entries)
-            and all(p.name in PIPELINE_FOLDERS or p.name.startswith(".") for p in entries if p.is_dir()))
+            and all(p.name in PIPELINE_FOLDERS or p.name.startswith((".", "pretrain-seed"))
+                    for p in entries if p.is_dir()))
 
 
 def main(argv: list[str] | None = None) -> int:

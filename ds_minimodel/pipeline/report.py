@@ -1,6 +1,6 @@
 """``python -m ds_minimodel analysis``: every table and figure of the paper that a pipeline's ``results.json``
 holds, written into one folder (``pipeline.analysis`` for Tables 2-3, Figures 1 and 3 and the diagnostics;
-``pipeline.studies`` for the depth study's Table 4, Table A3 and Figure 4, and Table 5).
+``pipeline.studies`` for the depth study's Table 4, Table A3 and Figure 4, Table 5 and Table A5).
 
 Only results.json is read: the analysis of a finished run can be redone anywhere, without its checkpoints.
 """
@@ -46,7 +46,7 @@ def run(results_path: Path, out: Path, *, plots: bool = True) -> dict[str, Any]:
     tables = {"table2": table2(all_curves, metrics, trivial), "table3": table3(rows),
               "diagnostics": diagnostics(results, all_curves, relearn_curves, metrics),
               "table4": studies.table4(rows), "table_a3": studies.table_a3(all_curves),
-              "table5": studies.table5(results)}
+              "table5": studies.table5(results), "table_a5": studies.table_a5(results)}
     for name, text in tables.items():
         if text:  # the studies' tables exist only where the run has a depth sweep or finetuned mini-models
             (out / f"{name}.txt").write_text(text + "\n", encoding="utf-8")
@@ -79,7 +79,8 @@ def main(argv: list[str] | None = None) -> int:
         summary = run(args.results, args.out or args.results.parent / "analysis", plots=not args.no_plots)
     except InputError as err:
         return report(err)
-    print("\n\n".join(summary[name] for name in ("table2", "table3", "diagnostics", "table4", "table_a3", "table5")
+    print("\n\n".join(summary[name] for name in ("table2", "table3", "diagnostics", "table4", "table_a3", "table5",
+                                                     "table_a5")
                       if summary[name]))
     print(f"\ntables and time to target: {summary['out']}")
     for figure in summary["figures"]:

@@ -104,6 +104,11 @@ class PipelineConfig:
     """Systems that also run the source-relearn control: Step 2 on the source corpus itself with only the special
     rows copied (``run_adapt.py --init specials``), scored on the source test files. No language gap is involved,
     so the gap to the model's own source score is what Step 2 loses at that budget (issue 16)."""
+    pretrain_seeds: list = field(default_factory=list)
+    """More pretraining runs (appendix A.5): each seed k repeats Steps 1-3 for every system, language, task and
+    finetuning seed in ``<out>/pretrain-seed<k>/`` (Steps 1 and 2 with seed k; the prepared data are shared), and Step
+    4 scores their final Step-2 checkpoints beside the main run's (``seed``, in ``out``), for the spread over
+    pretraining runs next to the spread over finetuning seeds."""
     source_minis: list = field(default_factory=list)
     """Systems whose mini-model (the body their Step 2 trains over) is also finetuned on each task and scored on the
     source test files, beside the primaries (the paper's Table 5: does dual-head pretraining hurt English?)."""
@@ -123,6 +128,11 @@ class PipelineConfig:
         if not set(cfg.source_relearn) <= set(cfg.systems):
             raise InputError(f"{source}: source_relearn must name systems of this pipeline ({', '.join(cfg.systems)});"
                              f" got {cfg.source_relearn}")
+        seeds = cfg.pretrain_seeds
+        if (not all(isinstance(k, int) and not isinstance(k, bool) and k >= 0 for k in seeds)
+                or len(set(seeds)) != len(seeds) or cfg.seed in seeds):
+            raise InputError(f"{source}: pretrain_seeds must be distinct integers of at least 0, other than seed "
+                             f"({cfg.seed}); got {seeds}")
         minis = [name for name in cfg.source_minis if name not in cfg.systems or get_system(name).body == "primary"]
         if minis:
             raise InputError(f"{source}: source_minis must name systems of this pipeline that adapt a mini-model "

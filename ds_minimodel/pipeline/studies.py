@@ -1,5 +1,6 @@
 """The paper's analyses beyond Tables 2-3, from the same results: the mini-model depth study (section 5.2: Table 4,
-Table A3, Figure 4) and English performance (section 5.3, Table 5).
+Table A3, Figure 4), English performance (section 5.3, Table 5) and the variance over pretraining runs (appendix
+A.5, Table A5).
 
 - **Depth study.** A pipeline config lists MiniJoint at several depths as systems ``minijoint@N`` (the second head
   after layer N; ``systems.depth_of``) beside ``bl_base``. Each is its own Step-1 model, Step 2 runs over its bottom N
@@ -9,6 +10,8 @@ Table A3, Figure 4) and English performance (section 5.3, Table 5).
 - **English performance.** Each finetuned primary scored with its own source embeddings (``source_test`` in
   results.json), and, for the systems a config lists under ``source_minis``, their mini-models finetuned and scored
   the same way: MiniJoint's full model against BL_BASE, its mini-model against BL_SMALL (Table 5).
+- **Pretraining runs.** With ``pretrain_seeds``, results.json's ``pretrain_runs`` holds the final scores of every
+  pretraining run; Table A5 sets the spread over those runs beside the spread over finetuning seeds.
 """
 from __future__ import annotations
 
@@ -18,7 +21,14 @@ from typing import Any
 
 from ds_minimodel.pipeline.analysis import AVERAGE, Point, own_scores, plot_curves
 from ds_minimodel.pipeline.settings import MINI_PREFIX
-from ds_minimodel.systems import BASELINE, SYSTEMS, depth_of, get_system, is_system
+from ds_minimodel.systems import (
+    BASELINE,
+    SYSTEMS,
+    depth_of,
+    get_system,
+    is_system,
+    order_key,
+)
 
 
 def depth_systems(names: set[str] | list[str]) -> list[str]:
@@ -133,5 +143,40 @@ def table5(results: dict[str, Any]) -> str:
         for (t, l, name), p in sorted(own.items(), key=lambda kv: (kv[0][2].startswith(MINI_PREFIX), kv[0][2])):
             if (t, l) == (task, lang):
                 lines.append(f"{model_label(name):<40} {name:<22} {p.score:6.1f} +- {p.std:4.1f}")
+        lines.append("")
+    return "\n".join(lines).rstrip()
+
+
+def _spread(values: list[float]) -> float:
+    return statistics.stdev(values) if len(values) > 1 else 0.0
+
+
+def table_a5(results: dict[str, Any]) -> str:
+    """Appendix A.5 (Table A5): the final score of every pretraining run (``pretrain_seeds`` beside the main run),
+    mean +- std over its finetuning seeds; then the mean and spread of those means over the pretraining runs, next
+    to the mean spread over finetuning seeds within one run. Empty without further pretraining runs."""
+    groups: dict[tuple[str, str, str], dict[int, list[float]]] = {}
+    metrics: dict[str, str] = {}
+    for r in results.get("pretrain_runs", []):
+        metrics[r["task"]] = "accuracy" if "accuracy" in r else "f1"
+        groups.setdefault((r["task"], r["system"], r["lang"]), {}).setdefault(r["pretrain_seed"], []).append(
+            r[metrics[r["task"]]])
+    lines: list[str] = []
+    for task in sorted(metrics):
+        seeds = sorted({k for (t, _, _), runs in groups.items() if t == task for k in runs})
+        lines += [(f"Table A5 ({task}, {metrics[task]}): final score per pretraining run (Step-1 seed), mean +- std "
+                   "over finetuning seeds; then over pretraining runs"),
+                  f"{'system':<12} {'lang':<6} " + " ".join(f"{f'seed {k}':>12}" for k in seeds)
+                  + f" {'over runs':>14} {'finetuning std':>15}"]
+        for (t, system, lang), runs in sorted(groups.items(), key=lambda kv: (kv[0][0], order_key(kv[0][1]),
+                                                                               kv[0][2])):
+            if t != task:
+                continue
+            means = [statistics.mean(runs[k]) for k in seeds if k in runs]
+            cells = [f"{statistics.mean(runs[k]):6.1f}+-{_spread(runs[k]):4.1f}" if k in runs else f"{'-':>12}"
+                     for k in seeds]
+            lines.append(f"{system:<12} {lang:<6} " + " ".join(cells)
+                         + f" {statistics.mean(means):7.1f}+-{_spread(means):4.1f}"
+                         + f" {statistics.mean(_spread(v) for v in runs.values()):15.1f}")
         lines.append("")
     return "\n".join(lines).rstrip()

@@ -157,3 +157,35 @@ def test_extractive_qa_runs_through_step4_and_the_tables(run):
     assert {m["metric"] for m in results["zero_shot_over_seeds"] if m["task"] == "qa"} == {"f1"}
     assert "Table 2 (qa, f1)" in (out / "analysis/table2.txt").read_text()
     assert (out / "analysis/figure3_qa_de.png").is_file()
+
+
+def test_further_pretraining_runs_are_scored_beside_the_main_one(tmp_path):
+    """Appendix A.5: ``pretrain_seeds`` repeats Steps 1-3 with another Step-1 seed in its own folder; Step 4 scores
+    its final Step-2 checkpoint, and Table A5 sets the runs side by side."""
+    config = json.loads((REPO / "configs/demo.json").read_text())
+    config.update(out=str(tmp_path / "out"), ranks=1, preset="tiny", vocab_size=500, systems=["bl_base"],
+                  pretrain_seeds=[5])
+    for corpus in [config["source"], *config["targets"]]:
+        corpus["corpus"] = head(REPO / corpus["corpus"], tmp_path / f"{corpus['lang']}.txt", 3000)
+    for section, steps in (("step1", 2), ("step2", 2)):
+        config[section].update(steps=steps, save_every=2, log_every=2)
+    del config["step1b"]
+    config["step3"].update(epochs=0.02, seeds=[1])
+    task = config["tasks"][0]
+    task["train"] = head(REPO / task["train"], tmp_path / "train.jsonl", 2000)
+    task["dev"] = {}
+    task["test"] = {"de": head(REPO / task["test"]["de"], tmp_path / "test.de.jsonl", 50)}
+    path = tmp_path / "pipeline.json"
+    path.write_text(json.dumps(config))
+    run_cmd([sys.executable, "-m", "ds_minimodel", "pipeline", "--config", str(path)], timeout=600)
+
+    out = tmp_path / "out"
+    main, extra = (json.loads((folder / "step1/base/run.json").read_text()) for folder in (out, out / "pretrain-seed5"))
+    assert (main["seed"], extra["seed"]) == (1, 5)
+    assert not (out / "pretrain-seed5/data").exists()  # the prepared data are shared
+    results = json.loads((out / "results.json").read_text())
+    assert sorted((r["pretrain_seed"], r["system"], r["step2_update"]) for r in results["pretrain_runs"]) == [
+        (1, "bl_base", 2), (5, "bl_base", 2)]
+    assert {r["pretrain_seed"] for r in results["pretrain_runs"]} == {1, 5}
+    table = (out / "analysis/table_a5.txt").read_text().splitlines()
+    assert table[1].split()[2:6] == ["seed", "1", "seed", "5"] and table[2].split()[:2] == ["bl_base", "de"]

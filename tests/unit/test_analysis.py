@@ -243,3 +243,21 @@ def test_studies_tables_are_left_out_of_a_run_without_them(tmp_path):
     summary = run(path, tmp_path / "analysis")
     assert summary["table4"] == summary["table_a3"] == summary["table5"] == ""
     assert not (tmp_path / "analysis/table4.txt").exists() and not (tmp_path / "analysis/table5.txt").exists()
+
+
+def test_table_a5_spread_over_pretraining_runs_next_to_finetuning_seeds(tmp_path):
+    """Appendix A.5: BL_BASE German from three pretraining runs, two finetuning seeds each."""
+    results = synthetic_results()
+    results["pretrain_runs"] = [
+        {"task": "xnli", "system": "bl_base", "lang": "de", "seed": fseed, "pretrain_seed": pseed,
+         "step2_update": 4000, "accuracy": score}
+        for pseed, scores in ((1, (60, 62)), (2, (64, 66)), (3, (56, 56))) for fseed, score in zip((1, 2), scores)]
+    path = tmp_path / "results.json"
+    path.write_text(json.dumps(results))
+    t = run(path, tmp_path / "analysis", plots=False)["table_a5"].splitlines()
+    assert t[0].startswith("Table A5 (xnli, accuracy)")
+    assert t[1].split() == ["system", "lang", "seed", "1", "seed", "2", "seed", "3", "over", "runs", "finetuning",
+                            "std"]
+    # per run: 61 +- 1.4, 65 +- 1.4, 56 +- 0; over runs: mean 60.7, std 4.5; mean finetuning std (1.41+1.41+0)/3
+    assert t[2].split() == ["bl_base", "de", "61.0+-", "1.4", "65.0+-", "1.4", "56.0+-", "0.0", "60.7+-", "4.5", "0.9"]
+    assert (tmp_path / "analysis/table_a5.txt").is_file()

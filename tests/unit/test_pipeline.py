@@ -172,3 +172,29 @@ def test_the_depth_study_is_a_list_of_minijoint_depths_each_its_own_primary_and_
         path.write_text(json.dumps({**base, "systems": systems, "source_minis": minis}))
         with pytest.raises(InputError, match=rf"{path}: {message}"):
             PipelineConfig.load(path)
+
+
+def test_pretraining_seeds_repeat_steps_1_to_3_in_their_own_folder(tmp_path):
+    """Appendix A.5: each of ``pretrain_seeds`` is a whole further run of Steps 1-3 with that Step-1 (and Step-2)
+    seed, in <out>/pretrain-seed<k>/, sharing the prepared data; the one Step 4 scores them all."""
+    pipeline = demo_pipeline(tmp_path, systems=["bl_base", "minipost"], pretrain_seeds=[7])
+    names = [j.name for j in pipeline.jobs()]
+    assert names == ["prepare", "step1-base", "step1b-minipost", "step2-bl_base", "step2-minipost", "step3-base",
+                     "step1-base.seed7", "step1b-minipost.seed7", "step2-bl_base.seed7", "step2-minipost.seed7",
+                     "step3-base.seed7", "step4"]
+    by_name = {j.name: j for j in pipeline.jobs()}
+    assert by_name["step1b-minipost.seed7"].after == ("step1-base.seed7",)
+    assert by_name["step2-minipost.seed7"].after == ("step1b-minipost.seed7",)
+    assert set(by_name["step4"].after) == {n for n in names if n.startswith(("step2-", "step3-"))}
+    extra = pipeline.extra_runs[7]
+    assert extra.step1_dir("base") == tmp_path / "out/pretrain-seed7/step1/base" and extra.seed == 7
+    assert extra.data_dir("en") == pipeline.data_dir("en") == tmp_path / "out/data/en"
+    with pytest.raises(InputError, match=r"needs the finished run in .*pretrain-seed7/step1/base; run the "
+                                         r"step1-base.seed7 job first"):
+        pipeline.run("step1b-minipost.seed7")
+    base = json.loads((Path(__file__).resolve().parents[2] / "configs/demo.json").read_text())
+    path = tmp_path / "bad.json"
+    for seeds in ([1], [2, 2], [-1], ["2"]):  # 1 is the main run's seed
+        path.write_text(json.dumps({**base, "pretrain_seeds": seeds}))
+        with pytest.raises(InputError, match=rf"{path}: pretrain_seeds must be distinct integers"):
+            PipelineConfig.load(path)
