@@ -11,6 +11,7 @@ Relative paths in the config are taken from the current directory.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import os
 import subprocess
 import sys
@@ -417,6 +418,18 @@ def is_pipeline_output(folder: Path) -> bool:
                     for p in entries if p.is_dir()))
 
 
+def only_systems(cfg: PipelineConfig, systems: list[str], source: str) -> PipelineConfig:
+    """``cfg`` cut down to ``systems``, a subset of its own (``--systems``); the same folders, so what the subset
+    runs is what the whole config would, and its Step-4 scores are reused by the whole config's."""
+    unknown = [s for s in systems if s not in cfg.systems]
+    if unknown or not systems:
+        raise InputError(f"--systems: {', '.join(unknown) or 'none given'}: not among {source}'s systems "
+                         f"({', '.join(cfg.systems)})")
+    return dataclasses.replace(cfg, systems=[s for s in cfg.systems if s in systems],
+                               source_relearn=[s for s in cfg.source_relearn if s in systems],
+                               source_minis=[s for s in cfg.source_minis if s in systems])
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--config", type=Path, required=True)
@@ -427,9 +440,13 @@ def main(argv: list[str] | None = None) -> int:
                    help="how training ranks start on this machine: the deepspeed launcher or PyTorch's torchrun; "
                         "or srun inside a batch job")
     p.add_argument("--list", action="store_true", help="print the jobs and what each needs, then exit")
+    p.add_argument("--systems", metavar="A,B", help="only these of the config's systems (and the primaries, controls "
+                   "and results they need): e.g. score the systems whose steps are done while the others train")
     args = p.parse_args(argv)
     try:
         cfg = PipelineConfig.load(args.config)
+        if args.systems is not None:
+            cfg = only_systems(cfg, args.systems.split(","), str(args.config))
         pipeline = Pipeline(cfg, str(args.config), launcher=args.launcher)
         if args.list:
             for job in pipeline.jobs():

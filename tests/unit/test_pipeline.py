@@ -198,3 +198,21 @@ def test_pretraining_seeds_repeat_steps_1_to_3_in_their_own_folder(tmp_path):
         path.write_text(json.dumps({**base, "pretrain_seeds": seeds}))
         with pytest.raises(InputError, match=rf"{path}: pretrain_seeds must be distinct integers"):
             PipelineConfig.load(path)
+
+
+def test_systems_option_runs_a_subset_of_the_configs_systems_in_the_same_folders(tmp_path):
+    from ds_minimodel.pipeline.plan import Pipeline, only_systems
+
+    base = json.loads((Path(__file__).resolve().parents[2] / "configs/demo.json").read_text())
+    path = tmp_path / "p.json"
+    path.write_text(json.dumps({**base, "out": str(tmp_path / "out"), "source_relearn": ["bl_base"],
+                                "source_minis": ["minijoint"]}))
+    cfg = PipelineConfig.load(path)
+    sub = only_systems(cfg, ["minipost", "bl_base"], str(path))
+    assert sub.systems == ["bl_base", "minipost"] and sub.source_relearn == ["bl_base"] and sub.source_minis == []
+    names = [j.name for j in Pipeline(sub, str(path)).jobs()]
+    assert names == ["prepare", "step1-base", "step1b-minipost", "step2-bl_base", "step2-minipost", "step3-base",
+                     "step4"]
+    assert Pipeline(sub, str(path)).step2_dir("de", "bl_base") == Pipeline(cfg, str(path)).step2_dir("de", "bl_base")
+    with pytest.raises(InputError, match=r"--systems: bl_huge: not among .*p.json's systems"):
+        only_systems(cfg, ["bl_huge"], str(path))
