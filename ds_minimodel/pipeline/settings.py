@@ -181,6 +181,7 @@ def check(cfg: PipelineConfig, sections: dict[str, Any], source: str, *, world_s
     from ds_minimodel.data.tokenizer import check_vocabulary_fits
     from ds_minimodel.model.encoder import POOLINGS
     from ds_minimodel.tasks.formats import FORMATS, read_examples
+    from ds_minimodel.tasks.qa import window_room
 
     preset = get_preset(cfg.preset)
     for name, value, low in (("seq_len", cfg.seq_len, 1), ("vocab_size", cfg.vocab_size, 1), ("ranks", cfg.ranks, 1),
@@ -220,6 +221,10 @@ def check(cfg: PipelineConfig, sections: dict[str, Any], source: str, *, world_s
             raise InputError(f"{where}: needs epochs > 0, max_len at most {preset.max_positions} (the preset's "
                              f"positions) and pooling one of {', '.join(POOLINGS)}; got {own.epochs}, "
                              f"{own.max_len}, {own.pooling!r}")
+        if task.format in FORMATS and FORMATS[task.format].kind == "span":
+            problem = window_room(own.max_len, own.doc_stride)
+            if problem:
+                raise InputError(f"{where}: {problem}")
     for corpus in [sections["source"], *sections["targets"]]:
         where = f"{source}: {corpus.lang}"
         if not Path(corpus.corpus).is_file():

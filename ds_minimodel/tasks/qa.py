@@ -208,8 +208,26 @@ def _answer_tokens(spans: Sequence[tuple[int, int]], start_char: int, end_char: 
     return (inside[0], inside[-1]) if inside else None
 
 
+MAX_QUERY_LEN = 64
+"""Questions are cut to this many tokens (HF ``run_qa.py``'s ``max_query_length``)."""
+FRAME = 4
+"""Tokens of a window that are neither question nor context: ``<s>``, ``</s></s>`` between them, the final ``</s>``."""
+
+
+def window_room(max_len: int, doc_stride: int, *, max_query_len: int = MAX_QUERY_LEN) -> str | None:
+    """Why windows of ``max_len`` tokens overlapping by ``doc_stride`` cannot hold every question (None when they
+    can): the context left after the longest question allowed must be more than the overlap. Known from the settings
+    alone, so a pipeline checks it before its first update instead of at Step 3."""
+    room = max_len - max_query_len - FRAME
+    if room > doc_stride:
+        return None
+    return (f"max_len {max_len} leaves {room} context tokens per window after a question of {max_query_len} tokens "
+            f"(the limit questions are cut to), not more than the overlap doc_stride={doc_stride}; raise max_len to "
+            f"at least {doc_stride + max_query_len + FRAME + 1} or lower doc_stride")
+
+
 def qa_features(example: QAExample, tokenizer: AnyTokenizer, *, max_len: int = 384, doc_stride: int = 128,
-                max_query_len: int = 64) -> list[QAWindow]:
+                max_query_len: int = MAX_QUERY_LEN) -> list[QAWindow]:
     """Windows of `<s> question </s></s> context </s>` covering the whole context, as HF's `run_qa.py` does.
 
     The question is cut to `max_query_len` tokens; each window holds up to `max_len - len(question) - 4` context
@@ -219,7 +237,7 @@ def qa_features(example: QAExample, tokenizer: AnyTokenizer, *, max_len: int = 3
     """
     question = tokenizer.encode(example.question)[:max_query_len]
     context_ids, spans = context_token_offsets(tokenizer, example.context)
-    room = max_len - len(question) - 4  # <s> question </s> </s> ... </s>
+    room = max_len - len(question) - FRAME  # <s> question </s> </s> ... </s>
     if room <= doc_stride:
         raise InputError(
             f"max_len {max_len} leaves {room} context tokens per window after a {len(question)}-token question, "

@@ -75,7 +75,7 @@ def run(tmp_path_factory) -> dict:
     squad_de = squad_file(REPO / "demo_data/corpus/de.txt", tmp_path / "qa.de.json", 24)
     config["tasks"] = [{"name": "qa", "format": "squad", "train": squad_en, "dev": {"en": squad_en},
                         "test": {"en": squad_en, "de": squad_de},
-                        "finetune": {"max_len": 96, "doc_stride": 32, "epochs": 1}}]
+                        "finetune": {"max_len": 128, "doc_stride": 32, "epochs": 1}}]
     path = tmp_path / "pipeline.json"
     path.write_text(json.dumps(config))
     proc = run_cmd([sys.executable, "-m", "ds_minimodel", "pipeline", "--config", str(path)], timeout=600)
@@ -149,7 +149,7 @@ def test_extractive_qa_runs_through_step4_and_the_tables(run):
     zero-shot with F1 and exact match for every system and checkpoint, and tabulated by F1."""
     out = run["out"]
     run_json = json.loads((out / "step3/qa/base/seed1/run.json").read_text())
-    assert (run_json["task"]["max_len"], run_json["task"]["doc_stride"]) == (96, 32)  # its own settings
+    assert (run_json["task"]["max_len"], run_json["task"]["doc_stride"]) == (128, 32)  # its own settings
     results = json.loads((out / "results.json").read_text())
     qa = [r for r in results["zero_shot"] if r["task"] == "qa"]
     assert {(r["system"], r["step2_update"]) for r in qa} == {(s, u) for s in SYSTEMS for u in (2, 4)}

@@ -131,6 +131,15 @@ def test_the_pipeline_checks_everything_before_the_first_job(tmp_path):
     path = pipeline_config(tmp_path, tasks=[{**task, "test": {"de": str(tmp_path / "missing.jsonl")}}])
     with pytest.raises(InputError, match="missing.jsonl: task file not found"):
         Pipeline(PipelineConfig.load(path), str(path))
+    # A QA task whose windows cannot hold the longest question it allows: known from its settings, refused now
+    # rather than when Step 3 meets such a question hours later.
+    squad = str(REPO / "tests/fixtures/tasks/squad.train.json")
+    qa = {"name": "qa", "format": "squad", "train": squad, "test": {"de": squad},
+          "finetune": {"max_len": 64, "doc_stride": 16}}
+    path = pipeline_config(tmp_path, tasks=[qa])
+    with pytest.raises(InputError, match=r"task qa's finetuning: max_len 64 leaves -4 context tokens per window after "
+                                         r"a question of 64 tokens .* raise max_len to at least 85"):
+        Pipeline(PipelineConfig.load(path), str(path))
     # Per-language tokenizer settings make the same language fit.
     path = pipeline_config(tmp_path, targets=[{"lang": "zh", "corpus": str(cjk), "vocab_size": 4000}])
     Pipeline(PipelineConfig.load(path), str(path))
