@@ -163,15 +163,22 @@ def task_loss(model: torch.nn.Module, batch: dict[str, torch.Tensor]) -> dict[st
 
 @torch.no_grad()
 def predict(model: torch.nn.Module, arrays: dict[str, np.ndarray], *, batch_size: int = 64) -> np.ndarray:
-    """Logits for every row, in eval mode."""
+    """Logits for every row, in eval mode, in the rows' order.
+
+    Rows are batched by length (longest first), each batch cut to its longest input (``trim_padding``): a lohelp
+    test file averages 27 of 128 tokens but nearly every batch of 64 in file order holds one long input, so batches
+    in file order cost about four times the compute (measured: 16 s against 4 s for German test on the reference
+    body, one thread). The outputs of the real positions do not depend on the padding."""
     was_training = model.training
     model.eval()
     device = next(model.parameters()).device
+    width = arrays["input_ids"].shape[1]
+    order = np.argsort(-arrays["attention_mask"].sum(1), kind="stable")  # longest first: the first batch is the peak
     out = []
     try:
-        width = arrays["input_ids"].shape[1]
-        for start in range(0, len(arrays["input_ids"]), batch_size):
-            rows = trim_padding({k: arrays[k][start:start + batch_size] for k in ("input_ids", "attention_mask")})
+        for start in range(0, len(order), batch_size):
+            picked = order[start:start + batch_size]
+            rows = trim_padding({k: arrays[k][picked] for k in ("input_ids", "attention_mask")})
             ids = torch.from_numpy(rows["input_ids"]).to(device)
             mask = torch.from_numpy(rows["attention_mask"]).to(device)
             logits = model(ids, mask).float().cpu().numpy()
@@ -180,7 +187,10 @@ def predict(model: torch.nn.Module, arrays: dict[str, np.ndarray], *, batch_size
             out.append(logits)
     finally:
         model.train(was_training)
-    return np.concatenate(out)
+    logits = np.concatenate(out) if out else np.zeros((0,))
+    restored = np.empty_like(logits)
+    restored[order] = logits  # back to the rows' order
+    return restored
 
 
 def macro_f1(gold: np.ndarray, pred: np.ndarray, num_labels: int) -> float:
