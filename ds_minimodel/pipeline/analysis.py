@@ -360,8 +360,7 @@ def plot_curves(all_curves: dict[tuple[str, str, str], list[Point]], rows: list[
         if task in source_score:
             ax.axhline(source_score[task], color="tab:green", linestyle="-.", label="source language, own embeddings")
         ax.set(xlabel="Step-2 compute (V100-days)", ylabel=f"{metrics[task]} (mean over seeds)",
-               title=f"{task}, {'mean over target languages' if lang == AVERAGE else lang}: zero-shot score "
-                     "against adaptation compute")
+               title=f"{task}, {'mean over target languages' if lang == AVERAGE else lang}: zero-shot score")
         ax.legend()
         fig.tight_layout()
         path = out / f"{prefix}_{task}_{lang}.png"

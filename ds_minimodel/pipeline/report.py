@@ -15,6 +15,7 @@ from ds_minimodel.config import read_json, write_csv, write_json
 from ds_minimodel.errors import InputError, report
 from ds_minimodel.pipeline import studies
 from ds_minimodel.pipeline.analysis import (
+    AVERAGE,
     NEAR_MAXIMAL,
     analyse,
     average_over_languages,
@@ -57,10 +58,15 @@ def run(results_path: Path, out: Path, *, plots: bool = True) -> dict[str, Any]:
         "note": "mean over target languages of the per-seed-mean curves, at the updates all languages share",
         "curves": [{"task": task, "system": system, "points": [asdict(p) for p in curve]}
                    for (task, _, system), curve in sorted(averaged.items())]})
+    averaged_majority = {}  # the mean over a task's target languages, the reference line of the averaged curves
+    for task in {k[0] for k in averaged}:
+        values = [m for (t, lang), m in majority.items() if t == task and (t, lang, BASELINE) in all_curves]
+        if values:
+            averaged_majority[(task, AVERAGE)] = sum(values) / len(values)
     figures = []
     if plots:
         figures = [*plot_curves(all_curves, rows, metrics, out, majority=majority, source_score=source_score),
-                   *plot_curves(averaged, [], metrics, out, source_score=source_score),
+                   *plot_curves(averaged, [], metrics, out, majority=averaged_majority, source_score=source_score),
                    *plot_curves(relearn_curves, [], metrics, out, majority=majority, source_score=source_score,
                                 prefix="relearn"),
                    *studies.plot_depths(all_curves, averaged, metrics, out, source_score),
