@@ -289,11 +289,16 @@ def table3(rows: list[dict[str, Any]]) -> str:
     return "\n".join(lines).rstrip()
 
 
+def main_metric(record: dict[str, Any]) -> str:
+    """The paper's headline metric of a score record: accuracy for classification and tagging, F1 for QA."""
+    return "accuracy" if "accuracy" in record else "f1"
+
+
 def own_scores(results: dict[str, Any]) -> dict[tuple[str, str, str], Point]:
     """{(task, lang, primary): mean +- std over seeds of the finetuned primary with its own embeddings}."""
     groups: dict[tuple[str, str, str], list[float]] = {}
     for r in results.get("source_test", []):
-        metric = "accuracy" if "accuracy" in r else "f1"
+        metric = main_metric(r)
         groups.setdefault((r["task"], r["lang"], r["primary"]), []).append(r[metric])
     return {k: Point(0, 0, 0, statistics.mean(v), statistics.stdev(v) if len(v) > 1 else 0.0)
             for k, v in groups.items()}

@@ -65,8 +65,9 @@ def launch(script: str, args: list[str], ranks: int, launcher: str = "deepspeed"
         raise SystemExit(f"pipeline: {script} exited with {proc.returncode}")
 
 
-PRETRAIN_RUN = ".seed"
-"""Job names of a further pretraining run (``pretrain_seeds``) end with this and its seed: ``step1-base.seed2``."""
+PRETRAIN_RUN, PRETRAIN_FOLDER = ".seed", "pretrain-seed"
+"""A further pretraining run (``pretrain_seeds``): its job names end ``.seed<k>`` (``step1-base.seed2``), its
+outputs are in ``<out>/pretrain-seed<k>/``."""
 
 
 class StoppedEarly(Exception):
@@ -124,7 +125,7 @@ class Pipeline:
         """The pipeline's output folder: the main run's, and where the shared data and the results are."""
         self.seed = cfg.seed if pretrain_seed is None else pretrain_seed
         self.suffix = "" if pretrain_seed is None else f"{PRETRAIN_RUN}{pretrain_seed}"
-        self.out = self.root if pretrain_seed is None else self.root / f"pretrain-seed{pretrain_seed}"
+        self.out = self.root if pretrain_seed is None else self.root / f"{PRETRAIN_FOLDER}{pretrain_seed}"
         self.log_root = self.root / "tensorboard"
         self.extra_runs = {} if pretrain_seed is not None else {
             k: Pipeline(cfg, source_path, launcher=launcher, pretrain_seed=k) for k in cfg.pretrain_seeds}
@@ -358,19 +359,13 @@ class Pipeline:
                         for seed in ft.seeds:
                             results.append(self._score(task, target.lang, system, ckpt, seed,
                                                        task_models[(task.name, get_system(system).primary, seed)]))
-        last: dict[tuple, int] = {}  # the main run's final checkpoint per curve, beside the others' (appendix A.5)
-        for r in results:
-            key = (r["task"], r["lang"], r["system"])
-            last[key] = max(last.get(key, 0), r["step2_update"])
-        finals = [{**r, "pretrain_seed": self.seed} for r in results
-                  if r["step2_update"] == last[(r["task"], r["lang"], r["system"])]]
-        for run in self.extra_runs.values():
-            finals += run._final_scores()
+        # Appendix A.5: every pretraining run's final scores (the main run's were just scored: read from the cache)
+        runs = (self, *self.extra_runs.values()) if self.extra_runs else ()
         return write_results(self.out, results, dev_scores, source_test=own, source_relearn=relearned,
-                             baselines=trivial, pretrain_runs=finals if self.extra_runs else ())
+                             baselines=trivial, pretrain_runs=[r for run in runs for r in run._final_scores()])
 
     def _final_scores(self) -> list[dict[str, Any]]:
-        """A further pretraining run's Step 4: the final Step-2 checkpoint of every system and target language with
+        """This pretraining run's final scores: the final Step-2 checkpoint of every system and target language with
         every finetuning seed of its own Step 3 (appendix A.5 compares final scores)."""
         records = []
         for task in self.sections["tasks"]:
@@ -414,7 +409,7 @@ def is_pipeline_output(folder: Path) -> bool:
     marks another command's output (loose files such as a log the user redirected there are fine)."""
     entries = list(folder.iterdir())
     return (not any(p.name in FOREIGN_MARKERS for p in entries)
-            and all(p.name in PIPELINE_FOLDERS or p.name.startswith((".", "pretrain-seed"))
+            and all(p.name in PIPELINE_FOLDERS or p.name.startswith((".", PRETRAIN_FOLDER))
                     for p in entries if p.is_dir()))
 
 

@@ -7,6 +7,7 @@ from typing import Any
 
 from ds_minimodel import flops
 from ds_minimodel.config import file_sha256, read_json, write_csv, write_json
+from ds_minimodel.pipeline.analysis import main_metric
 from ds_minimodel.pipeline.settings import TaskSettings
 from ds_minimodel.systems import order_key
 from ds_minimodel.tasks.evaluate import zero_shot
@@ -47,11 +48,6 @@ def scored(cache: Path, task_model: Path, embeddings: Path | None, test_file: Pa
     cache.parent.mkdir(parents=True, exist_ok=True)
     write_json(cache, {"inputs": inputs, "record": record})
     return record
-
-
-def main_metric(record: dict[str, Any]) -> str:
-    """The paper's headline metric: accuracy for classification and tagging, F1 for QA."""
-    return "accuracy" if "accuracy" in record else "f1"
 
 
 def over_seeds(results: list[dict[str, Any]]) -> list[dict[str, Any]]:

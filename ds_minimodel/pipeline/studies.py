@@ -19,7 +19,13 @@ import statistics
 from pathlib import Path
 from typing import Any
 
-from ds_minimodel.pipeline.analysis import AVERAGE, Point, own_scores, plot_curves
+from ds_minimodel.pipeline.analysis import (
+    AVERAGE,
+    Point,
+    main_metric,
+    own_scores,
+    plot_curves,
+)
 from ds_minimodel.pipeline.settings import MINI_PREFIX
 from ds_minimodel.systems import (
     BASELINE,
@@ -137,7 +143,7 @@ def table5(results: dict[str, Any]) -> str:
         return ""
     lines: list[str] = []
     for task, lang in sorted({k[:2] for k in own}):
-        metric = next(("accuracy" if "accuracy" in r else "f1") for r in results["source_test"] if r["task"] == task)
+        metric = next(main_metric(r) for r in results["source_test"] if r["task"] == task)
         lines += [(f"Table 5 ({task}, {lang} test, {metric}): finetuned on {lang}, scored with its own embeddings, "
                    "mean +- std over seeds"), f"{'model':<40} {'finetuned':<22} {metric:>12}"]
         for (t, l, name), p in sorted(own.items(), key=lambda kv: (kv[0][2].startswith(MINI_PREFIX), kv[0][2])):
@@ -158,7 +164,7 @@ def table_a5(results: dict[str, Any]) -> str:
     groups: dict[tuple[str, str, str], dict[int, list[float]]] = {}
     metrics: dict[str, str] = {}
     for r in results.get("pretrain_runs", []):
-        metrics[r["task"]] = "accuracy" if "accuracy" in r else "f1"
+        metrics[r["task"]] = main_metric(r)
         groups.setdefault((r["task"], r["system"], r["lang"]), {}).setdefault(r["pretrain_seed"], []).append(
             r[metrics[r["task"]]])
     lines: list[str] = []
