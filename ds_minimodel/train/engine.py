@@ -374,12 +374,15 @@ def train(
 # SIGSTOPped peer on another host: "Connection reset by peer", "Timed out waiting 20000ms for recv operation").
 _PEER_FAILURE = ("timed out", "timeout", "connection reset", "connection closed", "connection refused",
                  "broken pipe", "nccl error", "watchdog", "socket")
+# Gloo's own words when its TCP pair to a silent peer times out, without naming Gloo (seen in CI with a SIGSTOPped
+# peer while the other rank waited in a checkpoint's all-reduce: "Application timeout caused pair closure").
+_GLOO_PAIR_FAILURE = ("caused pair closure",)
 
 
 def _lost_a_peer(err: RuntimeError) -> bool:
     text = str(err).lower()
-    return isinstance(err, dist.DistError) or (("gloo" in text or "nccl" in text or "c10d" in text)
-                                               and any(k in text for k in _PEER_FAILURE))
+    return (isinstance(err, dist.DistError) or any(k in text for k in _GLOO_PAIR_FAILURE)
+            or (("gloo" in text or "nccl" in text or "c10d" in text) and any(k in text for k in _PEER_FAILURE)))
 
 
 def _engine_metrics(engine: Any, scale_watch: LossScaleWatch | None) -> dict[str, float]:
