@@ -18,12 +18,15 @@ Definitions (paper section 4.2 and footnotes 5 and 6):
 - the near-maximal target for a task and language is 95% of BL_BASE's final score there;
 - the cost to reach a target is interpolated linearly between the checkpoint just before and the first checkpoint
   at or above it (section 3: 48% at 5,000 updates and 1.17 EFLOPs, 52% at 10,000 and 2.34 EFLOPs give 50% at 7,500
-  updates and 1.755 EFLOPs). A target met at the first checkpoint has no earlier point: its cost is the first
-  checkpoint's, an upper bound, flagged ``at_first_checkpoint``. A target never met is ``never``. Each estimate
+  updates and 1.755 EFLOPs). Step 2 saves its initial rows as update 0, so a curve starts at no cost; a target
+  already met there costs nothing: the overlap-initialised rows alone reach it, and no speedup is defined. A curve
+  without an update-0 point (runs from before it was saved) that meets the target at its first checkpoint gets that
+  checkpoint's cost, an upper bound, flagged ``at_first_checkpoint``. A target never met is ``never``. Each estimate
   comes with the paper's lower and upper bounds (appendix A.4, Table A4): the cost at the checkpoint before the
   crossing (0.0 when the first checkpoint already meets the target) and at the checkpoint at or after it;
 - the speedup for a language is BL_BASE's V100-days to the target over the system's; the average speedup is the
-  mean of the per-language ratios, over the languages where both reach it;
+  mean of the per-language ratios, over the languages where both reach it at a cost above zero (BL_BASE at
+  update 0 needs no Step 2 to be sped up; a system at update 0 against BL_BASE above it is marked, not divided);
 - no speedup on noise: where BL_BASE's final score is not clearly above the majority class of that language's test
   file (by more than ``CLEAR_MARGIN`` points and twice its standard deviation over seeds), there is no transfer
   to be fast at, and that language gets no target and no speedup ("no transfer" in the tables).
@@ -92,8 +95,8 @@ def time_to_target(curve: list[Point], target: float) -> Reached:
         if point.score < target:
             continue
         bounds = {"upper_updates": point.updates, "upper_v100_days": point.v100_days}
-        if i == 0:
-            return Reached(point.updates, point.flops, point.v100_days, at_first_checkpoint=True,
+        if i == 0:  # at update 0 (Step 2 saves the initial rows) exact; at a later first checkpoint, an upper bound
+            return Reached(point.updates, point.flops, point.v100_days, at_first_checkpoint=point.updates > 0,
                            lower_updates=0.0, lower_v100_days=0.0, **bounds)
         before = curve[i - 1]
         t = (target - before.score) / (point.score - before.score)  # 0 < t <= 1: before < target <= point
@@ -186,7 +189,8 @@ def analyse(all_curves: dict[tuple[str, str, str], list[Point]],
             curve = all_curves[(task, lang, system)]
             reached = time_to_target(curve, target) if transfer else Reached(None, None, None)
             speedup = (base_cost.v100_days / reached.v100_days
-                       if not reached.never and not base_cost.never and reached.v100_days > 0 else None)
+                       if not reached.never and not base_cost.never and reached.v100_days > 0
+                       and base_cost.v100_days > 0 else None)
             rows.append({"task": task, "lang": lang, "system": system, "target": target,
                          "transfer": transfer, "majority": majority.get((task, lang)),
                          "final_score": curve[-1].score, "final_updates": curve[-1].updates,
@@ -254,6 +258,7 @@ def table3(rows: list[dict[str, Any]]) -> str:
                   "speedup over BL_BASE",
                   f"{'system':<12} " + " ".join(f"{lang:>18}" for lang in langs) + f" {'avg speedup':>12}"]
         bounds: list[str] = []
+        at_zero: list[str] = []
         for system in ordered_systems({r["system"] for r in rows if r["task"] == task}):
             cells = []
             for lang in langs:
@@ -267,6 +272,8 @@ def table3(rows: list[dict[str, Any]]) -> str:
                 else:
                     mark = "<=" if r["at_first_checkpoint"] else ""
                     ratio = f"{r['speedup']:.2f}x" if r["speedup"] is not None else "-"
+                    if r["v100_days"] == 0:
+                        at_zero.append(f"{system} {lang}")
                     cells.append(f"{mark + format(r['v100_days'], '.3g'):>11} {ratio:>6}")
                     bounds.append(f"{system} {lang}: {r['lower_v100_days']:.3g} - {r['upper_v100_days']:.3g}")
             avg = speedups.get((task, system))
@@ -277,6 +284,9 @@ def table3(rows: list[dict[str, Any]]) -> str:
         targets = sorted({(r["lang"], r["target"]) for r in rows if r["task"] == task and r["target"] is not None})
         lines.append("targets: " + (", ".join(f"{lang} {t:.1f}" for lang, t in targets) or "none")
                      + "   (<=: reached at the first checkpoint, an upper bound)")
+        if at_zero:
+            lines.append("met at update 0, before any Step-2 update (the overlap-initialised rows alone; no speedup "
+                         "where BL_BASE is one of them): " + ", ".join(at_zero))
         if bounds:  # appendix A.4 / Table A4: the checkpoints before and at the crossing
             lines.append("lower - upper V100-days (checkpoint before the crossing, 0 before the first; checkpoint at "
                          "or after it): " + "; ".join(bounds))

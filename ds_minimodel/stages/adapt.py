@@ -181,6 +181,7 @@ def train_embeddings(args: argparse.Namespace) -> tuple[TrainResult, Stage]:
               "source_tokenizer": {"path": str(source.path), "sha256": source.sha256},
               "overlap": overlap, "init": args.init, "body_dropout": args.body_dropout, "trainable": trainable},
         compact_checkpoints=True,
+        save_initial=True,
     )
     result = train(stage, stream, ds_config=ds_config, ds_config_source=str(args.ds_config), train_cfg=train_cfg,
                    run_dir=args.out, log_root=args.log_root, resume=args.resume, batch=batch)

@@ -48,6 +48,9 @@ class Stage:
     """Written into every checkpoint's meta.json (model config, tokenizer reference, provenance...)."""
     compact_checkpoints: bool = False
     """Save only the trainable parameters (Step 2: the embeddings), not the frozen body."""
+    save_initial: bool = False
+    """Also save a checkpoint at update 0 when a run starts fresh (Step 2: the overlap-initialised rows before any
+    update, the point its time-to-target curves start from)."""
 
     def trainable_parameters(self) -> list[nn.Parameter]:
         """Only these reach the optimizer; frozen ones get no gradient and no optimizer state."""
@@ -284,7 +287,18 @@ def train(
     progress = _progress(stage.name, step, train_cfg.steps, enabled=rank == 0)
     stopped_by = None
     signals = StopSignals().install()
+
+    def save(step: int) -> Path:
+        return checkpoint.save(
+            engine, run_dir, step,
+            {**stage.meta, "stage": stage.name, "samples": samples, "tokens": tokens,
+             "flops": step * stage.flops_per_update, "data_position": stream.state_dict(),
+             "global_batch": batch.global_batch},
+            keep=train_cfg.keep_checkpoints, trainable_only=stage.compact_checkpoints)
+
     try:
+        if stage.save_initial and latest is None:
+            last_ckpt = save(0)
         while step < train_cfg.steps:
             started = time.perf_counter()
             sums: dict[str, torch.Tensor] = {}
@@ -334,12 +348,7 @@ def train(
                 logger.log(metrics, step)
                 progress.update(step, loss)
             if step % train_cfg.save_every == 0 or step == train_cfg.steps or stop_requested:
-                last_ckpt = checkpoint.save(
-                    engine, run_dir, step,
-                    {**stage.meta, "stage": stage.name, "samples": samples, "tokens": tokens,
-                     "flops": step * stage.flops_per_update, "data_position": stream.state_dict(),
-                     "global_batch": batch.global_batch},
-                    keep=train_cfg.keep_checkpoints, trainable_only=stage.compact_checkpoints)
+                last_ckpt = save(step)
             if stop_requested and step < train_cfg.steps:
                 stopped_by = signals.reason()
                 if rank == 0:

@@ -16,7 +16,7 @@ from ds_minimodel.model.surgery import build_minipost
 from ds_minimodel.train import checkpoint
 from tests.integration.conftest import REPO, run_cmd, torchrun_cmd
 
-STEP2 = ["--seq-len", "64", "--save-every", "10", "--log-every", "5", "--steps", "30"]
+STEP2 = ["--seq-len", "64", "--save-every", "15", "--log-every", "5", "--steps", "30"]
 
 
 @pytest.fixture(scope="session")
@@ -147,7 +147,7 @@ def test_step2_target_loss_falls_with_compact_checkpoints(adapted, primaries, mi
     assert records[-1]["loss"] < records[0]["loss"] - 0.25, (system, records[0]["loss"], records[-1]["loss"])
     assert records[-1]["flops"] > records[0]["flops"] > 0 and "v100_days" in records[-1]
     ckpts = checkpoint.complete_checkpoints(run_dir)
-    assert [c.name for c in ckpts] == ["step_00000010", "step_00000020", "step_00000030"]
+    assert [c.name for c in ckpts] == ["step_00000000", "step_00000015", "step_00000030"]
     meta = checkpoint.load_meta(ckpts[-1])
     assert meta["kind"] == "embeddings" and meta["system"] == system and meta["lang"] == "de"
     assert meta["overlap"]["overlap"] > 5 and 0 < meta["overlap"]["ratio"] < 1
@@ -166,6 +166,31 @@ def test_step2_target_loss_falls_with_compact_checkpoints(adapted, primaries, mi
     events = EventAccumulator(str(run_dir / "tensorboard" / f"adapt-de-{system}"))  # default log root and name
     events.Reload()
     assert {"loss", "flops", "v100_days"} <= set(events.Tags()["scalars"])
+
+
+def test_step2_update_0_holds_the_initial_rows_and_resumes_exactly(adapted, primaries, tmp_path):
+    """The update-0 checkpoint (where the time-to-target curves start) is the overlap-initialised rows at no cost,
+    and a run that lost every later checkpoint resumes from it to the same final embeddings, bit for bit."""
+    import shutil
+
+    run_dir = tmp_path / "bl_base"
+    shutil.copytree(adapted["bl_base"], run_dir)
+    initial, *later = checkpoint.complete_checkpoints(run_dir)
+    meta = checkpoint.load_meta(initial)
+    assert (meta["step"], meta["flops"], meta["tokens"]) == (0, 0, 0)
+    rows = checkpoint.load_weights(initial)["embeddings.tokens.weight"]
+    body, _ = load_mlm(primaries["base"])
+    assert torch.equal(rows[:5], body.embeddings.tokens.weight[:5])  # the special rows, copied from the body
+    assert not torch.equal(rows, checkpoint.load_weights(later[-1])["embeddings.tokens.weight"])
+    for ckpt in later:
+        shutil.rmtree(ckpt)
+    description = json.loads((run_dir / "run.json").read_text())
+    run_cmd(torchrun_cmd(2, "run_adapt.py", "--system", "bl_base", "--body", str(primaries["base"]),
+                         "--data", description["data"], "--ds-config", description["ds_config_path"],
+                         "--out", str(run_dir), *STEP2, "--resume"))
+    final = checkpoint.load_weights(checkpoint.latest_checkpoint(run_dir))
+    want = checkpoint.load_weights(checkpoint.latest_checkpoint(adapted["bl_base"]))
+    assert all(torch.equal(final[k], want[k]) for k in want)
 
 
 def test_plug_refuses_other_lineage_and_accepts_own(adapted, primaries, tmp_path):

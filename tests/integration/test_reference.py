@@ -50,8 +50,9 @@ def test_reference_config_runs_end_to_end_at_a_few_updates(tmp_path):
         limit = CORPUS_BYTES["en" if corpus is config["source"] else "target"]
         corpus["corpus"] = slice_of(REPO / f"{corpus['corpus']}.xz", tmp_path / corpus["corpus"], max_bytes=limit)
     # One update where one is enough: each saves a full checkpoint of the reference body (weights and Adam state).
+    # Step 2 saves at updates 0 and 2.
     for section, steps in (("step1", 1), ("step1b", 1), ("step2", 2)):
-        config[section].update(steps=steps, save_every=1, log_every=1)
+        config[section].update(steps=steps, save_every=steps, log_every=1)
     config["step3"].update(epochs=0.02, seeds=[1])
     task = config["tasks"][0]
     task["train"] = slice_of(REPO / f"{task['train']}.xz", tmp_path / task["train"], lines=2000)

@@ -60,7 +60,7 @@ def test_submitted_chain_runs_in_order_and_a_signalled_job_requeues_and_resumes(
         "source": {"lang": "en", "corpus": str(DEMO / "corpus/en.txt")},
         "targets": [{"lang": "de", "corpus": str(DEMO / "corpus/de.txt")}],
         "step1": {"ds_config": "ds_configs/cpu_fp32.json", "steps": STEP1_UPDATES, "save_every": 10, "log_every": 5},
-        "step2": {"ds_config": "ds_configs/cpu_fp32.json", "steps": 6, "save_every": 3, "log_every": 1},
+        "step2": {"ds_config": "ds_configs/cpu_fp32.json", "steps": 6, "save_every": 6, "log_every": 1},
         "step3": {"ds_config": "ds_configs/cpu_finetune.json", "epochs": 1, "seeds": [1], "max_len": 64},
         "tasks": [{"name": "lohelp", "format": "generic",
                    "train": small_task(tmp_path / "task", tasks / "train.en.jsonl", 256),
@@ -119,6 +119,6 @@ def test_submitted_chain_runs_in_order_and_a_signalled_job_requeues_and_resumes(
         assert times(name)[0] >= times(after)[1], (name, times(name), after, times(after))
 
     results = json.loads((out / "results.json").read_text())
-    assert {r["step2_update"] for r in results["zero_shot"]} == {3, 6}
+    assert {r["step2_update"] for r in results["zero_shot"]} == {0, 6}  # the initial rows and the end
     assert (out / "tensorboard" / "step1-base").is_dir() and (out / "tensorboard" / "step2-de-bl_base").is_dir()
     assert str(REPO) in (out / "slurm" / "step1-base.sbatch").read_text()

@@ -72,6 +72,28 @@ def test_never_reached_and_reached_at_the_first_checkpoint():
     assert time_to_target(curve, 45.0).updates == 200  # exactly at a checkpoint
 
 
+def test_a_target_met_at_update_0_costs_nothing_and_gives_no_speedup():
+    """Step 2 saves its initial rows as update 0: a target met there is met exactly, at no cost (not an upper
+    bound); where BL_BASE meets its own target there, Step 2 is not needed and there is nothing to speed up; a
+    system that meets it there while BL_BASE needs updates is listed, not divided by zero."""
+    early = [Point(0, 0.0, 0.0, 50.0), Point(100, 1.0, 1.0, 51.0), Point(200, 2.0, 2.0, 52.0)]
+    at_zero = time_to_target(early, 45.0)
+    assert (at_zero.updates, at_zero.v100_days, at_zero.at_first_checkpoint) == (0, 0.0, False)
+    assert (at_zero.lower_v100_days, at_zero.upper_v100_days) == (0.0, 0.0)
+    assert time_to_target(early, 50.5).updates == pytest.approx(50)  # interpolated from update 0
+    late = [Point(0, 0.0, 0.0, 30.0), Point(100, 1.0, 1.0, 45.0), Point(200, 2.0, 2.0, 52.0)]
+    rows = analyse({("t", "de", "bl_base"): early, ("t", "de", "minijoint"): late,
+                    ("t", "fr", "bl_base"): late, ("t", "fr", "minijoint"): early})
+    by = {(r["lang"], r["system"]): r for r in rows}
+    assert by[("de", "bl_base")]["v100_days"] == 0 and by[("de", "minijoint")]["v100_days"] > 0
+    assert by[("de", "minijoint")]["speedup"] is None  # BL_BASE needs no Step 2 in German
+    assert by[("fr", "minijoint")]["v100_days"] == 0 and by[("fr", "minijoint")]["speedup"] is None
+    assert average_speedups(rows)[("t", "minijoint")] is None
+    text = table3(rows)
+    assert "met at update 0, before any Step-2 update" in text and "bl_base de" in text and "minijoint fr" in text
+    assert "<=" not in text.split("targets:")[0]
+
+
 def record(system: str, update: int, seed: int, accuracy: float, lang: str) -> dict:
     per_update = {"bl_base": 1.0, "minijoint": 0.4, "bl_small": 0.4, "minipost": 0.5}[system] * 1e18
     return {"task": "xnli", "system": system, "lang": lang, "step2_update": update, "seed": seed,
