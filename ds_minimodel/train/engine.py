@@ -288,13 +288,19 @@ def train(
     stopped_by = None
     signals = StopSignals().install()
 
-    def save(step: int) -> Path:
-        return checkpoint.save(
-            engine, run_dir, step,
+    saving: int | None = None  # the update whose checkpoint is being written, while it is (for the lost-peer error)
+
+    def save(at: int) -> Path:
+        nonlocal saving
+        saving = at
+        path = checkpoint.save(
+            engine, run_dir, at,
             {**stage.meta, "stage": stage.name, "samples": samples, "tokens": tokens,
-             "flops": step * stage.flops_per_update, "data_position": stream.state_dict(),
+             "flops": at * stage.flops_per_update, "data_position": stream.state_dict(),
              "global_batch": batch.global_batch},
             keep=train_cfg.keep_checkpoints, trainable_only=stage.compact_checkpoints)
+        saving = None
+        return path
 
     try:
         if stage.save_initial and latest is None:
@@ -360,8 +366,9 @@ def train(
     except RuntimeError as err:
         if not _lost_a_peer(err):
             raise
+        where = f"while saving the checkpoint of update {saving}" if saving is not None else f"during update {step + 1}"
         raise TrainingError(
-            f"{run_dir}: [{stage.name}] rank {rank} lost contact with another rank during update {step + 1} "
+            f"{run_dir}: [{stage.name}] rank {rank} lost contact with another rank {where} "
             f"({str(err).strip().splitlines()[-1]}): a rank died, hung or became unreachable. The last complete "
             f"checkpoint is {last_ckpt or 'none'}; relaunch every rank with --resume to continue.") from None
     finally:

@@ -119,3 +119,16 @@ def test_a_run_recorded_before_a_setting_existed_resumes_with_its_default(tmp_pa
     with pytest.raises(InputError, match="differ from the run in this folder: init, model"):
         write_run_description(run, {"variant": "bl_base", "model": {**model, "pre_norm": True}, "init": "specials",
                                     "seed": 1}, resume=True)
+
+
+@pytest.mark.parametrize("text, lost", [
+    ("Application timeout caused pair closure", True),  # Gloo, a SIGSTOPped peer during a checkpoint's all-reduce
+    ("[../third_party/gloo/gloo/transport/tcp/pair.cc:534] Connection closed by peer [10.231.67.2]:4711", True),
+    ("[c10d] Timed out waiting 20000ms for recv operation to complete", True),
+    ("mat1 and mat2 shapes cannot be multiplied (16x64 and 32x64)", False),
+    ("unexpected pos 1024 vs 512", False),  # torch.save on a full disk: a write failure, not a lost peer
+])
+def test_lost_peer_errors_are_told_from_other_runtime_errors(text, lost):
+    from ds_minimodel.train.engine import _lost_a_peer
+
+    assert _lost_a_peer(RuntimeError(text)) is lost
