@@ -178,13 +178,14 @@ def test_step2_update_0_holds_the_initial_rows_and_resumes_exactly(adapted, prim
     initial, *later = checkpoint.complete_checkpoints(run_dir)
     meta = checkpoint.load_meta(initial)
     assert (meta["step"], meta["flops"], meta["tokens"]) == (0, 0, 0)
-    rows = checkpoint.load_weights(initial)["embeddings.tokens.weight"]
+    initial_weights = checkpoint.load_weights(initial)
+    rows = initial_weights["embeddings.tokens.weight"]
     body, _ = load_mlm(primaries["base"])
     assert torch.equal(rows[:5], body.embeddings.tokens.weight[:5])  # the special rows, copied from the body
     assert not torch.equal(rows, checkpoint.load_weights(later[-1])["embeddings.tokens.weight"])
     # MiniPost's mini-model carries BL_BASE's embeddings and head unchanged: same seed, same initial rows, bit for bit
     minipost_initial = checkpoint.load_weights(checkpoint.complete_checkpoints(adapted["minipost"])[0])
-    assert all(torch.equal(v, checkpoint.load_weights(initial)[k]) for k, v in minipost_initial.items())
+    assert all(torch.equal(v, initial_weights[k]) for k, v in minipost_initial.items())
     for ckpt in later:
         shutil.rmtree(ckpt)
     description = json.loads((run_dir / "run.json").read_text())
