@@ -112,6 +112,28 @@ def test_swapping_english_embeddings_back_reproduces_english_scores(pipeline, tm
             assert (swapped["accuracy"], swapped["macro_f1"]) == (dev["accuracy"], dev["macro_f1"])
 
 
+def test_label_shares_agree_with_step_4_and_with_the_file(pipeline):
+    """scripts/label_shares.py (RESULTS.md's diagnosis of what a transferred classifier predicts): the same scores
+    as Step 4 for the same model, embeddings and file; shares of the file's real labels and of the predictions."""
+    out = pipeline["out"]
+    model = finetuned(out, "base", SEEDS[0])
+    embeddings = checkpoint.latest_checkpoint(out / "step2/de/bl_base")
+    test_de = Path(pipeline["settings"]["tasks"][0]["test"]["de"])
+    proc = run_cmd([sys.executable, str(REPO / "scripts/label_shares.py"), "--task-model", str(model),
+                    "--embeddings", str(embeddings), "--file", str(test_de), "--lang", "de"])
+    record = json.loads(proc.stdout)
+    step4 = zero_shot(model, embeddings, test_de, "de")
+    assert (record["accuracy"], record["macro_f1"]) == (step4["accuracy"], step4["macro_f1"])
+    labels = [json.loads(line)["label"] for line in test_de.read_text(encoding="utf-8").splitlines()]
+    counts = Counter(labels)
+    assert record["gold"] == {label: round(100 * counts[label] / len(labels), 1) for label in record["gold"]}
+    assert set(counts) <= set(record["gold"]) and record["best_constant"] == max(record["gold"].values())
+    assert sum(record["predicted"].values()) == pytest.approx(100, abs=0.5)
+    # a prediction is right only where its label is the gold one: accuracy is at most the overlap of the two shares
+    overlap = sum(min(record["gold"][label], record["predicted"][label]) for label in record["gold"])
+    assert record["accuracy"] <= overlap + 0.5
+
+
 def test_rerun_skips_finished_steps_and_gives_the_same_results(pipeline):
     before = json.loads((pipeline["out"] / "results.json").read_text())
     proc = run_cmd([sys.executable, "-m", "ds_minimodel", "pipeline", "--config", str(pipeline["config"])])
