@@ -19,11 +19,9 @@ from collections import Counter
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from ds_minimodel.data.tokenizer import load_tokenizer  # noqa: E402
 from ds_minimodel.errors import InputError, report  # noqa: E402
-from ds_minimodel.model.loading import load_task_model  # noqa: E402
-from ds_minimodel.model.surgery import swap_checked  # noqa: E402
-from ds_minimodel.tasks.formats import featurize, predict, read_eval_examples, score  # noqa: E402
+from ds_minimodel.tasks.evaluate import predict_zero_shot  # noqa: E402
+from ds_minimodel.tasks.formats import score  # noqa: E402
 
 
 def shares(indices, labels: list[str]) -> dict[str, float]:
@@ -32,21 +30,14 @@ def shares(indices, labels: list[str]) -> dict[str, float]:
 
 
 def label_shares(task_folder: Path, embeddings: Path | None, path: Path, lang: str) -> dict:
-    model, spec, meta = load_task_model(task_folder)
-    if spec.kind != "sequence":
-        raise InputError(f"{task_folder}: a {spec.kind} task; label shares are for sequence classification")
-    tokenizer_ref = meta["tokenizer"]
-    record = {"task_model": str(task_folder), "file": str(path), "lang": lang}
-    if embeddings is not None:
-        tokenizer_ref = swap_checked(model, meta, task_folder, embeddings)["tokenizer"]
-        record["embeddings"] = str(embeddings)
-    examples = read_eval_examples(spec, None, path, lang)
-    features = featurize(spec, examples, load_tokenizer(tokenizer_ref, embeddings or task_folder))
-    logits = predict(model, features.arrays)
-    gold, pred = features.arrays["labels"], logits.argmax(-1)
-    gold_shares = shares(gold, spec.labels)
-    return {**record, **score(spec, examples, features, logits, lang), "gold": gold_shares,
-            "predicted": shares(pred, spec.labels), "best_constant": max(gold_shares.values())}
+    p = predict_zero_shot(task_folder, embeddings, path, lang)
+    if p.spec.kind != "sequence":
+        raise InputError(f"{task_folder}: a {p.spec.kind} task; label shares are for sequence classification")
+    record = {"task_model": str(task_folder), "file": str(path), "lang": lang,
+              **({"embeddings": str(embeddings)} if embeddings is not None else {})}
+    gold_shares = shares(p.features.arrays["labels"], p.spec.labels)
+    return {**record, **score(p.spec, p.examples, p.features, p.logits, lang), "gold": gold_shares,
+            "predicted": shares(p.logits.argmax(-1), p.spec.labels), "best_constant": max(gold_shares.values())}
 
 
 def main(argv: list[str] | None = None) -> int:

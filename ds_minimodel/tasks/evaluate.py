@@ -7,20 +7,34 @@ from __future__ import annotations
 
 import argparse
 import json
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Sequence
+
+import numpy as np
 
 from ds_minimodel.data.tokenizer import load_tokenizer
 from ds_minimodel.errors import InputError, report
 from ds_minimodel.model.loading import load_task_model
 from ds_minimodel.model.surgery import swap_checked
-from ds_minimodel.tasks.formats import KIND_OF_FORMAT, featurize, predict, read_eval_examples, score
+from ds_minimodel.tasks.formats import (KIND_OF_FORMAT, Features, TaskSpec, featurize, predict, read_eval_examples,
+                                        score)
 
 
-def zero_shot(task_folder: Path, embeddings_folder: Path | None, test_file: Path, lang: str,
-              *, test_format: str | None = None, batch_size: int = 64) -> dict[str, Any]:
-    """Scores of the task model in ``task_folder`` on ``test_file`` (in ``test_format``, default the training
-    format) with the embeddings of ``embeddings_folder`` swapped in (None: the model's own embeddings)."""
+@dataclass
+class ZeroShotPredictions:
+    """What a task model predicts on one file with a language's embeddings swapped in, before any metric."""
+    record: dict[str, Any]
+    spec: TaskSpec
+    examples: Sequence[Any]
+    features: Features
+    logits: np.ndarray
+
+
+def predict_zero_shot(task_folder: Path, embeddings_folder: Path | None, test_file: Path, lang: str,
+                      *, test_format: str | None = None, batch_size: int = 64) -> ZeroShotPredictions:
+    """The task model in ``task_folder`` with the embeddings of ``embeddings_folder`` swapped in (None: the
+    model's own embeddings), run on ``test_file`` (in ``test_format``, default the training format)."""
     model, spec, meta = load_task_model(task_folder)
     tokenizer_ref = meta["tokenizer"]
     record: dict[str, Any] = {"task": spec.name, "lang": lang, "test_file": str(test_file),
@@ -33,8 +47,16 @@ def zero_shot(task_folder: Path, embeddings_folder: Path | None, test_file: Path
     tokenizer = load_tokenizer(tokenizer_ref, embeddings_folder or task_folder)
     examples = read_eval_examples(spec, test_format, test_file, lang)
     features = featurize(spec, examples, tokenizer)
-    logits = predict(model, features.arrays, batch_size=batch_size)
-    return {**record, "n": len(examples), **score(spec, examples, features, logits, lang)}
+    return ZeroShotPredictions(record, spec, examples, features, predict(model, features.arrays,
+                                                                         batch_size=batch_size))
+
+
+def zero_shot(task_folder: Path, embeddings_folder: Path | None, test_file: Path, lang: str,
+              *, test_format: str | None = None, batch_size: int = 64) -> dict[str, Any]:
+    """Scores of :func:`predict_zero_shot`'s predictions."""
+    p = predict_zero_shot(task_folder, embeddings_folder, test_file, lang, test_format=test_format,
+                          batch_size=batch_size)
+    return {**p.record, "n": len(p.examples), **score(p.spec, p.examples, p.features, p.logits, lang)}
 
 
 def main(argv: list[str] | None = None) -> int:
