@@ -117,6 +117,11 @@ PRESETS: dict[str, ModelConfig] = {
     # (RESULTS.md, "Attention that starts local"). No dropout: far from over-fitting at these budgets.
     "reference": ModelConfig(hidden_size=256, num_layers=6, num_heads=4, ffn_size=1024, max_positions=128,
                              pre_norm=True, attention_bias="alibi", dropout=0.0, attention_dropout=0.0),
+    # The GPU reference experiment (configs/reference_gpu.json): the CPU reference's recipe (pre-LN, ALiBi, no dropout,
+    # 128 positions) at the paper's depth of 12 with N=4 (l/N = 3 as in the paper) and twice the width, sized for one
+    # H100-class GPU in minutes rather than 2 cores in hours.
+    "reference_gpu": ModelConfig(hidden_size=512, num_layers=12, num_heads=8, ffn_size=2048, max_positions=128,
+                                 pre_norm=True, attention_bias="alibi", dropout=0.0, attention_dropout=0.0),
     "base": ModelConfig(),
     "small": ModelConfig(num_layers=4),
 }

@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any, Sequence
 
 import numpy as np
+import torch
 
 from ds_minimodel.data.tokenizer import load_tokenizer
 from ds_minimodel.errors import InputError, report
@@ -47,6 +48,8 @@ def predict_zero_shot(task_folder: Path, embeddings_folder: Path | None, test_fi
     tokenizer = load_tokenizer(tokenizer_ref, embeddings_folder or task_folder)
     examples = read_eval_examples(spec, test_format, test_file, lang)
     features = featurize(spec, examples, tokenizer)
+    if torch.cuda.is_available():  # Step 4 scores every Step-2 checkpoint: on the GPU where there is one
+        model.to("cuda")
     return ZeroShotPredictions(record, spec, examples, features, predict(model, features.arrays,
                                                                          batch_size=batch_size))
 

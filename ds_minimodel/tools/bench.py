@@ -40,10 +40,13 @@ from ds_minimodel.model.losses import mlm_step
 from ds_minimodel.model.surgery import build_minipost, extract_minijoint, freeze_for_adaptation
 from ds_minimodel.systems import Depths, get_primary, get_system, system_names
 
-# Dense tensor-core peaks from the vendors' datasheets, TFLOP/s (no sparsity).
+# Dense tensor-core peaks from the vendors' datasheets, TFLOP/s (no sparsity). Matched against the name CUDA reports
+# in this order: every word of a key must be in it. The SXM H100 reports itself as "NVIDIA H100 80GB HBM3", without
+# "SXM", so the plain "H100" key (the SXM figures) comes after the PCIe and NVL parts.
 GPU_PEAK_TFLOPS = {
-    "H100 SXM": {"bf16": 989.4, "fp16": 989.4, "fp32": 494.7},  # fp32 = TF32 tensor cores
     "H100 PCIe": {"bf16": 756.0, "fp16": 756.0, "fp32": 378.0},
+    "H100 NVL": {"bf16": 835.5, "fp16": 835.5, "fp32": 417.5},
+    "H100": {"bf16": 989.4, "fp16": 989.4, "fp32": 494.7},  # SXM; fp32 = TF32 tensor cores
     "H200": {"bf16": 989.4, "fp16": 989.4, "fp32": 494.7},
     "A100": {"bf16": 312.0, "fp16": 312.0, "fp32": 156.0},
     "V100": {"bf16": None, "fp16": 125.0, "fp32": 15.7},
@@ -115,7 +118,7 @@ def peak_tflops(precision: str, threads: int) -> tuple[float | None, str]:
         name = torch.cuda.get_device_name(0)
         for key, peaks in GPU_PEAK_TFLOPS.items():
             if all(part in name for part in key.split()):
-                return peaks.get(precision), f"{key} datasheet dense {precision}"
+                return peaks.get(precision), f"{key}{' SXM' if key == 'H100' else ''} datasheet dense {precision}"
         return None, f"no datasheet peak known for {name}"
     return cpu_gemm_tflops(threads), f"measured fp32 GEMM 2048^3, {threads} threads"
 
@@ -197,6 +200,15 @@ def time_stage(stage: str, args: argparse.Namespace) -> dict[str, Any]:
             "activation_checkpointing": args.activation_checkpointing, "compile": args.compile}
 
 
+def release_device_memory() -> None:
+    """Give the caching allocator's blocks back after a stage, so the next stage's peak is its own."""
+    import gc
+
+    gc.collect()
+    if torch.cuda.is_available():
+        torch.cuda.empty_cache()
+
+
 # ----------------------------------------------------------------------------------------------- commands
 def _stage_argv(args: argparse.Namespace) -> list[str]:
     return ["--preset", args.preset, "--vocab", str(args.vocab), "--layers", str(args.layers), "--seq-len",
@@ -218,7 +230,14 @@ def stages(args: argparse.Namespace) -> dict[str, Any]:
         rows.append(json.loads(proc.stdout.strip().splitlines()[-1]))
         print(f"{stage}: {rows[-1]['median_s']:.4f} s/update", file=sys.stderr, flush=True)
     precision = precision_of(json.loads(Path(args.ds_config).read_text()))
-    peak, peak_source = peak_tflops(precision, torch.get_num_threads())
+    return {"benchmark": "stages", **_environment(args), **summarise(rows, precision, torch.get_num_threads())}
+
+
+def summarise(rows: list[dict[str, Any]], precision: str, threads: int) -> dict[str, Any]:
+    """MFU for every row (against the device's peak for ``precision``) and the two ratios the performance targets
+    are about, from whichever of their stages the rows hold: Step 2 over the 12-layer body against the 4-layer
+    mini-model, and MiniJoint's dual-head update against the plain one, each next to the analytic ratio."""
+    peak, peak_source = peak_tflops(precision, threads)
     for row in rows:
         row["mfu"] = row["achieved_tflops"] / peak if peak else None
     by_stage = {r["stage"]: r for r in rows}
@@ -233,8 +252,50 @@ def stages(args: argparse.Namespace) -> dict[str, Any]:
         measured, analytic = dual["median_s"] / plain["median_s"], dual["analytic_flops"] / plain["analytic_flops"]
         ratios["dual_head_over_plain"] = {"measured": measured, "analytic": analytic,
                                           "excess_over_analytic": measured / analytic - 1, "target": "<= 0.05"}
-    return {"benchmark": "stages", **_environment(args), "precision": precision, "peak_tflops": peak,
-            "peak_source": peak_source, "rows": rows, "ratios": ratios}
+    return {"precision": precision, "peak_tflops": peak, "peak_source": peak_source, "rows": rows, "ratios": ratios}
+
+
+def max_micro_batch(args: argparse.Namespace) -> dict[str, Any]:
+    """The largest micro-batch of ``args.stage`` that trains, found by trying: one engine, one full update
+    (forward, backward, optimizer step) at each size, doubling from ``--start`` until the device runs out of memory
+    or ``--max`` is reached. On a GPU the answer is the last size that ran; on a CPU nothing runs out in a useful
+    time, so the search stops at ``--max``. Peak memory is recorded at every size tried."""
+    import deepspeed
+
+    from ds_minimodel.train.distributed import init_distributed
+    from ds_minimodel.train.ds_config import fill_schedule, load_ds_config
+    from ds_minimodel.train.engine import batch_to
+
+    init_distributed()
+    model, loss_fn, _, cfg = stage_setup(args.stage, args)
+    trainable = [p for p in model.parameters() if p.requires_grad]
+    config = {**fill_schedule(load_ds_config(args.ds_config), 10, 0.08), "train_batch_size": args.start,
+              "train_micro_batch_size_per_gpu": args.start, "gradient_accumulation_steps": 1}
+    engine, *_ = deepspeed.initialize(model=model, model_parameters=trainable, config=config)
+    cuda = torch.cuda.is_available()
+    generator = torch.Generator().manual_seed(0)
+    tried, fits, size = [], None, args.start
+    while size <= args.max:
+        try:
+            if cuda:
+                torch.cuda.reset_peak_memory_stats()
+            batch = batch_to(synthetic_batch(size, args.seq_len, cfg.vocab_size, args.mask_prob, generator),
+                             engine.device)
+            engine.backward(loss_fn(engine, batch)["loss"])
+            engine.step()
+            if cuda:
+                torch.cuda.synchronize()
+        except torch.OutOfMemoryError:
+            tried.append({"micro_batch": size, "fits": False})
+            break
+        peak = (torch.cuda.max_memory_allocated() if cuda
+                else resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024)
+        tried.append({"micro_batch": size, "fits": True, "peak_memory_mb": peak / 2**20})
+        fits, size = size, size * 2
+    total = torch.cuda.get_device_properties(0).total_memory / 2**20 if cuda else None
+    return {"benchmark": "max-batch", "stage": args.stage, "micro_batch": fits, "tried": tried,
+            "stopped_by": "out of memory" if tried and not tried[-1]["fits"] else f"--max {args.max}",
+            "device_memory_mb": total, "seq_len": args.seq_len, "preset": args.preset, "ds_config": str(args.ds_config)}
 
 
 def hf_comparison(args: argparse.Namespace) -> dict[str, Any]:
@@ -329,7 +390,7 @@ def loader(args: argparse.Namespace) -> dict[str, Any]:
 
     cfg = get_preset(args.preset)
     shape = {"seq_len": args.seq_len, "batch": args.micro_batch, "mask_prob": args.mask_prob}
-    gpu_peak = GPU_PEAK_TFLOPS["H100 SXM"]["bf16"] * 1e12
+    gpu_peak = GPU_PEAK_TFLOPS["H100"]["bf16"] * 1e12
     compute_s = (args.compute_ms / 1e3 if args.compute_ms is not None
                  else flops.per_update_flops("pretrain", cfg, **shape) / (0.45 * gpu_peak))
     device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
@@ -413,6 +474,14 @@ def _shape_args(p: argparse.ArgumentParser, *, updates: int = 10) -> None:
     p.add_argument("--json", type=Path, help="also write the result here")
 
 
+def stage_list(value: str) -> list[str]:
+    stages = value.split(",")
+    unknown = [s for s in stages if s not in STAGES]
+    if unknown:
+        raise argparse.ArgumentTypeError(f"unknown stage(s) {', '.join(unknown)}; known: {', '.join(STAGES)}")
+    return stages
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="ds-minimodel bench", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -421,10 +490,12 @@ def build_parser() -> argparse.ArgumentParser:
                             ("one-stage", "time one stage in this process (optionally under torch.profiler)")):
         s = sub.add_parser(name, help=help_text)
         if name == "one-stage":
-            s.add_argument("stage", choices=STAGES)
+            s.add_argument("stage", type=stage_list, help=f"one of {','.join(STAGES)}, or several separated by "
+                           "commas: timed one after another in this process (a JSON line each; on a GPU each has "
+                           "its own peak memory, on a CPU the process's peak so far)")
             s.add_argument("--profile", type=Path, help="write torch.profiler's table of the timed updates here")
         else:
-            s.add_argument("--stages", type=lambda v: v.split(","), default=list(STAGES),
+            s.add_argument("--stages", type=stage_list, default=list(STAGES),
                            help=f"comma-separated subset of {','.join(STAGES)}")
         _shape_args(s)
         s.add_argument("--layers", type=int, default=12, help="the primary's depth")
@@ -434,6 +505,16 @@ def build_parser() -> argparse.ArgumentParser:
         s.add_argument("--ds-config", type=Path, default=Path("ds_configs/cpu_fp32.json"))
         s.add_argument("--activation-checkpointing", action="store_true", help="recompute layers in the backward")
         s.add_argument("--compile", action="store_true", help="torch.compile the model (DeepSpeed engine.compile)")
+    mb = sub.add_parser("max-batch", help="the largest micro-batch of a stage that trains (doubling until out of "
+                        "memory), through the DeepSpeed engine")
+    mb.add_argument("stage", choices=STAGES)
+    _shape_args(mb)
+    mb.add_argument("--layers", type=int, default=12, help="the primary's depth")
+    mb.add_argument("--mini-layers", type=int, default=Depths.aux)
+    mb.add_argument("--new-layers", type=int, default=Depths.new)
+    mb.add_argument("--ds-config", type=Path, default=Path("ds_configs/cpu_fp32.json"))
+    mb.add_argument("--start", type=int, default=8, help="the first micro-batch tried")
+    mb.add_argument("--max", type=int, default=1024, help="stop doubling here")
     h = sub.add_parser("hf", help="our MLM update vs transformers' RobertaForMaskedLM, plain PyTorch loop")
     _shape_args(h)
     h.add_argument("--bf16", action="store_true", help="bf16 autocast for both (GPU)")
@@ -457,7 +538,13 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     if args.command == "one-stage":
-        print(json.dumps(time_stage(args.stage, args)))
+        for stage in args.stage:
+            print(json.dumps(time_stage(stage, args)), flush=True)
+            release_device_memory()
+        return 0
+    if args.command == "max-batch":
+        result = max_micro_batch(args)
+        print(json.dumps(result))
         return 0
     result = {"stages": stages, "hf": hf_comparison, "prepare": preprocessing, "loader": loader}[args.command](args)
     if args.json:

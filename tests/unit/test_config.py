@@ -36,8 +36,8 @@ def test_tiny_preset_keeps_the_papers_depth_at_a_small_width() -> None:
 def test_unknown_preset_is_an_input_error_listing_the_known_names() -> None:
     with pytest.raises(InputError, match="'huge'") as err:
         get_preset("huge")
-    assert "base, demo, reference, small, tiny" in str(err.value)
-    assert set(PRESETS) == {"base", "demo", "reference", "small", "tiny"}
+    assert "base, demo, reference, reference_gpu, small, tiny" in str(err.value)
+    assert set(PRESETS) == {"base", "demo", "reference", "reference_gpu", "small", "tiny"}
     assert issubclass(InputError, ValueError)
 
 

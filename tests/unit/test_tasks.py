@@ -487,3 +487,24 @@ def test_batches_are_cut_to_their_longest_input_and_predictions_do_not_change() 
         assert got.shape == full.shape
         real = (ids != 1) if kind == "token" else np.ones(4, dtype=bool)
         assert np.allclose(got[real], full[real], atol=1e-5)
+
+
+@pytest.mark.gpu
+def test_predictions_on_the_gpu_match_the_cpu() -> None:
+    """Step 4 moves a task model to the GPU where there is one (``evaluate.predict_zero_shot``): the same logits."""
+    import torch
+
+    from ds_minimodel.config import ModelConfig
+    from ds_minimodel.model.encoder import TaskModel
+    from ds_minimodel.tasks.formats import predict
+
+    rng = np.random.default_rng(0)
+    ids = np.ones((6, 16), dtype=np.int64)
+    for row, n in enumerate([3, 16, 5, 2, 9, 12]):
+        ids[row, :n] = rng.integers(5, 50, n)
+    arrays = {"input_ids": ids, "attention_mask": ids != 1}
+    cfg = ModelConfig(vocab_size=50, hidden_size=32, num_layers=2, num_heads=2, ffn_size=64, max_positions=16)
+    model = TaskModel(cfg, "sequence", 3)
+    on_cpu = predict(model, arrays, batch_size=4)
+    on_gpu = predict(model.to("cuda"), arrays, batch_size=4)
+    assert np.allclose(on_cpu, on_gpu, atol=1e-4), np.abs(on_cpu - on_gpu).max()

@@ -1,0 +1,215 @@
+"""What every part of ``ds-minimodel gpu-run`` shares (``tools.gpu_run`` has the command and its parts): the sizes of
+a GPU run and of ``--tiny``, the run's deadline, log and figures, subprocesses under time limits, and the DeepSpeed
+files the benchmarks write."""
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from ds_minimodel.config import read_json, write_json
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+@dataclass(frozen=True, kw_only=True)
+class Sizes:
+    """Every size the parts use: a GPU's (the defaults) or ``--tiny``'s (seconds on a CPU, for CI)."""
+
+    minutes: float = 8.5
+    """The whole command's wall clock, the reference run's deadline included (the device tool's limit per command
+    is 10 minutes, and a lease 15 in all: this leaves room to start a machine again and rerun a part)."""
+    budgets: tuple[tuple[str, float], ...] = (("env", 30), ("tests", 120), ("bench", 220))
+    """Seconds each part may take at most (the reference part takes what is left)."""
+    preset: str = "base"
+    vocab: int = 50_000
+    seq_len: int = 512
+    warmup: int = 3
+    updates: int = 10
+    search: tuple[int, int] = (8, 256)
+    """Micro-batches tried for the largest that trains: from, to (doubling). 256 sequences of 512 tokens is about a
+    quarter of a second per update on an H100; beyond it the 13 timed updates of each of six rows would not fit
+    the part's minutes."""
+    hf_max_batch: int = 64
+    """HF computes logits at every position (vocab x tokens): its comparison runs at most this micro-batch."""
+    gemm: int = 8192
+    reference_preset: str | None = None
+    """None: the config's preset."""
+    reference_vocab: int | None = None
+    step_caps: dict = dataclasses.field(default_factory=dict)
+    """Upper bounds on the reference run's step counts (section -> steps; "epochs" for Step 3)."""
+    sizing_micro: int | None = None
+    """Micro-batch of the reference shapes' timing (None: the reference configs' own)."""
+    corpus_bytes: int | None = None
+    """Read at most this much of each corpus (whole lines); None: all of it."""
+    task_lines: int | None = None
+    compile: bool = True
+    """Time ``--compile``. Off with ``--tiny``: on a CPU compiling takes about 50 s, as long as the rest of the bench
+    part, and tests/integration/test_pretrain.py covers ``--compile`` on a CPU already."""
+
+
+GPU = Sizes()
+TINY = Sizes(minutes=30, budgets=(("env", 120), ("tests", 300), ("bench", 600)), preset="tiny", vocab=300,
+             seq_len=32, warmup=0, updates=2, search=(1, 4), hf_max_batch=2, gemm=256, reference_preset="tiny",
+             reference_vocab=1000, sizing_micro=2, compile=False, corpus_bytes=300_000, task_lines=400,
+             step_caps={"step1": 1, "step1b": 1, "step2": 2, "epochs": 0.02, "body": 2})
+
+
+
+class Run:
+    """One gpu-run: where it writes, its deadline, its figures, its log, and the jobs started in the background."""
+
+    def __init__(self, out: Path, work: Path, sizes: Sizes, args: Any) -> None:
+        import torch
+
+        self.out, self.work, self.sizes, self.args = out, work, sizes, args
+        self.start = time.monotonic()
+        self.deadline = self.start + sizes.minutes * 60
+        self.cuda = torch.cuda.is_available()
+        self.figures: dict[str, Any] = {"command": " ".join(["ds-minimodel gpu-run", *args.argv]),
+                                        "tiny": args.tiny, "cuda": self.cuda, "minutes": sizes.minutes, "parts": {}}
+        self.log_path = out / "gpu_run.log"
+        self.background: dict[str, subprocess.Popen] = {}
+        self.config_path: Path = work / "reference_gpu.json"
+
+    def left(self) -> float:
+        return self.deadline - time.monotonic()
+
+    def log(self, text: str) -> None:
+        with self.log_path.open("a", encoding="utf-8") as log:
+            log.write(text if text.endswith("\n") else text + "\n")
+        print(text.rstrip("\n"), flush=True)
+
+    def env(self) -> dict[str, str]:
+        return {**os.environ, "PYTHONUNBUFFERED": "1",
+                "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")]))}
+
+    def sh(self, name: str, cmd: list[str], timeout: float) -> tuple[int | None, str, float]:
+        """Run ``cmd`` from the repository with a hard ``timeout``; its output goes to the log. Returns (exit code,
+        or None if it was stopped at the timeout; its output; seconds)."""
+        self.log(f"\n### {name}: {' '.join(map(str, cmd))} (at most {timeout:.0f} s)")
+        start = time.monotonic()
+        try:
+            proc = subprocess.Popen(list(map(str, cmd)), cwd=REPO, env=self.env(), stdout=subprocess.PIPE,
+                                    stderr=subprocess.STDOUT, text=True, start_new_session=True)
+        except OSError as err:  # e.g. no nvidia-smi on the PATH
+            self.log(f"### {name}: could not start: {err}")
+            return 127, str(err), 0.0
+        try:
+            output, _ = proc.communicate(timeout=max(timeout, 1))
+            code: int | None = proc.returncode
+        except subprocess.TimeoutExpired:
+            stop(proc)
+            output, code = proc.communicate()[0], None
+        seconds = time.monotonic() - start
+        self.log(output[-200_000:] + f"### {name}: {'stopped at its time limit' if code is None else f'exit {code}'}"
+                 f" after {seconds:.1f} s")
+        return code, output, seconds
+
+    def timed(self, name: str, cmd: list[str], limit: float, end: float) -> tuple[list[dict[str, Any]], dict[str, Any]]:
+        """``sh`` for a command that prints JSON lines (the benchmarks), within ``limit`` seconds and before
+        ``end`` (a part's own deadline): (the JSON lines, its status)."""
+        left = end - time.monotonic()
+        if left < 10:
+            return [], skipped("the part's time budget was spent")
+        code, output, seconds = self.sh(name, cmd, min(limit, left))
+        rows = json_lines(output)
+        status = "ok" if code == 0 and rows else ("timed out" if code is None else "failed")
+        return rows, {"status": status, "seconds": seconds, **({} if status == "ok" else {"error": output[-2000:]})}
+
+    def spawn(self, name: str, cmd: list[str]) -> None:
+        """Start ``cmd`` in the background, its output in ``<work>/<name>.log`` (appended to the log when joined)."""
+        log = (self.work / f"{name}.log").open("w", encoding="utf-8")
+        self.background[name] = subprocess.Popen(list(map(str, cmd)), cwd=REPO, env=self.env(), stdout=log,
+                                                 stderr=subprocess.STDOUT, text=True, start_new_session=True)
+        self.background[name].started_wall = time.time()  # type: ignore[attr-defined]
+
+    def join(self, name: str, timeout: float) -> dict[str, Any]:
+        """Wait for a background job at most ``timeout`` seconds: its exit code (None: still running, then
+        stopped) and wall time since it started."""
+        proc = self.background.pop(name, None)
+        if proc is None:
+            return {"status": "skipped", "reason": "not started"}
+        try:
+            proc.wait(timeout=max(timeout, 1))
+        except subprocess.TimeoutExpired:
+            stop(proc)
+        log = self.work / f"{name}.log"
+        # Its own wall time: until its log was last written (it may have ended long before this join).
+        seconds = log.stat().st_mtime - proc.started_wall  # type: ignore[attr-defined]
+        output = log.read_text(encoding="utf-8", errors="replace")
+        self.log(f"\n### {name} (background)\n{output[-200_000:]}### {name}: exit {proc.returncode} after "
+                 f"{seconds:.1f} s")
+        status = "ok" if proc.returncode == 0 else "failed"
+        return {"status": status, "exit_code": proc.returncode, "seconds": seconds,
+                "last_line": (output.strip().splitlines() or [""])[-1][:500],
+                **({} if status == "ok" else {"error": output[-2000:]})}
+
+
+def stop(proc: subprocess.Popen) -> None:
+    """SIGTERM to the process's whole group (training ranks save a checkpoint and exit), SIGKILL 20 s later."""
+    for sig, wait in ((signal.SIGTERM, 20), (signal.SIGKILL, 5)):
+        try:
+            os.killpg(proc.pid, sig)
+            proc.wait(timeout=wait)
+            return
+        except (ProcessLookupError, subprocess.TimeoutExpired):
+            continue
+
+
+def json_lines(output: str) -> list[dict[str, Any]]:
+    """The JSON objects printed on lines of their own (DeepSpeed's log lines share the output)."""
+    found = []
+    for line in output.splitlines():
+        if line.startswith("{"):
+            try:
+                found.append(json.loads(line))
+            except json.JSONDecodeError:
+                continue
+    return found
+
+
+def skipped(reason: str) -> dict[str, Any]:
+    return {"status": "skipped", "reason": reason}
+
+
+NO_CUDA = "needs CUDA: torch.cuda.is_available() is False on this machine"
+
+
+def ds_config(run: Run, name: str, *, precision: str, zero: int = 1, micro: int = 8, base: str | None = None,
+              fused: bool | None = None, batch: int | None = None) -> Path:
+    """A DeepSpeed JSON for the benchmark: ZeRO-``zero``, ``precision``, DeepSpeed's fused Adam on a GPU (torch's
+    AdamW on a CPU, where the fused one would compile for a minute, or where ``fused`` is False), or ``base`` with
+    the optimizer chosen the same way (and its global batch ``batch`` where given)."""
+    config = read_json(REPO / base) if base else {
+        "train_batch_size": micro, "train_micro_batch_size_per_gpu": micro, "steps_per_print": 1_000_000,
+        "optimizer": {"type": "AdamW", "params": {"lr": 1e-4, "betas": [0.9, 0.98], "eps": 1e-6,
+                                                  "weight_decay": 0.01}},
+        "zero_optimization": {"stage": zero}}
+    if base:  # one rank: the whole global batch in one micro-batch
+        config["train_batch_size"] = batch or config["train_batch_size"]
+        config["train_micro_batch_size_per_gpu"] = config["train_batch_size"]
+        config.pop("gradient_accumulation_steps", None)
+    else:
+        config[precision] = {"enabled": True} if precision != "fp16" else {
+            "enabled": True, "loss_scale": 0, "initial_scale_power": 16, "loss_scale_window": 1000,
+            "hysteresis": 2, "min_loss_scale": 1}
+    config["optimizer"]["params"]["torch_adam"] = not (run.cuda if fused is None else fused and run.cuda)
+    path = run.work / f"ds_{name}.json"
+    write_json(path, config)
+    return path
+
+
+def bench_cmd(run: Run, command: str, stage: str, *, preset: str, vocab: int, seq_len: int, micro: int,
+              ds: Path, extra: tuple[str, ...] = ()) -> list[str]:
+    s = run.sizes
+    return [sys.executable, "-m", "ds_minimodel", "bench", command, stage, "--preset", preset, "--vocab", str(vocab),
+            "--seq-len", str(seq_len), "--micro-batch", str(micro), "--warmup", str(s.warmup), "--updates",
+            str(s.updates), "--ds-config", str(ds), *extra]

@@ -1,0 +1,264 @@
+"""The ``reference`` part of ``ds-minimodel gpu-run``: ``configs/reference_gpu.json`` through the whole pipeline with
+step counts set from measured throughput so that it ends before the run's deadline, and beside it a Step-1 body of
+the CPU reference's shape trained as long as the time allows; results and body packed for the trip back."""
+from __future__ import annotations
+
+import json
+import lzma
+import shutil
+import sys
+import tarfile
+import time
+from pathlib import Path
+from typing import Any
+
+from ds_minimodel import flops
+from ds_minimodel.config import get_preset, read_json, write_json
+from ds_minimodel.tools.gpu_common import REPO, Run, bench_cmd, ds_config, skipped
+
+PART_PIECE = 15 * 2**20
+"""Largest file brought back (the device tool returns files of at most 16 MiB)."""
+# The reference run's shares of its training time (after the measured start-up of every launch): most to Step 1, as
+# in the paper, where pretraining is most of the compute.
+SHARES = {"step1": 0.45, "step1b": 0.05, "step2": 0.3, "step3": 0.2}
+RESERVE_S = 60
+"""Seconds kept for Step 4, the analysis and packing after the reference run's training."""
+
+
+def time_reference_shapes(run: Run, end: float) -> dict[str, Any]:
+    """Seconds per update of every stage of the reference run at its own shapes (Steps 1, 1b and 2 in one process,
+    Step 3 in another), and of the body's Step 1: what ``plan_reference`` sizes the run from."""
+    s, ref, sizing = run.sizes, reference_shape(run), {}
+    for name, stages, preset, micro_batch, ds in (
+            ("reference", "step1,step1-dual,step1b,step2-bl_base,step2-bl_small,step2-minijoint,step2-minipost",
+             ref["preset"], s.sizing_micro or ref["micro"], ref["ds"]),
+            ("reference step3", "step3", ref["preset"], s.sizing_micro or 32, ref["ds3"]),
+            ("body", "step1", ref["body_preset"], s.sizing_micro or ref["body_micro"], ref["body_ds"])):
+        rows, status = run.timed(f"sizing: {name}", [
+            *bench_cmd(run, "one-stage", stages, preset=preset, vocab=ref["vocab"], seq_len=ref["seq_len"],
+                       micro=micro_batch, ds=ds), "--layers", str(get_preset(preset).num_layers),
+            "--mini-layers", str(ref["aux"]), "--new-layers", str(ref["new"])], 150, end)
+        sizing[name] = {**status, "micro_batch": micro_batch, "median_s": {r["stage"]: r["median_s"] for r in rows}}
+    return sizing
+
+
+def reference_shape(run: Run) -> dict[str, Any]:
+    """The reference run's settings that its sizing needs: preset, depths, batch, DeepSpeed files."""
+    config = read_json(REPO / run.args.config)
+    step1_ds = read_json(REPO / config["step1"]["ds_config"])
+    cpu_ds = read_json(REPO / "configs/reference.json")["step1"]["ds_config"]
+    return {"preset": run.sizes.reference_preset or config["preset"], "seq_len": config["seq_len"],
+            "vocab": run.sizes.reference_vocab or config["vocab_size"], "aux": config["aux_layer"],
+            "new": config["new_layers"], "micro": step1_ds["train_micro_batch_size_per_gpu"],
+            "ds": ds_config(run, "reference", precision="bf16", base=config["step1"]["ds_config"]),
+            "ds3": ds_config(run, "reference_step3", precision="bf16", base=config["step3"]["ds_config"]),
+            "body_preset": run.sizes.reference_preset or "reference",
+            "body_micro": read_json(REPO / cpu_ds)["train_batch_size"],
+            "body_ds": ds_config(run, "body", precision="bf16", base=cpu_ds)}
+
+
+def materialise(run: Run, path: str | Path, *, max_bytes: int | None = None, lines: int | None = None) -> str:
+    """A data file the run reads, as a plain file: the repository's own, or its ``.xz`` unpacked into the work
+    folder; cut to whole lines (``--tiny``: the first ``max_bytes`` of a corpus, the first ``lines`` of a task
+    file)."""
+    source = Path(path) if Path(path).is_absolute() else REPO / path
+    if not source.is_file() and source.with_name(source.name + ".xz").is_file():
+        source = source.with_name(source.name + ".xz")
+    if not source.is_file():
+        raise FileNotFoundError(f"{path}: not found (nor {path}.xz)")
+    if source.suffix != ".xz" and max_bytes is None and lines is None:
+        return str(source)
+    raw = lzma.decompress(source.read_bytes()) if source.suffix == ".xz" else source.read_bytes()
+    kept, size = [], 0
+    for line in raw.decode("utf-8").splitlines(keepends=True):
+        size += len(line.encode("utf-8"))
+        if (lines is not None and len(kept) >= lines) or (max_bytes is not None and size > max_bytes):
+            break
+        kept.append(line)
+    rel = source.relative_to(REPO) if source.is_relative_to(REPO) else Path("external") / source.name
+    target = run.work / "data" / (rel.with_suffix("") if rel.suffix == ".xz" else rel)
+    target.parent.mkdir(parents=True, exist_ok=True)
+    target.write_text("".join(kept), encoding="utf-8")
+    return str(target)
+
+
+def reference_config(run: Run) -> dict[str, Any]:
+    """``--config`` as this run uses it: its output in the work folder, the larger English corpus (``--english``),
+    the target languages and finetuning seeds of ``--languages`` and ``--seeds``, every data file unpacked."""
+    args, s = run.args, run.sizes
+    config = read_json(REPO / args.config)
+    languages = args.languages.split(",")
+    config.update(out=str(run.work / "reference_gpu"), preset=s.reference_preset or config["preset"],
+                  vocab_size=s.reference_vocab or config["vocab_size"])
+    cut = s.corpus_bytes
+    config["source"]["corpus"] = materialise(run, args.english or config["source"]["corpus"], max_bytes=cut)
+    config["targets"] = [{**t, "corpus": materialise(run, t["corpus"], max_bytes=cut)} for t in config["targets"]
+                         if t["lang"] in languages]
+    # The source-relearn control is one more Step-2 launch: only with --relearn (the minutes are few).
+    config["source_relearn"] = [name for name in config.get("source_relearn", [])
+                                if name in config["systems"] and args.relearn]
+    config["step3"]["seeds"] = [int(k) for k in args.seeds.split(",")]
+    for section in ("step1", "step1b", "step2", "step3"):  # DeepSpeed's fused Adam on a GPU, torch's on a CPU
+        if config.get(section):
+            config[section]["ds_config"] = str(ds_config(
+                run, f"reference_{section}", precision="bf16", base=config[section]["ds_config"],
+                batch=None if section == "step3" else s.sizing_micro))
+    for task in config["tasks"]:
+        task["train"] = materialise(run, task["train"])  # whole: a cut can leave out labels its test files hold
+        for split in ("dev", "test"):
+            task[split] = {lang: materialise(run, path, lines=s.task_lines) for lang, path in task[split].items()
+                           if lang in ("en", *languages)}
+    return config
+
+
+def start_data(run: Run) -> None:
+    """Start, in the background, the reference run's data preparation and the body's (CPU work: SentencePiece and
+    sharding), so that they are done by the time the part begins."""
+    config = reference_config(run)
+    write_json(run.config_path, config)
+    run.spawn("reference_prepare", [sys.executable, "-m", "ds_minimodel", "pipeline", "--config", run.config_path,
+                                    "--only", "prepare"])
+    # The body: the CPU reference's tokenizer (the same call on the same file as its pipeline's prepare), applied to
+    # the larger English corpus.
+    cpu = read_json(REPO / "configs/reference.json")
+    cpu_english = materialise(run, cpu["source"]["corpus"], max_bytes=run.sizes.corpus_bytes)
+    tok, data = run.work / "bodies" / "tokenizer", run.work / "bodies" / "en"
+    run.spawn("body_prepare", [sys.executable, "-c", (
+        "from pathlib import Path; from ds_minimodel.data.prepare import prepare; "
+        f"prepare(Path({cpu_english!r}), Path({str(tok)!r}), "
+        f"vocab_size={run.sizes.reference_vocab or cpu['vocab_size']}, progress=False); "
+        f"prepare(Path({config['source']['corpus']!r}), Path({str(data)!r}), "
+        f"tokenizer=Path({str(tok / 'spm.model')!r}), progress=False)")])
+
+
+def plan_reference(run: Run, config: dict[str, Any], sizing: dict[str, Any]) -> dict[str, Any]:
+    """Step counts that fit the time left: every launch's measured start-up taken off first, the rest shared out
+    by ``SHARES`` at the measured seconds per update of each stage (``--tiny``: capped at a few updates)."""
+    t = sizing["reference"]["median_s"]
+    t3 = sizing["reference step3"]["median_s"]["step3"]
+    preset = get_preset(config["preset"]).replace(vocab_size=config["vocab_size"])
+    shape = {"seq_len": config["seq_len"], "batch": 1, "mask_prob": 0.15}
+    # BL_SMALL's Step 1 is not timed: the plain update scaled by the analytic FLOPs of 4 layers against 12.
+    small = t["step1"] * (flops.per_update_flops("pretrain", preset.replace(num_layers=config["small_layers"]),
+                                                 **shape) / flops.per_update_flops("pretrain", preset, **shape))
+    langs, systems, seeds = len(config["targets"]), config["systems"], config["step3"]["seeds"]
+    primaries = 3
+    launches = primaries + 1 + len(systems) * langs + len(config["source_relearn"]) + primaries * len(seeds)
+    startup = sizing["startup_s"]
+    available = run.left() - RESERVE_S
+    train_s = 0.8 * (available - launches * startup)
+    step2_each = langs * sum(t[f"step2-{name}"] for name in systems) + sum(
+        t[f"step2-{name}"] for name in config["source_relearn"])
+    train_lines = sum(1 for _ in open(config["tasks"][0]["train"], encoding="utf-8"))
+    per_epoch = primaries * len(seeds) * -(-train_lines // 32) * t3
+    caps = run.sizes.step_caps
+    steps = {
+        "step1": int(SHARES["step1"] * train_s / (t["step1"] + t["step1-dual"] + small)),
+        "step1b": int(SHARES["step1b"] * train_s / t["step1b"]),
+        "step2": int(SHARES["step2"] * train_s / step2_each),
+    }
+    steps = {k: max(2 if k == "step2" else 1, min(v, caps.get(k, v))) for k, v in steps.items()}
+    epochs = max(0.01, min(SHARES["step3"] * train_s / per_epoch, caps.get("epochs", 3.0)))
+    body = sizing.get("body")
+    body_steps = int(0.6 * (available - startup) / body["median_s"]["step1"]) if body else 0
+    body_steps = max(1, min(body_steps, caps.get("body", body_steps)))
+    return {"available_s": available, "launches": launches, "startup_s": startup, "train_s": train_s,
+            "steps": steps, "epochs": round(epochs, 3), "body_steps": body_steps}
+
+
+def startup_seconds(run: Run, body: dict[str, Any]) -> float:
+    """One training launch's fixed cost, measured: the body-shape timing process's wall time less its updates, with
+    room for what a real launch adds (data, checkpoints, logs)."""
+    updates = (run.sizes.warmup + run.sizes.updates) * body["median_s"]["step1"]
+    return 1.2 * max(body["seconds"] - updates, 1.0) + 3
+
+
+def part_reference(run: Run, budget: float) -> dict[str, Any]:
+    found: dict[str, Any] = {"config": str(run.args.config), "english": run.args.english or "the config's",
+                             "languages": run.args.languages, "seeds": run.args.seeds}
+    sizing = dict((run.figures["parts"].get("bench") or {}).get("sizing") or {})
+    if not all(sizing.get(k, {}).get("status") == "ok" for k in ("reference", "reference step3", "body")):
+        sizing = found["sizing"] = time_reference_shapes(run, time.monotonic() + min(budget, 300))
+        if not all(sizing[k]["status"] == "ok" for k in sizing):
+            return {**found, **skipped("the reference shapes could not be timed, so no run could be sized to the "
+                                       "time left")}
+    sizing["startup_s"] = startup_seconds(run, sizing["body"])
+    found["prepare"] = run.join("reference_prepare", run.left() - RESERVE_S)
+    found["body_prepare"] = run.join("body_prepare", run.left() - RESERVE_S)
+    config = read_json(run.config_path)
+    plan = found["plan"] = plan_reference(run, config, sizing)
+    if plan["train_s"] < 20 and not run.args.tiny:
+        return {**found, **skipped(f"{plan['available_s']:.0f} s left: too little for {plan['launches']} launches")}
+    steps = plan["steps"]
+    for section in ("step1", "step1b", "step2"):
+        config[section].update(steps=steps[section], save_every=steps[section] if section != "step2" else
+                               max(1, steps[section] // 5), log_every=max(1, steps[section] // 20))
+    config["step3"]["epochs"] = plan["epochs"]
+    write_json(run.config_path, config)
+    body = None
+    if found["body_prepare"]["status"] == "ok":
+        body = run.work / "bodies" / "run"
+        ref = reference_shape(run)
+        run.spawn("body", [sys.executable, "run_pretrain.py", "--variant", "base", "--preset", ref["body_preset"],
+                           "--seq-len", str(ref["seq_len"]), "--ds-config", ref["body_ds"], "--data",
+                           run.work / "bodies" / "en", "--out", body, "--steps", str(plan["body_steps"]),
+                           "--save-every", str(plan["body_steps"]), "--log-every",
+                           str(max(1, plan["body_steps"] // 50))])
+    code, output, seconds = run.sh("reference pipeline", [sys.executable, "-m", "ds_minimodel", "pipeline",
+                                                          "--config", run.config_path], run.left() - 25)
+    found["pipeline"] = {"exit_code": code, "seconds": seconds,
+                         "status": "ok" if code == 0 else ("timed out" if code is None else "failed"),
+                         **({} if code == 0 else {"error": output[-3000:]})}
+    found["results"] = pack_reference(run, Path(config["out"]))
+    if body is not None:
+        found["body"] = {**run.join("body", run.left() - 10), **pack_body(run, body)}
+    ok = found["pipeline"]["status"] == "ok" and (found.get("body") or {}).get("status") == "ok"
+    return {**found, "status": "ok" if ok else "partial"}
+
+
+def pack_reference(run: Run, out: Path) -> dict[str, Any]:
+    """results, tables, figures and every run's metrics of the reference run into one archive; its headline
+    tables into the figures."""
+    if not out.is_dir():
+        return {"status": "missing"}
+    names = ["results.json", "results.csv", "results_mean.csv"]
+    with tarfile.open(run.out / "reference_gpu.tar.gz", "w:gz") as tar:
+        tar.add(run.config_path, arcname="reference_gpu/config.json")
+        for path in sorted(out.rglob("*")):
+            rel = path.relative_to(out)
+            if path.is_file() and (path.name in names or rel.parts[0] == "analysis"
+                                   or path.name in ("metrics.jsonl", "run.json")):
+                tar.add(path, arcname=str(Path("reference_gpu") / rel))
+    tables = {p.stem: p.read_text(encoding="utf-8") for p in sorted((out / "analysis").glob("*.txt"))}
+    return {"status": "ok" if (out / "results.json").is_file() else "partial", "tables": tables}
+
+
+def pack_body(run: Run, run_dir: Path) -> dict[str, Any]:
+    """The body's newest checkpoint as a model folder (weights and meta.json, no optimizer state), its tokenizer
+    and metrics, in one tar split into parts of at most 15 MiB."""
+    from ds_minimodel.train import checkpoint
+
+    latest = checkpoint.latest_checkpoint(run_dir)
+    if latest is None:
+        return {"packed": False, "reason": "no checkpoint was written"}
+    meta = checkpoint.load_meta(latest)
+    folder = run.work / "bodies" / "model"
+    shutil.rmtree(folder, ignore_errors=True)
+    checkpoint.save_model_folder(folder, checkpoint.load_weights(latest),
+                                 {k: v for k, v in meta.items() if k not in ("files", "weights_sha256")})
+    archive = run.work / "bodies" / "body.tar"
+    with tarfile.open(archive, "w") as tar:
+        tar.add(folder, arcname="body/model")
+        for path in (run.work / "bodies" / "tokenizer" / "spm.model", run_dir / "metrics.jsonl",
+                     run_dir / checkpoint.RUN):
+            if path.is_file():
+                tar.add(path, arcname=f"body/{path.name}")
+    data = archive.read_bytes()
+    parts = [data[i:i + PART_PIECE] for i in range(0, len(data), PART_PIECE)]
+    for i, piece in enumerate(parts):
+        (run.out / f"body.tar.part-{i:02d}").write_bytes(piece)
+    metrics = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()
+               if line.startswith("{")] if (run_dir / "metrics.jsonl").is_file() else []
+    last = next((m for m in reversed(metrics) if "loss" in m), {})
+    return {"packed": True, "step": meta.get("step"), "tokens": meta.get("tokens"), "parts": len(parts),
+            "bytes": len(data), "final_loss": last.get("loss"), "weights_sha256": meta.get("weights_sha256")}

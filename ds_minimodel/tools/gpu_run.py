@@ -1,0 +1,332 @@
+"""One command for a lent GPU machine: every figure the package lacks, measured in order of value within a few
+minutes, each part under its own time budget and its own error handling, so that a failure costs only its part.
+
+    bash scripts/gpu_run.sh                        # on the GPU machine: installs the carried wheels, then this
+    ds-minimodel gpu-run --out DIR                 # the same where DeepSpeed is installed (a user's GPU node)
+    ds-minimodel gpu-run --tiny --out DIR          # every part at a size of seconds, on a CPU (the CI test)
+
+Parts, in order (``--parts`` picks a subset, e.g. to rerun what failed):
+
+- ``env``: nvidia-smi, versions, every module of the package imported, the bf16 (GPU) or fp32 (CPU) matrix-multiply
+  rate measured, and DeepSpeed's FusedAdam build timed (it compiles with nvcc on first use; started at once, in the
+  background, with the data preparation of the ``reference`` part).
+- ``tests``: ``pytest -m gpu``: the fp16 tests (FusedAdam, dynamic loss scaling, skipped updates, the collapsed-scale
+  error) on the GPU; on a CPU they skip, each with its reason.
+- ``bench``: the package's ``bench`` at RoBERTa-base shapes and length 512: the largest micro-batch that trains
+  (found by trying), Step 1 in bf16 (plain and dual-head), with ``--compile``, and in fp16 with FusedAdam; Step 2
+  over the 12-layer body and over the 4-layer mini-model (the time ratio next to A3(12)/A3(4)); ours against
+  Hugging Face ``RobertaForMaskedLM``; and the shapes of the reference run, timed to size it.
+- ``reference``: ``configs/reference_gpu.json`` through the whole pipeline (Steps 1-4, all four systems) with step
+  counts set from the throughput just measured so that it ends before the deadline; beside it, on the same GPU, a
+  Step-1 body of the CPU reference's shape trained for as long as the time allows (``bodies``), for the CPU
+  reference experiment to start its Steps 2-4 from.
+
+``--out`` receives at most 7 files: ``gpu_run.json`` (every figure), ``gpu_run.md`` (the summary), ``gpu_run.log``
+(every command's output), ``reference_gpu.tar.gz`` (results, tables, figures) and ``body.tar.part-NN`` (the body,
+split into 15 MiB parts: ``cat body.tar.part-* | tar x``). The JSON and the summary are rewritten after every part,
+so a run stopped from outside keeps what it measured. Nothing is estimated: what a part did not reach says so.
+"""
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import os
+import sys
+import time
+import traceback
+from pathlib import Path
+from typing import Any, Callable
+
+from ds_minimodel.config import read_json, write_json
+from ds_minimodel.tools.gpu_common import GPU, NO_CUDA, REPO, TINY, Run, bench_cmd, ds_config, skipped
+from ds_minimodel.tools.gpu_reference import part_reference, start_data, time_reference_shapes
+
+PARTS = ("env", "tests", "bench", "reference")
+
+
+# ----------------------------------------------------------------------------------------------- env
+def fused_adam_cmd() -> list[str]:
+    return [sys.executable, "-c", "import time; t = time.perf_counter(); "
+            "from deepspeed.ops.op_builder import FusedAdamBuilder; FusedAdamBuilder().load(); "
+            "print(f'FusedAdam built and loaded in {time.perf_counter() - t:.1f} s')"]
+
+
+def part_env(run: Run, budget: float) -> dict[str, Any]:
+    import importlib
+    import pkgutil
+    import platform
+
+    import torch
+
+    import ds_minimodel
+
+    found: dict[str, Any] = {"python": platform.python_version(), "torch": torch.__version__,
+                             "torch_cuda": torch.version.cuda, "cpu_count": os.cpu_count()}
+    for name in ("deepspeed", "transformers", "sentencepiece", "numpy", "triton", "safetensors", "pydantic"):
+        try:
+            found[name] = importlib.import_module(name).__version__
+        except Exception as err:  # a missing or broken package is a figure here, not a failure of the part
+            found[name] = f"not importable: {err}"
+    if run.cuda:
+        props = torch.cuda.get_device_properties(0)
+        found.update(device=props.name, capability=f"{props.major}.{props.minor}",
+                     multiprocessors=props.multi_processor_count, memory_gib=props.total_memory / 2**30)
+        code, output, _ = run.sh("nvidia-smi", ["nvidia-smi", "--query-gpu=name,memory.total,driver_version,"
+                                                "clocks.max.sm,power.limit", "--format=csv,noheader"], 30)
+        found["nvidia_smi"] = output.strip() if code == 0 else f"failed: {output[-500:]}"
+        run.sh("nvidia-smi (full)", ["nvidia-smi"], 30)
+    else:
+        found["device"] = f"CPU ({platform.machine()}, {os.cpu_count()} cores); no CUDA device"
+    failed = {}
+    for module in pkgutil.walk_packages(ds_minimodel.__path__, "ds_minimodel."):
+        try:
+            importlib.import_module(module.name)
+        except Exception as err:
+            failed[module.name] = f"{type(err).__name__}: {err}"
+    found["imports"] = {"failed": failed, "ok": not failed}
+    found["gemm"] = gemm_rate(run.sizes.gemm, run.cuda)
+    return found
+
+
+def gemm_rate(n: int, cuda: bool) -> dict[str, Any]:
+    """The matrix-multiply rate this device reaches on random data (bf16 on a GPU, fp32 on a CPU): mean of ten
+    products after three warm-ups. A measured ceiling next to the datasheet's."""
+    import torch
+
+    device, dtype = ("cuda", torch.bfloat16) if cuda else ("cpu", torch.float32)
+    a, b = (torch.randn(n, n, device=device, dtype=dtype) for _ in range(2))
+    for _ in range(3):
+        a @ b
+    if cuda:
+        torch.cuda.synchronize()
+    start = time.perf_counter()
+    for _ in range(10):
+        a @ b
+    if cuda:
+        torch.cuda.synchronize()
+    seconds = (time.perf_counter() - start) / 10
+    return {"n": n, "dtype": str(dtype).removeprefix("torch."), "tflops": 2 * n**3 / seconds / 1e12}
+
+
+# ----------------------------------------------------------------------------------------------- tests
+def part_tests(run: Run, budget: float) -> dict[str, Any]:
+    import xml.etree.ElementTree as ET
+
+    # The fp16 tests use FusedAdam: where its build (started at the first second) has not finished, the first of
+    # them waits for it (torch's extension lock), inside its own time.
+    found: dict[str, Any] = {}
+    junit = run.work / "junit.xml"
+    started = time.monotonic()
+    code, output, seconds = run.sh("pytest -m gpu", [sys.executable, "-m", "pytest", "-m", "gpu", "-p",
+                                                     "no:cacheprovider", "-q", "-rA", "--junitxml", junit],
+                                   budget - (time.monotonic() - started) - 5)
+    found.update(exit_code=code, seconds=seconds, summary=output.strip().splitlines()[-1:] if output else [])
+    if not junit.is_file():
+        return {**found, "status": "failed", "error": output[-3000:]}
+    cases = []
+    for case in ET.parse(junit).getroot().iter("testcase"):
+        outcome, detail = "passed", ""
+        for kind in ("failure", "error", "skipped"):
+            child = case.find(kind)
+            if child is not None:
+                outcome, detail = kind, (child.get("message") or "")[:1000]
+        cases.append({"test": f"{case.get('classname')}::{case.get('name')}", "outcome": outcome,
+                      "seconds": float(case.get("time") or 0), **({"detail": detail} if detail else {})})
+    counts = {kind: sum(c["outcome"] == kind for c in cases) for kind in ("passed", "failure", "error", "skipped")}
+    bad = counts["failure"] + counts["error"]
+    return {**found, "cases": cases, "counts": counts, "status": "failed" if bad or code not in (0, 5) else "ok"}
+
+
+# ----------------------------------------------------------------------------------------------- bench
+
+
+def part_bench(run: Run, budget: float) -> dict[str, Any]:
+    from ds_minimodel.tools.bench import summarise
+
+    s, end = run.sizes, time.monotonic() + budget
+    found: dict[str, Any] = {"preset": s.preset, "seq_len": s.seq_len, "vocab": s.vocab}
+
+    def timed(name: str, cmd: list[str], limit: float) -> tuple[list[dict[str, Any]], dict[str, Any]]:
+        return run.timed(name, cmd, limit, end)
+
+    # 1. The largest micro-batch of Step 1 that trains (bf16, ZeRO-1; torch's AdamW: the same memory as the fused
+    # one, and no wait for its build).
+    search_ds = ds_config(run, "search", precision="bf16", fused=False)
+    rows, found["max_batch"] = timed("max micro-batch, step1", [
+        *bench_cmd(run, "max-batch", "step1", preset=s.preset, vocab=s.vocab, seq_len=s.seq_len, micro=s.search[0],
+                   ds=search_ds), "--start", str(s.search[0]), "--max", str(s.search[1])], 150)
+    micro = rows[-1]["micro_batch"] if rows and rows[-1].get("micro_batch") else s.search[0]
+    found["max_batch"].update(rows[-1] if rows else {})
+    found["micro_batch"] = micro
+
+    # 2. Ours against Hugging Face RobertaForMaskedLM (plain PyTorch loop, bf16 autocast): no DeepSpeed optimizer.
+    hf_micro = min(micro, s.hf_max_batch)
+    rows, status = timed("ours vs HF", [sys.executable, "-m", "ds_minimodel", "bench", "hf", "--preset", s.preset,
+                                        "--vocab", str(s.vocab), "--seq-len", str(s.seq_len), "--micro-batch",
+                                        str(hf_micro), "--warmup", str(s.warmup), "--updates", str(s.updates),
+                                        "--bf16", "--json", run.work / "hf.json"], 120)
+    hf = read_json(run.work / "hf.json") if (run.work / "hf.json").is_file() else {}
+    found["hf"] = {**status, **{k: hf[k] for k in ("ours", "hf", "speedup", "micro_batch", "seq_len") if k in hf}}
+
+    # 3. Step 1 and Step 2 rows, each in its own process; a row that fails at the searched size is retried once
+    # at half of it (the dual head and fp16 need more memory than the plain bf16 update the search ran).
+    if run.cuda:
+        found["fused_adam"] = run.join("fused_adam", max(1, min(240, end - time.monotonic() - 60)))
+    bf16 = ds_config(run, "bf16", precision="bf16")
+    variants = [("bf16", "step1", bf16, ()), ("bf16", "step1-dual", bf16, ()), ("bf16", "step2-bl_base", bf16, ()),
+                ("bf16", "step2-minijoint", bf16, ()), ("bf16 --compile", "step1", bf16, ("--compile",))]
+    variants.append(("fp16", "step1", ds_config(run, "fp16", precision="fp16"), ()) if run.cuda else
+                    ("fp16", "step1", None, ()))
+    found["rows"] = []
+    for label, stage, ds, extra in variants:
+        if ds is None or (extra and not s.compile):
+            found["rows"].append({"label": label, "stage": stage, **skipped(
+                f"DeepSpeed refuses fp16 without a GPU; {NO_CUDA}" if ds is None else
+                "--tiny: compiling takes about 50 s on a CPU; test_pretrain.py covers --compile there")})
+            continue
+        for size in (micro, micro // 2):
+            rows, status = timed(f"{label} {stage} x{size}", bench_cmd(
+                run, "one-stage", stage, preset=s.preset, vocab=s.vocab, seq_len=s.seq_len, micro=size, ds=ds,
+                extra=extra), 240 if extra else 120)
+            if status["status"] == "ok" or size < 2 or status["status"] == "skipped":
+                break
+        found["rows"].append({"label": label, "micro_batch": size, **status, **(rows[-1] if rows else {})})
+    bf16_rows = [r for r in found["rows"] if r["label"] == "bf16" and r["status"] == "ok"]
+    summary = summarise(bf16_rows, "bf16", 1)
+    found.update(peak_tflops=summary["peak_tflops"], peak_source=summary["peak_source"], ratios=summary["ratios"])
+    for label, precision in (("bf16 --compile", "bf16"), ("fp16", "fp16")):
+        summarise([r for r in found["rows"] if r["label"] == label and r["status"] == "ok"], precision, 1)
+
+    # 4. The reference run's shapes, timed to size it (and the CPU reference's shape, for the body).
+    found["sizing"] = time_reference_shapes(run, end)
+    bad = [r for r in found["rows"] if r["status"] not in ("ok", "skipped")]
+    return {**found, "status": "partial" if bad else "ok"}
+
+
+# ----------------------------------------------------------------------------------------------- outputs
+def write_outputs(run: Run) -> None:
+    run.figures["wall_s"] = time.monotonic() - run.start
+    write_json(run.out / "gpu_run.json", run.figures)
+    (run.out / "gpu_run.md").write_text(summary_markdown(run.figures), encoding="utf-8")
+
+
+def summary_markdown(figures: dict[str, Any]) -> str:
+    parts = figures["parts"]
+    lines = [f"# gpu-run: `{figures['command']}`", "",
+             f"Wall clock {figures.get('wall_s', 0):.0f} s of {figures['minutes'] * 60:.0f}; CUDA: {figures['cuda']}.",
+             "", "| part | status | seconds | note |", "|---|---|---:|---|"]
+    for name, part in parts.items():
+        note = part.get("reason") or (part.get("error") or "").strip().splitlines()[-1:] or [""]
+        lines.append(f"| {name} | {part['status']} | {part.get('part_seconds', 0):.0f} | "
+                     f"{(note if isinstance(note, str) else note[0])[:160]} |")
+    env = parts.get("env") or {}
+    if env.get("status") == "ok":
+        lines += ["", "## Environment", "", f"- device: {env.get('device')} ({env.get('nvidia_smi', 'no nvidia-smi')})",
+                  f"- torch {env['torch']} (CUDA {env['torch_cuda']}), DeepSpeed {env['deepspeed']}, transformers "
+                  f"{env['transformers']}, Python {env['python']}",
+                  f"- matrix multiply {env['gemm']['n']}^3 {env['gemm']['dtype']}: {env['gemm']['tflops']:.1f} TFLOP/s",
+                  f"- package imports: {'all ok' if env['imports']['ok'] else env['imports']['failed']}"]
+    tests = parts.get("tests") or {}
+    if tests.get("cases") is not None:
+        lines += ["", "## Tests (`pytest -m gpu`)", "", f"counts: {tests['counts']}", ""]
+        lines += [f"- {c['outcome']}: {c['test']} ({c['seconds']:.1f} s)"
+                  + (f" - {c['detail'][:200]}" if c.get("detail") else "") for c in tests["cases"]]
+    bench = parts.get("bench") or {}
+    if bench.get("rows"):
+        lines += ["", "## Benchmarks", "", f"Largest Step-1 micro-batch that trained: {bench.get('micro_batch')} "
+                  f"({bench.get('max_batch', {}).get('stopped_by', 'not found')}); MFU against "
+                  f"{bench.get('peak_tflops')} TFLOP/s ({bench.get('peak_source')}).", "",
+                  "| run | stage | micro-batch | s/update | tokens/s | TFLOP/s | MFU | peak memory MB |",
+                  "|---|---|---:|---:|---:|---:|---:|---:|"]
+        for r in bench["rows"]:
+            if r["status"] != "ok":
+                lines.append(f"| {r['label']} | {r['stage']} | {r.get('micro_batch', '')} | {r['status']}: "
+                             f"{(r.get('reason') or r.get('error') or '').strip().splitlines()[-1:] or ''} | | | | |")
+                continue
+            mfu = f"{r['mfu']:.1%}" if r.get("mfu") is not None else "n/a"
+            lines.append(f"| {r['label']} | {r['stage']} | {r['micro_batch']} | {r['median_s']:.4f} | "
+                         f"{r['tokens_per_s']:,.0f} | {r['achieved_tflops']:.1f} | {mfu} | "
+                         f"{r['peak_memory_mb']:,.0f} |")
+        for name, ratio in bench.get("ratios", {}).items():
+            lines.append(f"\n{name}: " + ", ".join(f"{k} {v:.3f}" if isinstance(v, float) else f"{k} {v}"
+                                                   for k, v in ratio.items()))
+        hf = bench.get("hf") or {}
+        if hf.get("status") == "ok":
+            lines.append(f"\nOurs {hf['ours']['median_s']:.4f} s/update, HF RobertaForMaskedLM "
+                         f"{hf['hf']['median_s']:.4f}: ours is {hf['speedup']:.2f}x as fast (micro-batch "
+                         f"{hf.get('micro_batch')}, length {hf.get('seq_len')}, bf16 autocast).")
+    ref = parts.get("reference") or {}
+    if ref.get("plan"):
+        pipeline = ref.get("pipeline") or {}
+        lines += ["", "## Reference run", "", f"Plan: {json.dumps(ref['plan'])}",
+                  f"Pipeline: {pipeline.get('status')} in {pipeline.get('seconds', 0):.0f} s."]
+        for name, text in (ref.get("results") or {}).get("tables", {}).items():
+            if name in ("table2", "diagnostics"):
+                lines += ["", f"### {name}", "", "```", text.rstrip(), "```"]
+        if ref.get("body"):
+            lines += ["", f"Body (CPU reference shape): {json.dumps(ref['body'])}"]
+    return "\n".join(lines) + "\n"
+
+
+PART_FUNCTIONS: dict[str, Callable[[Run, float], dict[str, Any]]] = {
+    "env": part_env, "tests": part_tests, "bench": part_bench, "reference": part_reference}
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    p = argparse.ArgumentParser(prog="ds-minimodel gpu-run", description=__doc__,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--out", type=Path, required=True, help="where the JSON, the summary, the log and archives go")
+    p.add_argument("--work", type=Path, help="scratch folder (data, runs); default: <out>/../gpu-run-work")
+    p.add_argument("--tiny", action="store_true", help="every part at a size of seconds (CPU, CI)")
+    p.add_argument("--minutes", type=float, help="the whole command's wall clock (default 8.5; --tiny: 30)")
+    p.add_argument("--parts", default=",".join(PARTS), help=f"a subset of {','.join(PARTS)}, run in that order")
+    p.add_argument("--config", default="configs/reference_gpu.json", help="the reference run's pipeline config")
+    p.add_argument("--english", help="the reference run's English corpus (.txt or .txt.xz); default: "
+                   ".gpu/data/en.txt.xz where scripts/gpu_prepare.py put one, else the config's")
+    p.add_argument("--languages", default="de", help="the reference run's target languages (comma-separated)")
+    p.add_argument("--seeds", default="1", help="the reference run's finetuning seeds (comma-separated)")
+    p.add_argument("--relearn", action="store_true", help="keep the config's source-relearn control (one more "
+                   "Step-2 launch)")
+    args = p.parse_args(argv)
+    args.argv = argv
+    parts = args.parts.split(",")
+    unknown = [name for name in parts if name not in PARTS]
+    if unknown:
+        p.error(f"--parts: unknown {', '.join(unknown)}; known: {', '.join(PARTS)}")
+    if args.english is None and (REPO / ".gpu/data/en.txt.xz").is_file():
+        args.english = str(REPO / ".gpu/data/en.txt.xz")
+    sizes = TINY if args.tiny else GPU
+    if args.minutes is not None:
+        sizes = dataclasses.replace(sizes, minutes=args.minutes)
+    args.out.mkdir(parents=True, exist_ok=True)
+    work = args.work or args.out.parent / f"{args.out.name}-work"
+    work.mkdir(parents=True, exist_ok=True)
+    run = Run(args.out.resolve(), work.resolve(), sizes, args)
+    budgets = dict(sizes.budgets)
+    if run.cuda and {"env", "tests", "bench"} & set(parts):
+        run.spawn("fused_adam", fused_adam_cmd())  # nvcc takes a minute: from the first second
+    try:
+        if "reference" in parts:
+            start_data(run)
+    except Exception:  # the data of the reference part: that part fails, the others run
+        run.figures["parts"]["reference"] = {"status": "failed", "error": traceback.format_exc()[-3000:]}
+        parts = [name for name in parts if name != "reference"]
+    for name in parts:
+        budget = min(budgets.get(name, run.left()), run.left())
+        started = time.monotonic()
+        run.log(f"\n## part {name}: at most {budget:.0f} s ({run.left():.0f} s left in all)")
+        try:
+            found = PART_FUNCTIONS[name](run, budget) if budget > 5 else skipped("no time left")
+            found.setdefault("status", "ok")
+        except Exception:
+            found = {"status": "failed", "error": traceback.format_exc()[-3000:]}
+        found["part_seconds"] = time.monotonic() - started
+        run.figures["parts"][name] = found
+        write_outputs(run)
+    for name in list(run.background):
+        run.join(name, 5)
+    write_outputs(run)
+    print(f"\ngpu-run: {run.out / 'gpu_run.md'}")
+    return 0
