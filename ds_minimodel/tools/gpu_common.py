@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from ds_minimodel.config import read_json, write_json
+from ds_minimodel.train.distributed import readable_arch_list
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -88,8 +89,10 @@ class Run:
         print(text.rstrip("\n"), flush=True)
 
     def env(self) -> dict[str, str]:
-        return {**os.environ, "PYTHONUNBUFFERED": "1",
-                "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")]))}
+        env = {**os.environ, "PYTHONUNBUFFERED": "1",
+               "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")]))}
+        readable_arch_list(env)  # for what builds DeepSpeed's ops outside a training process (FusedAdam's prebuild)
+        return env
 
     def sh(self, name: str, cmd: list[str], timeout: float) -> tuple[int | None, str, float]:
         """Run ``cmd`` from the repository with a hard ``timeout``; its output goes to the log. Returns (exit code,

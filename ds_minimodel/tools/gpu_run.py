@@ -62,7 +62,9 @@ def part_env(run: Run, budget: float) -> dict[str, Any]:
     import ds_minimodel
 
     found: dict[str, Any] = {"python": platform.python_version(), "torch": torch.__version__,
-                             "torch_cuda": torch.version.cuda, "cpu_count": os.cpu_count()}
+                             "torch_cuda": torch.version.cuda, "cpu_count": os.cpu_count(),
+                             "torch_cuda_arch_list": os.environ.get("TORCH_CUDA_ARCH_LIST"),
+                             "arch_list_for_deepspeed": run.env().get("TORCH_CUDA_ARCH_LIST")}
     for name in ("deepspeed", "transformers", "sentencepiece", "numpy", "triton", "safetensors", "pydantic"):
         try:
             found[name] = importlib.import_module(name).__version__
@@ -191,7 +193,8 @@ def part_bench(run: Run, budget: float) -> dict[str, Any]:
                 extra=extra), 240 if extra else 120)
             if status["status"] == "ok" or size < 2 or status["status"] == "skipped":
                 break
-        found["rows"].append({"label": label, "micro_batch": size, **status, **(rows[-1] if rows else {})})
+        found["rows"].append({"label": label, "stage": stage, "micro_batch": size, **status,
+                              **(rows[-1] if rows else {})})
     bf16_rows = [r for r in found["rows"] if r["label"] == "bf16" and r["status"] == "ok"]
     summary = summarise(bf16_rows, "bf16", 1)
     found.update(peak_tflops=summary["peak_tflops"], peak_source=summary["peak_source"], ratios=summary["ratios"])

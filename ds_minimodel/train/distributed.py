@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import datetime
 import os
+import re
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -35,6 +36,7 @@ def init_distributed(timeout: datetime.timedelta = DEFAULT_DIST_TIMEOUT) -> Dist
     """
     import deepspeed
 
+    readable_arch_list(os.environ)
     if dist.is_initialized():
         return DistInfo(dist.get_rank(), dist.get_world_size(), int(os.environ.get("LOCAL_RANK", 0)))
     env = os.environ
@@ -49,6 +51,23 @@ def init_distributed(timeout: datetime.timedelta = DEFAULT_DIST_TIMEOUT) -> Dist
     deepspeed.init_distributed(auto_mpi_discovery=mpi, timeout=timeout, verbose=False)
     _unlink_shm_allreduce_buffer()
     return DistInfo(dist.get_rank(), dist.get_world_size(), int(env.get("LOCAL_RANK", 0)))
+
+
+def readable_arch_list(env: dict[str, str] | os._Environ) -> str | None:
+    """Make ``TORCH_CUDA_ARCH_LIST`` in ``env`` one that DeepSpeed's JIT op builds can read; returns the value it had
+    if it was changed. DeepSpeed 0.19 parses each entry as integers ("9.0", "8.6+PTX") and fails on an
+    architecture-specific entry such as "9.0a", which CUDA images for Hopper set ("ValueError: invalid literal for
+    int() with base 10: '0a'" when FusedAdam compiles, measured on the H200 machine). Such an entry becomes its
+    plain form ("9.0"), whose code runs on the same GPUs."""
+    value = env.get("TORCH_CUDA_ARCH_LIST")
+    if not value:
+        return None
+    entries = value.replace(" ", ";").split(";")
+    readable = [re.sub(r"^(\d+)\.(\d+)[a-z]+", r"\1.\2", e.strip()) for e in entries if e.strip()]
+    if ";".join(readable) == value:
+        return None
+    env["TORCH_CUDA_ARCH_LIST"] = ";".join(dict.fromkeys(readable))
+    return value
 
 
 def _bound_every_group(timeout: datetime.timedelta) -> None:
