@@ -14,6 +14,7 @@ from typing import Any
 
 from ds_minimodel import flops
 from ds_minimodel.config import get_preset, read_json, write_json
+from ds_minimodel.systems import get_system
 from ds_minimodel.tools.gpu_common import REPO, Run, bench_cmd, ds_config, skipped
 
 PART_PIECE = 15 * 2**20
@@ -91,6 +92,11 @@ def reference_config(run: Run) -> dict[str, Any]:
     config.update(out=str(run.work / "reference_gpu"), preset=s.reference_preset or config["preset"],
                   vocab_size=s.reference_vocab or config["vocab_size"])
     cut = s.corpus_bytes
+    if args.systems:
+        unknown = [name for name in args.systems.split(",") if name not in config["systems"]]
+        if unknown:
+            raise ValueError(f"--systems: {', '.join(unknown)} not among {args.config}'s systems")
+        config["systems"] = [name for name in config["systems"] if name in args.systems.split(",")]
     config["source"]["corpus"] = materialise(run, args.english or config["source"]["corpus"], max_bytes=cut)
     config["targets"] = [{**t, "corpus": materialise(run, t["corpus"], max_bytes=cut)} for t in config["targets"]
                          if t["lang"] in languages]
@@ -142,8 +148,9 @@ def plan_reference(run: Run, config: dict[str, Any], sizing: dict[str, Any]) -> 
     small = t["step1"] * (flops.per_update_flops("pretrain", preset.replace(num_layers=config["small_layers"]),
                                                  **shape) / flops.per_update_flops("pretrain", preset, **shape))
     langs, systems, seeds = len(config["targets"]), config["systems"], config["step3"]["seeds"]
-    primaries = 3
-    launches = primaries + 1 + len(systems) * langs + len(config["source_relearn"]) + primaries * len(seeds)
+    primaries = len({get_system(name).primary for name in systems})
+    launches = (primaries + ("minipost" in systems) + len(systems) * langs + len(config["source_relearn"])
+                + primaries * len(seeds))
     startup = sizing["startup_s"]
     available = run.left() - RESERVE_S
     train_s = 0.8 * (available - launches * startup)
@@ -177,43 +184,61 @@ def part_reference(run: Run, budget: float) -> dict[str, Any]:
     found: dict[str, Any] = {"config": str(run.args.config), "english": run.args.english or "the config's",
                              "languages": run.args.languages, "seeds": run.args.seeds}
     sizing = dict((run.figures["parts"].get("bench") or {}).get("sizing") or {})
-    if not all(sizing.get(k, {}).get("status") == "ok" for k in ("reference", "reference step3", "body")):
+    if run.args.tiny and not sizing:  # a check that the steps run (CI, or a GPU's last minutes): the caps alone
+        sizing = {"tiny": True}
+    elif not all(sizing.get(k, {}).get("status") == "ok" for k in ("reference", "reference step3", "body")):
         sizing = found["sizing"] = time_reference_shapes(run, time.monotonic() + min(budget, 300))
         if not all(sizing[k]["status"] == "ok" for k in sizing):
             return {**found, **skipped("the reference shapes could not be timed, so no run could be sized to the "
                                        "time left")}
-    sizing["startup_s"] = startup_seconds(run, sizing["body"])
+    if "body" in sizing:
+        sizing["startup_s"] = startup_seconds(run, sizing["body"])
     found["prepare"] = run.join("reference_prepare", run.left() - RESERVE_S)
     found["body_prepare"] = run.join("body_prepare", run.left() - RESERVE_S)
     config = read_json(run.config_path)
-    plan = found["plan"] = plan_reference(run, config, sizing)
+    plan = found["plan"] = plan_reference(run, config, sizing) if "body" in sizing else tiny_plan(run)
+    body = start_body(run, plan) if found["body_prepare"]["status"] == "ok" else None
     if plan["train_s"] < 20 and not run.args.tiny:
-        return {**found, **skipped(f"{plan['available_s']:.0f} s left: too little for {plan['launches']} launches")}
+        found["pipeline"] = skipped(f"{plan['available_s']:.0f} s left: too little for {plan['launches']} launches")
+    else:
+        found["pipeline"] = run_pipeline(run, config, plan)
+    found["results"] = pack_reference(run, Path(config["out"]))
+    if body is not None:
+        found["body"] = {**run.join("body", run.left() - 10), **pack_body(run, body)}
+    ok = found["pipeline"]["status"] == "ok" and (found.get("body") or {}).get("status") == "ok"
+    return {**found, "status": "ok" if ok else "partial"}
+
+
+def tiny_plan(run: Run) -> dict[str, Any]:
+    """``--tiny`` without the bench part's timings: every step count at its cap."""
+    caps = run.sizes.step_caps
+    return {"from": "the --tiny caps", "train_s": float("inf"), "available_s": run.left(), "launches": None,
+            "steps": {k: caps[k] for k in ("step1", "step1b", "step2")}, "epochs": caps["epochs"],
+            "body_steps": caps["body"]}
+
+
+def start_body(run: Run, plan: dict[str, Any]) -> Path:
+    """The body of the CPU reference's shape, trained on this GPU beside the reference run (its own process)."""
+    body = run.work / "bodies" / "run"
+    ref = reference_shape(run)
+    run.spawn("body", [sys.executable, "run_pretrain.py", "--variant", "base", "--preset", ref["body_preset"],
+                       "--seq-len", str(ref["seq_len"]), "--ds-config", ref["body_ds"], "--data",
+                       run.work / "bodies" / "en", "--out", body, "--steps", str(plan["body_steps"]),
+                       "--save-every", str(plan["body_steps"]), "--log-every", str(max(1, plan["body_steps"] // 50))])
+    return body
+
+
+def run_pipeline(run: Run, config: dict[str, Any], plan: dict[str, Any]) -> dict[str, Any]:
     steps = plan["steps"]
     for section in ("step1", "step1b", "step2"):
         config[section].update(steps=steps[section], save_every=steps[section] if section != "step2" else
                                max(1, steps[section] // 5), log_every=max(1, steps[section] // 20))
     config["step3"]["epochs"] = plan["epochs"]
     write_json(run.config_path, config)
-    body = None
-    if found["body_prepare"]["status"] == "ok":
-        body = run.work / "bodies" / "run"
-        ref = reference_shape(run)
-        run.spawn("body", [sys.executable, "run_pretrain.py", "--variant", "base", "--preset", ref["body_preset"],
-                           "--seq-len", str(ref["seq_len"]), "--ds-config", ref["body_ds"], "--data",
-                           run.work / "bodies" / "en", "--out", body, "--steps", str(plan["body_steps"]),
-                           "--save-every", str(plan["body_steps"]), "--log-every",
-                           str(max(1, plan["body_steps"] // 50))])
     code, output, seconds = run.sh("reference pipeline", [sys.executable, "-m", "ds_minimodel", "pipeline",
                                                           "--config", run.config_path], run.left() - 25)
-    found["pipeline"] = {"exit_code": code, "seconds": seconds,
-                         "status": "ok" if code == 0 else ("timed out" if code is None else "failed"),
-                         **({} if code == 0 else {"error": output[-3000:]})}
-    found["results"] = pack_reference(run, Path(config["out"]))
-    if body is not None:
-        found["body"] = {**run.join("body", run.left() - 10), **pack_body(run, body)}
-    ok = found["pipeline"]["status"] == "ok" and (found.get("body") or {}).get("status") == "ok"
-    return {**found, "status": "ok" if ok else "partial"}
+    return {"exit_code": code, "seconds": seconds, "status": "ok" if code == 0 else (
+        "timed out" if code is None else "failed"), **({} if code == 0 else {"error": output[-3000:]})}
 
 
 def pack_reference(run: Run, out: Path) -> dict[str, Any]:

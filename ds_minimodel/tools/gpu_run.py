@@ -169,6 +169,8 @@ def part_bench(run: Run, budget: float) -> dict[str, Any]:
                                         str(hf_micro), "--warmup", str(s.warmup), "--updates", str(s.updates),
                                         "--bf16", "--json", run.work / "hf.json"], 120)
     hf = read_json(run.work / "hf.json") if (run.work / "hf.json").is_file() else {}
+    if hf and status["status"] == "failed":  # it prints a sentence, not a JSON line: its file says it ran
+        status = {"status": "ok", "seconds": status["seconds"]}
     found["hf"] = {**status, **{k: hf[k] for k in ("ours", "hf", "speedup", "micro_batch", "seq_len") if k in hf}}
 
     # 3. Step 1 and Step 2 rows, each in its own process; a row that fails at the searched size is retried once
@@ -290,6 +292,7 @@ def main(argv: list[str] | None = None) -> int:
                    ".gpu/data/en.txt.xz where scripts/gpu_prepare.py put one, else the config's")
     p.add_argument("--languages", default="de", help="the reference run's target languages (comma-separated)")
     p.add_argument("--seeds", default="1", help="the reference run's finetuning seeds (comma-separated)")
+    p.add_argument("--systems", help="the reference run's systems, a subset of the config's (default: all)")
     p.add_argument("--relearn", action="store_true", help="keep the config's source-relearn control (one more "
                    "Step-2 launch)")
     args = p.parse_args(argv)
