@@ -1,0 +1,102 @@
+"""The GPU machine's command cannot rot: ``ds-minimodel gpu-run --tiny`` runs every part on a CPU at a size of seconds
+(the same code as on a GPU, other sizes), skips only what needs CUDA (each skip with its reason), and writes the
+figures, the summary and the archives it brings back. The reference part runs two of the four systems (BL_BASE and
+MiniPost, the two that configs/reference.json's old test trained); the demo pipeline test runs all four."""
+from __future__ import annotations
+
+import importlib.util
+import io
+import json
+import sys
+import tarfile
+import zipfile
+
+import pytest
+
+from ds_minimodel.model.loading import load
+from ds_minimodel.train import checkpoint
+from tests.integration.conftest import REPO, run_cmd
+
+pytestmark = pytest.mark.slow
+
+
+def test_the_gpu_command_runs_every_part_on_a_cpu_and_reports_each_figure(tmp_path):
+    out = tmp_path / "out"
+    run_cmd([sys.executable, "-m", "ds_minimodel", "gpu-run", "--tiny", "--out", str(out), "--work",
+             str(tmp_path / "work"), "--systems", "bl_base,minipost"], timeout=900)
+    figures = json.loads((out / "gpu_run.json").read_text())
+    parts = figures["parts"]
+    assert list(parts) == ["env", "tests", "bench", "reference"] and figures["cuda"] is False
+    assert {name: part["status"] for name, part in parts.items()} == {
+        "env": "ok", "tests": "ok", "bench": "ok", "reference": "ok"}
+    env = parts["env"]
+    assert env["imports"]["ok"] and env["gemm"]["tflops"] > 0 and env["deepspeed"][0].isdigit()
+    # pytest -m gpu: every GPU test collected and skipped here, with the reason.
+    tests = parts["tests"]
+    assert tests["counts"]["skipped"] == len(tests["cases"]) >= 3
+    assert all("CUDA" in case["detail"] for case in tests["cases"])
+    assert any("test_fp16" in case["test"] for case in tests["cases"])
+    bench = parts["bench"]
+    assert bench["micro_batch"] == 4 and bench["max_batch"]["stopped_by"] == "--max 4"
+    rows = {(r["label"], r["stage"]): r for r in bench["rows"]}
+    for stage in ("step1", "step1-dual", "step2-bl_base", "step2-minijoint"):
+        row = rows["bf16", stage]
+        assert row["status"] == "ok" and row["median_s"] > 0 and row["tokens_per_s"] > 0 and row["mfu"] > 0
+    assert rows["fp16", "step1"]["status"] == "skipped" and "CUDA" in rows["fp16", "step1"]["reason"]
+    assert rows["bf16 --compile", "step1"]["status"] == "skipped"
+    assert set(bench["ratios"]) == {"step2_body_over_mini", "dual_head_over_plain"}
+    assert bench["hf"]["status"] == "ok" and bench["hf"]["speedup"] > 0
+    assert all(s["status"] == "ok" and s["median_s"] for s in bench["sizing"].values())
+    assert set(bench["sizing"]["reference"]["median_s"]) == {
+        "step1", "step1-dual", "step1b", "step2-bl_base", "step2-bl_small", "step2-minijoint", "step2-minipost"}
+    # The reference run: sized from the timings (here, capped), run through the pipeline, packed.
+    ref = parts["reference"]
+    assert ref["pipeline"]["status"] == "ok" and ref["plan"]["steps"] == {"step1": 1, "step1b": 1, "step2": 2}
+    # BL_BASE's Step 1, MiniPost's Step 1b, two Step-2 runs (German), one Step 3 (one seed)
+    assert ref["plan"]["launches"] == 5 and ref["plan"]["startup_s"] > 0
+    with tarfile.open(out / "reference_gpu.tar.gz") as tar:
+        names = tar.getnames()
+        results = json.load(tar.extractfile("reference_gpu/results.json"))
+    assert {"reference_gpu/config.json", "reference_gpu/analysis/table2.txt"} <= set(names)
+    assert {r["system"] for r in results["zero_shot"]} == {"bl_base", "minipost"}
+    assert "table2" in ref["results"]["tables"]
+    # The body comes back in parts that make a model folder any stage can load.
+    body = ref["body"]
+    assert body["status"] == "ok" and body["packed"] and body["step"] == 2
+    pieces = sorted(out.glob("body.tar.part-*"))
+    assert len(pieces) == body["parts"] and all(p.stat().st_size <= 15 * 2**20 for p in pieces)
+    with tarfile.open(fileobj=io.BytesIO(b"".join(p.read_bytes() for p in pieces))) as tar:
+        tar.extractall(tmp_path / "back", filter="data")
+    folder = tmp_path / "back/body/model"
+    assert checkpoint.verify(folder) is None
+    model, meta = load(folder)
+    assert meta["weights_sha256"] == body["weights_sha256"] and model.cfg.hidden_size == 64
+    assert (tmp_path / "back/body/spm.model").is_file()
+    # At most 8 files come back from the GPU machine; the summary names every part.
+    assert len(list(out.iterdir())) <= 8
+    summary = (out / "gpu_run.md").read_text()
+    assert all(f"| {name} | ok |" in summary for name in parts) and "## Benchmarks" in summary
+
+
+def _prepare_script():
+    spec = importlib.util.spec_from_file_location("gpu_prepare", REPO / "scripts/gpu_prepare.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_the_preparation_reads_the_requirements_that_apply_on_the_gpu_machine(tmp_path):
+    prepare = _prepare_script()
+    wheel = tmp_path / "demo-1.0-py3-none-any.whl"
+    with zipfile.ZipFile(wheel, "w") as zf:
+        zf.writestr("demo-1.0.dist-info/METADATA", "\n".join([
+            "Metadata-Version: 2.1", "Name: demo", "Version: 1.0", "Requires-Dist: pydantic>=2.0.0",
+            "Requires-Dist: torch>=2.0.0", "Requires-Dist: sphinx; extra == \"docs\"",
+            "Requires-Dist: pywin32; sys_platform == \"win32\"", "Requires-Dist: tomli; python_version < \"3.11\"",
+            "Requires-Dist: hjson", ""]))
+    assert [str(r) for r in prepare.requirements_of(wheel)] == ["pydantic>=2.0.0", "torch>=2.0.0", "hjson"]
+    assert "torch" in prepare.DEVICE_PACKAGES and "pydantic" not in prepare.DEVICE_PACKAGES
+    assert "torch" in prepare.NEVER_CARRY
+    total, sizes = prepare.travelling_bytes()
+    assert total == sum(size for size, _ in sizes) and any(name == "README.md" for _, name in sizes)
+    assert not any(name.startswith((".venv/", "runs/")) for _, name in sizes)
