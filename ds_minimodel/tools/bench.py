@@ -351,77 +351,6 @@ def hf_comparison(args: argparse.Namespace) -> dict[str, Any]:
             "hf_attention": args.hf_attention, **results, "speedup": speedup, "target": ">= 1.3"}
 
 
-def preprocessing(args: argparse.Namespace) -> dict[str, Any]:
-    """SentencePiece encoding into shards (``prepare_corpus``) with 1 worker and with every core: MB/s and per core."""
-    import tempfile
-
-    from ds_minimodel.data.prepare import prepare
-    from ds_minimodel.data.shards import prepare_corpus
-
-    corpus = Path(args.corpus)
-    size_mb = corpus.stat().st_size / 1e6
-    with tempfile.TemporaryDirectory() as tmp:
-        tokenizer_dir = Path(tmp) / "tok"
-        prepare(corpus, tokenizer_dir, vocab_size=args.vocab, progress=False)  # tokenizer + a first encoding
-        runs = []
-        for workers in sorted({1, os.cpu_count() or 1}):
-            best = float("inf")
-            for repeat in range(args.repeats):
-                out = Path(tmp) / f"w{workers}_{repeat}"
-                start = time.perf_counter()
-                prepare_corpus(corpus, out, tokenizer_dir / "spm.model", workers=workers, progress=False)
-                best = min(best, time.perf_counter() - start)
-            runs.append({"workers": workers, "seconds": best, "mb_per_s": size_mb / best,
-                         "mb_per_s_per_core": size_mb / best / workers})
-    return {"benchmark": "prepare", "corpus": str(corpus), "corpus_mb": size_mb, "vocab": args.vocab,
-            "cpu_count": os.cpu_count(), "runs": runs, "python": platform.python_version()}
-
-
-def loader(args: argparse.Namespace) -> dict[str, Any]:
-    """How long the training loop waits for each micro-batch (masking and collation from the memory-mapped shards,
-    then the copy to the device), built when asked for and prefetched on a thread. The model's compute is stood in
-    for by a sleep, which is what the host thread does while a GPU computes: by default the analytic FLOPs of a
-    ``--preset`` Step-1 micro-batch at 45% of an H100's bf16 peak (target 4's utilisation)."""
-    import tempfile
-
-    from ds_minimodel.data.prepare import prepare
-    from ds_minimodel.data.streams import MLMBatchStream, PackedDataset, Prefetcher, TokenShards
-    from ds_minimodel.train.engine import batch_to
-
-    cfg = get_preset(args.preset)
-    shape = {"seq_len": args.seq_len, "batch": args.micro_batch, "mask_prob": args.mask_prob}
-    gpu_peak = GPU_PEAK_TFLOPS["H100"]["bf16"] * 1e12
-    compute_s = (args.compute_ms / 1e3 if args.compute_ms is not None
-                 else flops.per_update_flops("pretrain", cfg, **shape) / (0.45 * gpu_peak))
-    device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    with tempfile.TemporaryDirectory() as tmp:
-        data = args.data
-        if data is None:
-            data = Path(tmp) / "en"
-            prepare(args.corpus, data, vocab_size=8000, progress=False)
-        shards = TokenShards.open(data)
-        dataset = PackedDataset(shards, args.seq_len - 1)
-        runs = []
-        for depth in (0, 2):
-            stream = MLMBatchStream(dataset, micro_batch_size=args.micro_batch, world_size=1, rank=0, seed=1,
-                                    vocab_size=shards.vocab_size, seq_len=args.seq_len, mask_prob=args.mask_prob)
-            batches = Prefetcher(stream, depth=depth, pin_for=device) if depth else stream
-            waits = []
-            for i in range(args.warmup + args.updates):
-                start = time.perf_counter()
-                batch = batch_to(next(batches), device)
-                if i >= args.warmup:
-                    waits.append(time.perf_counter() - start)
-                time.sleep(compute_s)
-            if depth:
-                batches.close()
-            mean = statistics.fmean(waits)
-            runs.append({"prefetch": depth, "mean_wait_ms": mean * 1e3, "max_wait_ms": max(waits) * 1e3,
-                         "stall_share": mean / (mean + compute_s),
-                         "tokens_per_s_when_built_on_demand": batch["num_tokens"] / mean if not depth else None})
-    return {"benchmark": "loader", **_environment(args), "compute_ms": compute_s * 1e3, "runs": runs}
-
-
 def _environment(args: argparse.Namespace) -> dict[str, Any]:
     import deepspeed
 
@@ -546,7 +475,12 @@ def main(argv: list[str] | None = None) -> int:
         result = max_micro_batch(args)
         print(json.dumps(result))
         return 0
-    result = {"stages": stages, "hf": hf_comparison, "prepare": preprocessing, "loader": loader}[args.command](args)
+    if args.command in ("prepare", "loader"):  # the data benchmarks live beside this module (they import it)
+        from ds_minimodel.tools import bench_data
+
+        result = {"prepare": bench_data.preprocessing, "loader": bench_data.loader}[args.command](args)
+    else:
+        result = {"stages": stages, "hf": hf_comparison}[args.command](args)
     if args.json:
         args.json.parent.mkdir(parents=True, exist_ok=True)
         args.json.write_text(json.dumps(result, indent=2) + "\n")

@@ -83,6 +83,25 @@ def materialise(run: Run, path: str | Path, *, max_bytes: int | None = None, lin
     return str(target)
 
 
+def argument_problem(args: Any) -> str | None:
+    """What is wrong with the reference part's options against ``--config``, before any work starts; or None."""
+    path = REPO / args.config
+    if not path.is_file():
+        return f"--config {args.config}: not found"
+    config = read_json(path)
+    chosen = {"--systems": (args.systems, config["systems"]),
+              "--languages": (args.languages, [t["lang"] for t in config["targets"]])}
+    for option, (value, known) in chosen.items():
+        unknown = [name for name in (value or "").split(",") if value and name not in known]
+        if unknown:
+            return f"{option}: {', '.join(unknown)} not among {args.config}'s ({', '.join(known)})"
+    if not all(k.strip().isdigit() for k in args.seeds.split(",")):
+        return f"--seeds: comma-separated integers, got {args.seeds!r}"
+    if args.english and not Path(args.english).is_file():
+        return f"--english {args.english}: not a file"
+    return None
+
+
 def reference_config(run: Run) -> dict[str, Any]:
     """``--config`` as this run uses it: its output in the work folder, the larger English corpus (``--english``),
     the target languages and finetuning seeds of ``--languages`` and ``--seeds``, every data file unpacked."""
@@ -93,9 +112,6 @@ def reference_config(run: Run) -> dict[str, Any]:
                   vocab_size=s.reference_vocab or config["vocab_size"])
     cut = s.corpus_bytes
     if args.systems:
-        unknown = [name for name in args.systems.split(",") if name not in config["systems"]]
-        if unknown:
-            raise ValueError(f"--systems: {', '.join(unknown)} not among {args.config}'s systems")
         config["systems"] = [name for name in config["systems"] if name in args.systems.split(",")]
     config["source"]["corpus"] = materialise(run, args.english or config["source"]["corpus"], max_bytes=cut)
     config["targets"] = [{**t, "corpus": materialise(run, t["corpus"], max_bytes=cut)} for t in config["targets"]
@@ -157,10 +173,13 @@ def plan_reference(run: Run, config: dict[str, Any], sizing: dict[str, Any]) -> 
     step2_each = langs * sum(t[f"step2-{name}"] for name in systems) + sum(
         t[f"step2-{name}"] for name in config["source_relearn"])
     train_lines = sum(1 for _ in open(config["tasks"][0]["train"], encoding="utf-8"))
-    per_epoch = primaries * len(seeds) * -(-train_lines // 32) * t3
+    step3_batch = read_json(config["step3"]["ds_config"])["train_batch_size"]
+    per_epoch = primaries * len(seeds) * -(-train_lines // step3_batch) * t3
     caps = run.sizes.step_caps
+    step1_each = sum({"base": t["step1"], "small": small}.get(name, t["step1-dual"])  # MiniJoint: the dual head
+                     for name in {get_system(name).primary for name in systems})
     steps = {
-        "step1": int(SHARES["step1"] * train_s / (t["step1"] + t["step1-dual"] + small)),
+        "step1": int(SHARES["step1"] * train_s / step1_each),
         "step1b": int(SHARES["step1b"] * train_s / t["step1b"]),
         "step2": int(SHARES["step2"] * train_s / step2_each),
     }
@@ -184,7 +203,7 @@ def part_reference(run: Run, budget: float) -> dict[str, Any]:
     found: dict[str, Any] = {"config": str(run.args.config), "english": run.args.english or "the config's",
                              "languages": run.args.languages, "seeds": run.args.seeds}
     sizing = dict((run.figures["parts"].get("bench") or {}).get("sizing") or {})
-    if run.args.tiny and not sizing:  # a check that the steps run (CI, or a GPU's last minutes): the caps alone
+    if run.args.tiny:  # a check that the steps run (CI, or a GPU's last minutes): the caps alone
         sizing = {"tiny": True}
     elif not all(sizing.get(k, {}).get("status") == "ok" for k in ("reference", "reference step3", "body")):
         sizing = found["sizing"] = time_reference_shapes(run, time.monotonic() + min(budget, 300))

@@ -32,6 +32,7 @@ import argparse
 import dataclasses
 import json
 import os
+import shutil
 import sys
 import time
 import traceback
@@ -40,9 +41,11 @@ from typing import Any, Callable
 
 from ds_minimodel.config import read_json, write_json
 from ds_minimodel.tools.gpu_common import GPU, NO_CUDA, REPO, TINY, Run, bench_cmd, ds_config, skipped
-from ds_minimodel.tools.gpu_reference import part_reference, start_data, time_reference_shapes
+from ds_minimodel.tools.gpu_reference import argument_problem, part_reference, start_data, time_reference_shapes
 
 PARTS = ("env", "tests", "bench", "reference")
+WORK_MARK = ".gpu-run-work"
+"""Marks a scratch folder as gpu-run's own, which a later run may clear."""
 
 
 # ----------------------------------------------------------------------------------------------- env
@@ -173,23 +176,34 @@ def part_bench(run: Run, budget: float) -> dict[str, Any]:
         status = {"status": "ok", "seconds": status["seconds"]}
     found["hf"] = {**status, **{k: hf[k] for k in ("ours", "hf", "speedup", "micro_batch", "seq_len") if k in hf}}
 
-    # 3. Step 1 and Step 2 rows, each in its own process; a row that fails at the searched size is retried once
-    # at half of it (the dual head and fp16 need more memory than the plain bf16 update the search ran).
+    # 3. Step 1 and Step 2 rows. The four bf16 rows in one process (each engine built and freed in turn, its peak
+    # memory its own on a GPU): a process start costs seconds that the reference part needs. A row that did not
+    # come out, and the --compile and fp16 rows, run in processes of their own; a failure at the searched size is
+    # retried once at half of it (the dual head and fp16 need more memory than the update the search ran).
     if run.cuda:
         found["fused_adam"] = run.join("fused_adam", max(1, min(240, end - time.monotonic() - 60)))
     bf16 = ds_config(run, "bf16", precision="bf16")
-    variants = [("bf16", "step1", bf16, ()), ("bf16", "step1-dual", bf16, ()), ("bf16", "step2-bl_base", bf16, ()),
-                ("bf16", "step2-minijoint", bf16, ()), ("bf16 --compile", "step1", bf16, ("--compile",))]
-    variants.append(("fp16", "step1", ds_config(run, "fp16", precision="fp16"), ()) if run.cuda else
-                    ("fp16", "step1", None, ()))
+    plain = ("step1", "step1-dual", "step2-bl_base", "step2-minijoint")
+    rows, status = timed(f"bf16 {','.join(plain)} x{micro}", bench_cmd(
+        run, "one-stage", ",".join(plain), preset=s.preset, vocab=s.vocab, seq_len=s.seq_len, micro=micro, ds=bf16),
+        240)
+    together = {r["stage"]: r for r in rows}
+    variants = [("bf16", stage, bf16, ()) for stage in plain]
+    variants += [("bf16 --compile", "step1", bf16, ("--compile",)),
+                 ("fp16", "step1", ds_config(run, "fp16", precision="fp16") if run.cuda else None, ())]
     found["rows"] = []
     for label, stage, ds, extra in variants:
+        if label == "bf16" and stage in together:
+            found["rows"].append({"label": label, "stage": stage, "micro_batch": micro, "status": "ok",
+                                  "seconds": status["seconds"], **together[stage]})
+            continue
         if ds is None or (extra and not s.compile):
             found["rows"].append({"label": label, "stage": stage, **skipped(
                 f"DeepSpeed refuses fp16 without a GPU; {NO_CUDA}" if ds is None else
                 "--tiny: compiling takes about 50 s on a CPU; test_pretrain.py covers --compile there")})
             continue
-        for size in (micro, micro // 2):
+        sizes = (micro, micro // 2) if label != "bf16" else (micro // 2,)  # bf16 here: it failed at micro above
+        for size in sizes:
             rows, status = timed(f"{label} {stage} x{size}", bench_cmd(
                 run, "one-stage", stage, preset=s.preset, vocab=s.vocab, seq_len=s.seq_len, micro=size, ds=ds,
                 extra=extra), 240 if extra else 120)
@@ -204,7 +218,8 @@ def part_bench(run: Run, budget: float) -> dict[str, Any]:
         summarise([r for r in found["rows"] if r["label"] == label and r["status"] == "ok"], precision, 1)
 
     # 4. The reference run's shapes, timed to size it (and the CPU reference's shape, for the body).
-    found["sizing"] = time_reference_shapes(run, end)
+    found["sizing"] = skipped("--tiny: the reference part plans from its caps (the planner is unit-tested)") \
+        if run.args.tiny else time_reference_shapes(run, end)
     bad = [r for r in found["rows"] if r["status"] not in ("ok", "skipped")]
     return {**found, "status": "partial" if bad else "ok"}
 
@@ -283,7 +298,7 @@ def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="ds-minimodel gpu-run", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--out", type=Path, required=True, help="where the JSON, the summary, the log and archives go")
-    p.add_argument("--work", type=Path, help="scratch folder (data, runs); default: <out>/../gpu-run-work")
+    p.add_argument("--work", type=Path, help="scratch folder (data, runs); default: <out>-work beside --out")
     p.add_argument("--tiny", action="store_true", help="every part at a size of seconds (CPU, CI)")
     p.add_argument("--minutes", type=float, help="the whole command's wall clock (default 8.5; --tiny: 30)")
     p.add_argument("--parts", default=",".join(PARTS), help=f"a subset of {','.join(PARTS)}, run in that order")
@@ -303,12 +318,23 @@ def main(argv: list[str] | None = None) -> int:
         p.error(f"--parts: unknown {', '.join(unknown)}; known: {', '.join(PARTS)}")
     if args.english is None and (REPO / ".gpu/data/en.txt.xz").is_file():
         args.english = str(REPO / ".gpu/data/en.txt.xz")
+    problem = argument_problem(args) if "reference" in parts else None
+    if problem:
+        p.error(problem)
     sizes = TINY if args.tiny else GPU
     if args.minutes is not None:
         sizes = dataclasses.replace(sizes, minutes=args.minutes)
-    args.out.mkdir(parents=True, exist_ok=True)
     work = args.work or args.out.parent / f"{args.out.name}-work"
+    for folder, mine in ((args.out, "gpu_run.json"), (work, WORK_MARK)):
+        if folder.exists() and any(folder.iterdir()) and not (folder / mine).is_file():
+            p.error(f"{folder}: not empty and not a gpu-run folder (no {mine}); name an empty or new folder")
+    for stale in [*args.out.glob("body.tar.part-*"), args.out / "reference_gpu.tar.gz", args.out / "gpu_run.log",
+                  *(work / name for name in ("reference_gpu", "bodies", "data"))]:
+        # A previous gpu-run's outputs and scratch: its figures were in the previous gpu_run.json, now replaced.
+        shutil.rmtree(stale) if stale.is_dir() else stale.unlink(missing_ok=True)
+    args.out.mkdir(parents=True, exist_ok=True)
     work.mkdir(parents=True, exist_ok=True)
+    (work / WORK_MARK).write_text("scratch of ds-minimodel gpu-run: a later run with this folder replaces it\n")
     run = Run(args.out.resolve(), work.resolve(), sizes, args)
     budgets = dict(sizes.budgets)
     if run.cuda and {"env", "tests", "bench"} & set(parts):

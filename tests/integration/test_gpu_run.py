@@ -1,7 +1,7 @@
 """The GPU machine's command cannot rot: ``ds-minimodel gpu-run --tiny`` runs every part on a CPU at a size of seconds
 (the same code as on a GPU, other sizes), skips only what needs CUDA (each skip with its reason), and writes the
-figures, the summary and the archives it brings back. The reference part runs two of the four systems (BL_BASE and
-MiniPost, the two that configs/reference.json's old test trained); the demo pipeline test runs all four."""
+figures, the summary and the archives it brings back. The reference part runs one of the four systems (BL_BASE;
+the pipeline code is the same for every system, and the demo pipeline test runs all four)."""
 from __future__ import annotations
 
 import importlib.util
@@ -23,10 +23,10 @@ pytestmark = pytest.mark.slow
 def test_the_gpu_command_runs_every_part_on_a_cpu_and_reports_each_figure(tmp_path):
     out = tmp_path / "out"
     run_cmd([sys.executable, "-m", "ds_minimodel", "gpu-run", "--tiny", "--out", str(out), "--work",
-             str(tmp_path / "work"), "--systems", "bl_base,minipost"], timeout=900)
+             str(tmp_path / "work"), "--systems", "bl_base"], timeout=900)
     figures = json.loads((out / "gpu_run.json").read_text())
     parts = figures["parts"]
-    assert list(parts) == ["env", "tests", "bench", "reference"] and figures["cuda"] is False
+    assert set(parts) == {"env", "tests", "bench", "reference"} and figures["cuda"] is False
     assert {name: part["status"] for name, part in parts.items()} == {
         "env": "ok", "tests": "ok", "bench": "ok", "reference": "ok"}
     env = parts["env"]
@@ -46,19 +46,15 @@ def test_the_gpu_command_runs_every_part_on_a_cpu_and_reports_each_figure(tmp_pa
     assert rows["bf16 --compile", "step1"]["status"] == "skipped"
     assert set(bench["ratios"]) == {"step2_body_over_mini", "dual_head_over_plain"}
     assert bench["hf"]["status"] == "ok" and bench["hf"]["speedup"] > 0
-    assert all(s["status"] == "ok" and s["median_s"] for s in bench["sizing"].values())
-    assert set(bench["sizing"]["reference"]["median_s"]) == {
-        "step1", "step1-dual", "step1b", "step2-bl_base", "step2-bl_small", "step2-minijoint", "step2-minipost"}
-    # The reference run: sized from the timings (here, capped), run through the pipeline, packed.
+    assert bench["sizing"]["status"] == "skipped"  # the tiny run plans from its caps
+    # The reference run: planned (here from the --tiny caps), run through the pipeline, packed.
     ref = parts["reference"]
     assert ref["pipeline"]["status"] == "ok" and ref["plan"]["steps"] == {"step1": 1, "step1b": 1, "step2": 2}
-    # BL_BASE's Step 1, MiniPost's Step 1b, two Step-2 runs (German), one Step 3 (one seed)
-    assert ref["plan"]["launches"] == 5 and ref["plan"]["startup_s"] > 0
     with tarfile.open(out / "reference_gpu.tar.gz") as tar:
         names = tar.getnames()
         results = json.load(tar.extractfile("reference_gpu/results.json"))
     assert {"reference_gpu/config.json", "reference_gpu/analysis/table2.txt"} <= set(names)
-    assert {r["system"] for r in results["zero_shot"]} == {"bl_base", "minipost"}
+    assert {r["system"] for r in results["zero_shot"]} == {"bl_base"}
     assert "table2" in ref["results"]["tables"]
     # The body comes back in parts that make a model folder any stage can load.
     body = ref["body"]
@@ -100,3 +96,16 @@ def test_the_preparation_reads_the_requirements_that_apply_on_the_gpu_machine(tm
     total, sizes = prepare.travelling_bytes()
     assert total == sum(size for size, _ in sizes) and any(name == "README.md" for _, name in sizes)
     assert not any(name.startswith((".venv/", "runs/")) for _, name in sizes)
+
+
+def test_a_folder_it_did_not_make_is_refused_before_any_work(tmp_path):
+    foreign = tmp_path / "results"
+    foreign.mkdir()
+    (foreign / "notes.txt").write_text("mine")
+    proc = run_cmd([sys.executable, "-m", "ds_minimodel", "gpu-run", "--tiny", "--out", str(foreign)], check=False)
+    assert proc.returncode == 2 and f"{foreign}: not empty and not a gpu-run folder" in proc.stderr
+    assert [p.name for p in foreign.iterdir()] == ["notes.txt"] and not (tmp_path / "results-work").exists()
+    proc = run_cmd([sys.executable, "-m", "ds_minimodel", "gpu-run", "--tiny", "--out", str(tmp_path / "o"),
+                    "--systems", "bl_base,bl_huge"], check=False)
+    assert proc.returncode == 2 and "--systems: bl_huge not among configs/reference_gpu.json's" in proc.stderr
+    assert not (tmp_path / "o").exists()

@@ -1,0 +1,67 @@
+"""The GPU command's planner: step counts from measured seconds per update that fit the time left."""
+from __future__ import annotations
+
+import dataclasses
+import json
+from types import SimpleNamespace
+
+from ds_minimodel.tools.gpu_common import GPU, TINY
+from ds_minimodel.tools.gpu_reference import RESERVE_S, SHARES, plan_reference
+
+SECONDS = {"step1": 0.06, "step1-dual": 0.07, "step1b": 0.015, "step2-bl_base": 0.03, "step2-bl_small": 0.012,
+           "step2-minijoint": 0.011, "step2-minipost": 0.016}
+SIZING = {"reference": {"median_s": SECONDS}, "reference step3": {"median_s": {"step3": 0.04}},
+          "body": {"median_s": {"step1": 0.03}}, "startup_s": 20.0}
+
+
+def config(tmp_path, systems, languages=("de",)):
+    train = tmp_path / "train.jsonl"
+    train.write_text("x\n" * 3200)  # 100 updates of 32 per epoch
+    ds3 = tmp_path / "ds3.json"
+    ds3.write_text(json.dumps({"train_batch_size": 32}))
+    return {"preset": "reference_gpu", "vocab_size": 8000, "seq_len": 128, "small_layers": 4, "systems": systems,
+            "targets": [{"lang": lang} for lang in languages], "source_relearn": [],
+            "step3": {"seeds": [1], "ds_config": str(ds3)}, "tasks": [{"train": str(train)}]}
+
+
+def fake_run(left, sizes=GPU):
+    return SimpleNamespace(left=lambda: left, sizes=sizes)
+
+
+def test_the_plan_fits_the_time_left_after_every_launch_start(tmp_path):
+    cfg = config(tmp_path, ["bl_base", "bl_small", "minijoint", "minipost"])
+    plan = plan_reference(fake_run(600), cfg, SIZING)
+    # 3 primaries, Step 1b, 4 Step-2 runs, 3 Step-3 runs: 11 launches of 20 s before any training.
+    assert plan["launches"] == 11 and plan["train_s"] == 0.8 * (600 - RESERVE_S - 11 * 20)
+    steps, train_s = plan["steps"], plan["train_s"]
+    small = SECONDS["step1"] * plan_small_ratio()
+    step1 = steps["step1"] * (SECONDS["step1"] + SECONDS["step1-dual"] + small)
+    step2 = steps["step2"] * sum(SECONDS[f"step2-{s}"] for s in cfg["systems"])
+    for used, share in ((step1, "step1"), (steps["step1b"] * SECONDS["step1b"], "step1b"), (step2, "step2")):
+        assert SHARES[share] * train_s * 0.95 <= used <= SHARES[share] * train_s
+    # Step 3: its share in epochs of 100 updates of 32 for 3 primaries, at most the paper's 3 epochs.
+    assert plan["epochs"] == min(round(SHARES["step3"] * train_s / (3 * 100 * 0.04), 3), 3.0)
+    assert plan["body_steps"] == int(0.6 * (600 - RESERVE_S - 20) / 0.03)
+
+
+def plan_small_ratio() -> float:
+    from ds_minimodel import flops
+    from ds_minimodel.config import get_preset
+
+    cfg = get_preset("reference_gpu").replace(vocab_size=8000)
+    shape = {"seq_len": 128, "batch": 1, "mask_prob": 0.15}
+    return (flops.per_update_flops("pretrain", cfg.replace(num_layers=4), **shape)
+            / flops.per_update_flops("pretrain", cfg, **shape))
+
+
+def test_a_subset_of_systems_plans_only_their_launches_and_caps_hold(tmp_path):
+    cfg = config(tmp_path, ["bl_base"], languages=("de", "fr"))
+    plan = plan_reference(fake_run(600), cfg, SIZING)
+    assert plan["launches"] == 1 + 2 + 1  # BL_BASE's Step 1, Step 2 in two languages, Step 3
+    assert plan["steps"]["step1"] == int(SHARES["step1"] * plan["train_s"] / SECONDS["step1"])
+    tiny = plan_reference(fake_run(600, TINY), cfg, SIZING)
+    assert tiny["steps"] == {"step1": 1, "step1b": 1, "step2": 2} and tiny["epochs"] == 0.02
+    assert tiny["body_steps"] == 2
+    # Too little time: no training time left, and the floors say so (the part then runs no pipeline).
+    short = plan_reference(fake_run(100, dataclasses.replace(GPU)), cfg, SIZING)
+    assert short["train_s"] < 0 and short["steps"] == {"step1": 1, "step1b": 1, "step2": 2}
