@@ -135,22 +135,37 @@ def cpu_gemm_tflops(threads: int, n: int = 2048, repeats: int = 5) -> float:
     return 2 * n**3 / best / 1e12
 
 
-def time_stage(stage: str, args: argparse.Namespace) -> dict[str, Any]:
-    """Time ``stage`` in this process through a DeepSpeed engine; every figure for one row of the table."""
+def stage_engine(stage: str, args: argparse.Namespace, *, micro_batch: int, steps: int
+                 ) -> tuple[Any, torch.nn.Module, Callable, float, ModelConfig, list[torch.nn.Parameter]]:
+    """``stage``'s model in a DeepSpeed engine of ``--ds-config`` on one rank, its batch ``micro_batch``, its
+    schedule ``steps`` long: (engine, model, loss function, analytic FLOPs per update, config, trainable)."""
     import deepspeed
 
     from ds_minimodel.train.distributed import init_distributed
     from ds_minimodel.train.ds_config import fill_schedule, load_ds_config
-    from ds_minimodel.train.engine import batch_to, compile_model
 
     init_distributed()
-    ds_config = fill_schedule(load_ds_config(args.ds_config), args.warmup + args.updates, 0.08)
+    ds_config = fill_schedule(load_ds_config(args.ds_config), steps, 0.08)
     model, loss_fn, analytic, cfg = stage_setup(stage, args)
-    model.activation_checkpointing = args.activation_checkpointing
+    model.activation_checkpointing = getattr(args, "activation_checkpointing", False)
     trainable = [p for p in model.parameters() if p.requires_grad]
-    config = {**ds_config, "train_batch_size": args.micro_batch, "train_micro_batch_size_per_gpu": args.micro_batch,
+    config = {**ds_config, "train_batch_size": micro_batch, "train_micro_batch_size_per_gpu": micro_batch,
               "gradient_accumulation_steps": 1}
     engine, *_ = deepspeed.initialize(model=model, model_parameters=trainable, config=config)
+    return engine, model, loss_fn, analytic, cfg, trainable
+
+
+def peak_memory_bytes(cuda: bool) -> int:
+    """The GPU's largest allocation since its last reset, or on a CPU the process's peak resident memory."""
+    return torch.cuda.max_memory_allocated() if cuda else resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+
+
+def time_stage(stage: str, args: argparse.Namespace) -> dict[str, Any]:
+    """Time ``stage`` in this process through a DeepSpeed engine; every figure for one row of the table."""
+    from ds_minimodel.train.engine import batch_to, compile_model
+
+    engine, model, loss_fn, analytic, cfg, trainable = stage_engine(
+        stage, args, micro_batch=args.micro_batch, steps=args.warmup + args.updates)
     if args.compile:
         compile_model(engine)
     generator = torch.Generator().manual_seed(0)
@@ -189,8 +204,7 @@ def time_stage(stage: str, args: argparse.Namespace) -> dict[str, Any]:
                                 + profiler.key_averages().table(sort_by="cpu_time_total", row_limit=8,
                                                                 max_name_column_width=60))
     median = statistics.median(times)
-    peak_bytes = (torch.cuda.max_memory_allocated() if cuda
-                  else resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024)
+    peak_bytes = peak_memory_bytes(cuda)
     engine.destroy()
     return {"stage": stage, "layers": cfg.num_layers, "trainable_parameters": sum(p.numel() for p in trainable),
             "parameters": sum(p.numel() for p in model.parameters()), "median_s": median, "min_s": min(times),
@@ -230,7 +244,7 @@ def stages(args: argparse.Namespace) -> dict[str, Any]:
         rows.append(json.loads(proc.stdout.strip().splitlines()[-1]))
         print(f"{stage}: {rows[-1]['median_s']:.4f} s/update", file=sys.stderr, flush=True)
     precision = precision_of(json.loads(Path(args.ds_config).read_text()))
-    return {"benchmark": "stages", **_environment(args), **summarise(rows, precision, torch.get_num_threads())}
+    return {"benchmark": "stages", **environment(args), **summarise(rows, precision, torch.get_num_threads())}
 
 
 def summarise(rows: list[dict[str, Any]], precision: str, threads: int) -> dict[str, Any]:
@@ -260,18 +274,10 @@ def max_micro_batch(args: argparse.Namespace) -> dict[str, Any]:
     (forward, backward, optimizer step) at each size, doubling from ``--start`` until the device runs out of memory
     or ``--max`` is reached. On a GPU the answer is the last size that ran; on a CPU nothing runs out in a useful
     time, so the search stops at ``--max``. Peak memory is recorded at every size tried."""
-    import deepspeed
-
-    from ds_minimodel.train.distributed import init_distributed
-    from ds_minimodel.train.ds_config import fill_schedule, load_ds_config
     from ds_minimodel.train.engine import batch_to
 
-    init_distributed()
-    model, loss_fn, _, cfg = stage_setup(args.stage, args)
-    trainable = [p for p in model.parameters() if p.requires_grad]
-    config = {**fill_schedule(load_ds_config(args.ds_config), 10, 0.08), "train_batch_size": args.start,
-              "train_micro_batch_size_per_gpu": args.start, "gradient_accumulation_steps": 1}
-    engine, *_ = deepspeed.initialize(model=model, model_parameters=trainable, config=config)
+    # The engine does not look at the batch it is given: one engine serves every size tried.
+    engine, _, loss_fn, _, cfg, _ = stage_engine(args.stage, args, micro_batch=args.start, steps=10)
     cuda = torch.cuda.is_available()
     generator = torch.Generator().manual_seed(0)
     tried, fits, size = [], None, args.start
@@ -288,9 +294,7 @@ def max_micro_batch(args: argparse.Namespace) -> dict[str, Any]:
         except torch.OutOfMemoryError:
             tried.append({"micro_batch": size, "fits": False})
             break
-        peak = (torch.cuda.max_memory_allocated() if cuda
-                else resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024)
-        tried.append({"micro_batch": size, "fits": True, "peak_memory_mb": peak / 2**20})
+        tried.append({"micro_batch": size, "fits": True, "peak_memory_mb": peak_memory_bytes(cuda) / 2**20})
         fits, size = size, size * 2
     total = torch.cuda.get_device_properties(0).total_memory / 2**20 if cuda else None
     return {"benchmark": "max-batch", "stage": args.stage, "micro_batch": fits, "tried": tried,
@@ -347,11 +351,11 @@ def hf_comparison(args: argparse.Namespace) -> dict[str, Any]:
                          "parameters": sum(p.numel() for p in model.parameters())}
         del model, optimizer
     speedup = results["hf"]["median_s"] / results["ours"]["median_s"]
-    return {"benchmark": "hf", **_environment(args), "bf16_autocast": args.bf16,
+    return {"benchmark": "hf", **environment(args), "bf16_autocast": args.bf16,
             "hf_attention": args.hf_attention, **results, "speedup": speedup, "target": ">= 1.3"}
 
 
-def _environment(args: argparse.Namespace) -> dict[str, Any]:
+def environment(args: argparse.Namespace) -> dict[str, Any]:
     import deepspeed
 
     device = torch.cuda.get_device_name(0) if torch.cuda.is_available() else \
@@ -403,6 +407,14 @@ def _shape_args(p: argparse.ArgumentParser, *, updates: int = 10) -> None:
     p.add_argument("--json", type=Path, help="also write the result here")
 
 
+def _stage_model_args(p: argparse.ArgumentParser) -> None:
+    """The depths and DeepSpeed file a stage is built with (``stage_setup``)."""
+    p.add_argument("--layers", type=int, default=12, help="the primary's depth")
+    p.add_argument("--mini-layers", type=int, default=Depths.aux, help="N: MiniJoint's head, the layers MiniPost keeps")
+    p.add_argument("--new-layers", type=int, default=Depths.new, help="MiniPost's new layers")
+    p.add_argument("--ds-config", type=Path, default=Path("ds_configs/cpu_fp32.json"))
+
+
 def stage_list(value: str) -> list[str]:
     stages = value.split(",")
     unknown = [s for s in stages if s not in STAGES]
@@ -427,21 +439,14 @@ def build_parser() -> argparse.ArgumentParser:
             s.add_argument("--stages", type=stage_list, default=list(STAGES),
                            help=f"comma-separated subset of {','.join(STAGES)}")
         _shape_args(s)
-        s.add_argument("--layers", type=int, default=12, help="the primary's depth")
-        s.add_argument("--mini-layers", type=int, default=Depths.aux,
-                       help="N: MiniJoint's head, the layers MiniPost keeps")
-        s.add_argument("--new-layers", type=int, default=Depths.new, help="MiniPost's new layers")
-        s.add_argument("--ds-config", type=Path, default=Path("ds_configs/cpu_fp32.json"))
+        _stage_model_args(s)
         s.add_argument("--activation-checkpointing", action="store_true", help="recompute layers in the backward")
         s.add_argument("--compile", action="store_true", help="torch.compile the model (DeepSpeed engine.compile)")
     mb = sub.add_parser("max-batch", help="the largest micro-batch of a stage that trains (doubling until out of "
                         "memory), through the DeepSpeed engine")
     mb.add_argument("stage", choices=STAGES)
     _shape_args(mb)
-    mb.add_argument("--layers", type=int, default=12, help="the primary's depth")
-    mb.add_argument("--mini-layers", type=int, default=Depths.aux)
-    mb.add_argument("--new-layers", type=int, default=Depths.new)
-    mb.add_argument("--ds-config", type=Path, default=Path("ds_configs/cpu_fp32.json"))
+    _stage_model_args(mb)
     mb.add_argument("--start", type=int, default=8, help="the first micro-batch tried")
     mb.add_argument("--max", type=int, default=1024, help="stop doubling here")
     h = sub.add_parser("hf", help="our MLM update vs transformers' RobertaForMaskedLM, plain PyTorch loop")

@@ -14,7 +14,7 @@ import torch
 
 from ds_minimodel import flops
 from ds_minimodel.config import get_preset
-from ds_minimodel.tools.bench import GPU_PEAK_TFLOPS, _environment
+from ds_minimodel.tools.bench import GPU_PEAK_TFLOPS, environment
 
 
 def preprocessing(args: argparse.Namespace) -> dict[str, Any]:
@@ -85,4 +85,4 @@ def loader(args: argparse.Namespace) -> dict[str, Any]:
             runs.append({"prefetch": depth, "mean_wait_ms": mean * 1e3, "max_wait_ms": max(waits) * 1e3,
                          "stall_share": mean / (mean + compute_s),
                          "tokens_per_s_when_built_on_demand": batch["num_tokens"] / mean if not depth else None})
-    return {"benchmark": "loader", **_environment(args), "compute_ms": compute_s * 1e3, "runs": runs}
+    return {"benchmark": "loader", **environment(args), "compute_ms": compute_s * 1e3, "runs": runs}

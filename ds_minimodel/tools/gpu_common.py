@@ -186,16 +186,16 @@ def skipped(reason: str) -> dict[str, Any]:
 NO_CUDA = "needs CUDA: torch.cuda.is_available() is False on this machine"
 
 
-def ds_config(run: Run, name: str, *, precision: str, zero: int = 1, micro: int = 8, base: str | None = None,
-              fused: bool | None = None, batch: int | None = None) -> Path:
-    """A DeepSpeed JSON for the benchmark: ZeRO-``zero``, ``precision``, DeepSpeed's fused Adam on a GPU (torch's
-    AdamW on a CPU, where the fused one would compile for a minute, or where ``fused`` is False), or ``base`` with
-    the optimizer chosen the same way (and its global batch ``batch`` where given)."""
+def ds_config(run: Run, name: str, *, precision: str = "bf16", base: str | None = None, fused: bool | None = None,
+              batch: int | None = None) -> Path:
+    """A DeepSpeed JSON for the benchmark: ZeRO-1 in ``precision`` (its batch is the bench command's to set), or the
+    file ``base`` on one rank (its global batch ``batch`` where given); either with DeepSpeed's fused Adam on a GPU,
+    torch's AdamW on a CPU (where the fused one would compile for a minute) or where ``fused`` is False."""
     config = read_json(REPO / base) if base else {
-        "train_batch_size": micro, "train_micro_batch_size_per_gpu": micro, "steps_per_print": 1_000_000,
+        "train_batch_size": 8, "train_micro_batch_size_per_gpu": 8, "steps_per_print": 1_000_000,
         "optimizer": {"type": "AdamW", "params": {"lr": 1e-4, "betas": [0.9, 0.98], "eps": 1e-6,
                                                   "weight_decay": 0.01}},
-        "zero_optimization": {"stage": zero}}
+        "zero_optimization": {"stage": 1}}
     if base:  # one rank: the whole global batch in one micro-batch
         config["train_batch_size"] = batch or config["train_batch_size"]
         config["train_micro_batch_size_per_gpu"] = config["train_batch_size"]

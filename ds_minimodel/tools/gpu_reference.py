@@ -51,11 +51,11 @@ def reference_shape(run: Run) -> dict[str, Any]:
     return {"preset": run.sizes.reference_preset or config["preset"], "seq_len": config["seq_len"],
             "vocab": run.sizes.reference_vocab or config["vocab_size"], "aux": config["aux_layer"],
             "new": config["new_layers"], "micro": step1_ds["train_micro_batch_size_per_gpu"],
-            "ds": ds_config(run, "reference", precision="bf16", base=config["step1"]["ds_config"]),
-            "ds3": ds_config(run, "reference_step3", precision="bf16", base=config["step3"]["ds_config"]),
+            "ds": ds_config(run, "reference", base=config["step1"]["ds_config"]),
+            "ds3": ds_config(run, "reference_step3", base=config["step3"]["ds_config"]),
             "body_preset": run.sizes.reference_preset or "reference",
             "body_micro": read_json(REPO / cpu_ds)["train_batch_size"],
-            "body_ds": ds_config(run, "body", precision="bf16", base=cpu_ds)}
+            "body_ds": ds_config(run, "body", base=cpu_ds)}
 
 
 def materialise(run: Run, path: str | Path, *, max_bytes: int | None = None, lines: int | None = None) -> str:
@@ -123,7 +123,7 @@ def reference_config(run: Run) -> dict[str, Any]:
     for section in ("step1", "step1b", "step2", "step3"):  # DeepSpeed's fused Adam on a GPU, torch's on a CPU
         if config.get(section):
             config[section]["ds_config"] = str(ds_config(
-                run, f"reference_{section}", precision="bf16", base=config[section]["ds_config"],
+                run, f"reference_{section}", base=config[section]["ds_config"],
                 batch=None if section == "step3" else s.sizing_micro))
     for task in config["tasks"]:
         task["train"] = materialise(run, task["train"])  # whole: a cut can leave out labels its test files hold

@@ -157,7 +157,7 @@ def part_bench(run: Run, budget: float) -> dict[str, Any]:
 
     # 1. The largest micro-batch of Step 1 that trains (bf16, ZeRO-1; torch's AdamW: the same memory as the fused
     # one, and no wait for its build).
-    search_ds = ds_config(run, "search", precision="bf16", fused=False)
+    search_ds = ds_config(run, "search", fused=False)
     rows, found["max_batch"] = timed("max micro-batch, step1", [
         *bench_cmd(run, "max-batch", "step1", preset=s.preset, vocab=s.vocab, seq_len=s.seq_len, micro=s.search[0],
                    ds=search_ds), "--start", str(s.search[0]), "--max", str(s.search[1])], 150)
@@ -182,7 +182,7 @@ def part_bench(run: Run, budget: float) -> dict[str, Any]:
     # retried once at half of it (the dual head and fp16 need more memory than the update the search ran).
     if run.cuda:
         found["fused_adam"] = run.join("fused_adam", max(1, min(240, end - time.monotonic() - 60)))
-    bf16 = ds_config(run, "bf16", precision="bf16")
+    bf16 = ds_config(run, "bf16")
     plain = ("step1", "step1-dual", "step2-bl_base", "step2-minijoint")
     rows, status = timed(f"bf16 {','.join(plain)} x{micro}", bench_cmd(
         run, "one-stage", ",".join(plain), preset=s.preset, vocab=s.vocab, seq_len=s.seq_len, micro=micro, ds=bf16),
@@ -214,7 +214,7 @@ def part_bench(run: Run, budget: float) -> dict[str, Any]:
     bf16_rows = [r for r in found["rows"] if r["label"] == "bf16" and r["status"] == "ok"]
     summary = summarise(bf16_rows, "bf16", 1)
     found.update(peak_tflops=summary["peak_tflops"], peak_source=summary["peak_source"], ratios=summary["ratios"])
-    for label, precision in (("bf16 --compile", "bf16"), ("fp16", "fp16")):
+    for label, precision in (("bf16 --compile", "bf16"), ("fp16", "fp16")):  # their MFU (summarise sets it)
         summarise([r for r in found["rows"] if r["label"] == label and r["status"] == "ok"], precision, 1)
 
     # 4. The reference run's shapes, timed to size it (and the CPU reference's shape, for the body).
