@@ -382,9 +382,15 @@ def load_tokenizer(ref: dict | None, owner: str | Path) -> AnyTokenizer:
     SentencePiece model or a Hugging Face tokenizer folder (`open_tokenizer`)."""
     if not ref or "path" not in ref:
         raise InputError(f"{owner}: records no tokenizer")
-    tokenizer = open_tokenizer(ref["path"])
+    path = Path(ref["path"])
+    if not path.exists() and ref.get("sha256"):
+        # A folder copied from another machine (a cluster, the GPU command's body): the tokenizer it recorded
+        # travels inside it or beside it under the same name, and the hash says whether it is the same one.
+        here = Path(owner) if Path(owner).is_dir() else Path(owner).parent
+        path = next((c for c in (here / path.name, here.parent / path.name) if c.is_file()), path)
+    tokenizer = open_tokenizer(path)
     if ref.get("sha256") and tokenizer.sha256 != ref["sha256"]:
-        raise InputError(f"{ref['path']}: tokenizer changed since {owner} was written (hash differs)")
+        raise InputError(f"{path}: tokenizer changed since {owner} was written (hash differs)")
     return tokenizer
 
 

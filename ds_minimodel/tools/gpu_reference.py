@@ -24,6 +24,10 @@ PART_PIECE = 15 * 2**20
 SHARES = {"step1": 0.45, "step1b": 0.05, "step2": 0.3, "step3": 0.2}
 RESERVE_S = 60
 """Seconds kept for Step 4, the analysis and packing after the reference run's training."""
+SAVE_S = 2.0
+STEP2_SAVES = 6
+"""Seconds per checkpoint written (the weights and their consolidated copy; about 1.5 s measured on the H200 at stop
+33), and how many a Step-2 launch writes (``run_pipeline`` saves every fifth of its updates, and at the end)."""
 
 
 def time_reference_shapes(run: Run, end: float) -> dict[str, Any]:
@@ -140,6 +144,8 @@ def start_data(run: Run) -> None:
     write_json(run.config_path, config)
     run.spawn("reference_prepare", [sys.executable, "-m", "ds_minimodel", "pipeline", "--config", run.config_path,
                                     "--only", "prepare"])
+    if run.args.no_body:
+        return
     # The body: the CPU reference's tokenizer (the same call on the same file as its pipeline's prepare), applied to
     # the larger English corpus.
     cpu = read_json(REPO / "configs/reference.json")
@@ -153,23 +159,32 @@ def start_data(run: Run) -> None:
         f"tokenizer=Path({str(tok / 'spm.model')!r}), progress=False)")])
 
 
-def plan_reference(run: Run, config: dict[str, Any], sizing: dict[str, Any]) -> dict[str, Any]:
+def plan_reference(run: Run, config: dict[str, Any], sizing: dict[str, Any], *, body_beside: bool = True
+                   ) -> dict[str, Any]:
     """Step counts that fit the time left: every launch's measured start-up taken off first, the rest shared out
     by ``SHARES`` at the measured seconds per update of each stage (``--tiny``: capped at a few updates)."""
-    t = sizing["reference"]["median_s"]
-    t3 = sizing["reference step3"]["median_s"]["step3"]
+    # The body trains beside the run on the same GPU, and these small models leave it idle between kernels: the
+    # H200 run of stop 33 measured each stage's update at about its own time plus the body's (time-sliced, not
+    # overlapped), so the body's seconds per update are added to every stage's, and the body's to theirs.
+    body = sizing.get("body") if body_beside else None
+    beside = body["median_s"]["step1"] if body else 0.0
+    t = {stage: seconds + beside for stage, seconds in sizing["reference"]["median_s"].items()}
+    t3 = sizing["reference step3"]["median_s"]["step3"] + beside
     preset = get_preset(config["preset"]).replace(vocab_size=config["vocab_size"])
     shape = {"seq_len": config["seq_len"], "batch": 1, "mask_prob": 0.15}
     # BL_SMALL's Step 1 is not timed: the plain update scaled by the analytic FLOPs of 4 layers against 12.
-    small = t["step1"] * (flops.per_update_flops("pretrain", preset.replace(num_layers=config["small_layers"]),
-                                                 **shape) / flops.per_update_flops("pretrain", preset, **shape))
+    small = beside + (t["step1"] - beside) * (
+        flops.per_update_flops("pretrain", preset.replace(num_layers=config["small_layers"]), **shape)
+        / flops.per_update_flops("pretrain", preset, **shape))
     langs, systems, seeds = len(config["targets"]), config["systems"], config["step3"]["seeds"]
     primaries = len({get_system(name).primary for name in systems})
     launches = (primaries + ("minipost" in systems) + len(systems) * langs + len(config["source_relearn"])
                 + primaries * len(seeds))
     startup = sizing["startup_s"]
     available = run.left() - RESERVE_S
-    train_s = 0.8 * (available - launches * startup)
+    # Every launch but Step 3's writes STEP2_SAVES (Step 2) or one or two (Steps 1, 1b) checkpoints.
+    saves = SAVE_S * (launches + (STEP2_SAVES - 1) * (len(systems) * langs + len(config["source_relearn"])))
+    train_s = 0.8 * (available - launches * startup - saves)
     step2_each = langs * sum(t[f"step2-{name}"] for name in systems) + sum(
         t[f"step2-{name}"] for name in config["source_relearn"])
     train_lines = sum(1 for _ in open(config["tasks"][0]["train"], encoding="utf-8"))
@@ -185,9 +200,10 @@ def plan_reference(run: Run, config: dict[str, Any], sizing: dict[str, Any]) -> 
     }
     steps = {k: max(2 if k == "step2" else 1, min(v, caps.get(k, v))) for k, v in steps.items()}
     epochs = max(0.01, min(SHARES["step3"] * train_s / per_epoch, caps.get("epochs", 3.0)))
-    body = sizing.get("body")
-    body_steps = int(0.6 * (available - startup) / body["median_s"]["step1"]) if body else 0
-    body_steps = max(1, min(body_steps, caps.get("body", body_steps)))
+    # The body's update beside the run: its own time plus a typical stage's (Step 2, most of the run's launches).
+    body_update = beside + min(sizing["reference"]["median_s"].values()) if body else 0.0
+    body_steps = int(0.6 * (available - startup) / body_update) if body else 0
+    body_steps = max(1, min(body_steps, caps.get("body", body_steps))) if body else 0
     return {"available_s": available, "launches": launches, "startup_s": startup, "train_s": train_s,
             "steps": steps, "epochs": round(epochs, 3), "body_steps": body_steps}
 
@@ -213,10 +229,13 @@ def part_reference(run: Run, budget: float) -> dict[str, Any]:
     if "body" in sizing:
         sizing["startup_s"] = startup_seconds(run, sizing["body"])
     found["prepare"] = run.join("reference_prepare", run.left() - RESERVE_S)
-    found["body_prepare"] = run.join("body_prepare", run.left() - RESERVE_S)
     config = read_json(run.config_path)
-    plan = found["plan"] = plan_reference(run, config, sizing) if "body" in sizing else tiny_plan(run)
-    body = start_body(run, plan) if found["body_prepare"]["status"] == "ok" else None
+    beside = not run.args.no_body
+    plan = found["plan"] = (plan_reference(run, config, sizing, body_beside=beside) if "body" in sizing
+                            else tiny_plan(run))
+    if beside:
+        found["body_prepare"] = run.join("body_prepare", run.left() - RESERVE_S)
+    body = start_body(run, plan) if beside and found["body_prepare"]["status"] == "ok" else None
     if plan["train_s"] < 20 and not run.args.tiny:
         found["pipeline"] = skipped(f"{plan['available_s']:.0f} s left: too little for {plan['launches']} launches")
     else:
@@ -224,7 +243,7 @@ def part_reference(run: Run, budget: float) -> dict[str, Any]:
     found["results"] = pack_reference(run, Path(config["out"]))
     if body is not None:
         found["body"] = {**run.join("body", run.left() - 10), **pack_body(run, body)}
-    ok = found["pipeline"]["status"] == "ok" and (found.get("body") or {}).get("status") == "ok"
+    ok = found["pipeline"]["status"] == "ok" and (not beside or (found.get("body") or {}).get("status") == "ok")
     return {**found, "status": "ok" if ok else "partial"}
 
 
@@ -293,8 +312,9 @@ def pack_body(run: Run, run_dir: Path) -> dict[str, Any]:
     archive = run.work / "bodies" / "body.tar"
     with tarfile.open(archive, "w") as tar:
         tar.add(folder, arcname="body/model")
-        for path in (run.work / "bodies" / "tokenizer" / "spm.model", run_dir / "metrics.jsonl",
-                     run_dir / checkpoint.RUN):
+        # The tokenizer inside the model folder, where load_tokenizer looks when the recorded path is not there.
+        tar.add(run.work / "bodies" / "en" / "spm.model", arcname="body/model/spm.model")
+        for path in (run_dir / "metrics.jsonl", run_dir / checkpoint.RUN):
             if path.is_file():
                 tar.add(path, arcname=f"body/{path.name}")
     data = archive.read_bytes()

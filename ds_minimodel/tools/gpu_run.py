@@ -308,6 +308,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--languages", default="de", help="the reference run's target languages (comma-separated)")
     p.add_argument("--seeds", default="1", help="the reference run's finetuning seeds (comma-separated)")
     p.add_argument("--systems", help="the reference run's systems, a subset of the config's (default: all)")
+    p.add_argument("--no-body", action="store_true", help="train no body of the CPU reference's shape beside the "
+                   "reference run (which then has the GPU to itself)")
     p.add_argument("--relearn", action="store_true", help="keep the config's source-relearn control (one more "
                    "Step-2 launch)")
     args = p.parse_args(argv)

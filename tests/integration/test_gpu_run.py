@@ -13,6 +13,7 @@ import zipfile
 
 import pytest
 
+from ds_minimodel.data.tokenizer import load_tokenizer
 from ds_minimodel.model.loading import load
 from ds_minimodel.train import checkpoint
 from tests.integration.conftest import REPO, run_cmd
@@ -67,7 +68,9 @@ def test_the_gpu_command_runs_every_part_on_a_cpu_and_reports_each_figure(tmp_pa
     assert checkpoint.verify(folder) is None
     model, meta = load(folder)
     assert meta["weights_sha256"] == body["weights_sha256"] and model.cfg.hidden_size == 64
-    assert (tmp_path / "back/body/spm.model").is_file()
+    # Its tokenizer travels inside it, found there by hash once the GPU machine's path is gone.
+    moved = {**meta["tokenizer"], "path": "/gone/en/spm.model"}
+    assert load_tokenizer(moved, folder).path == folder / "spm.model"
     # At most 8 files come back from the GPU machine; the summary names every part.
     assert len(list(out.iterdir())) <= 8
     summary = (out / "gpu_run.md").read_text()

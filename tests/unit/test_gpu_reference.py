@@ -6,7 +6,7 @@ import json
 from types import SimpleNamespace
 
 from ds_minimodel.tools.gpu_common import GPU, TINY
-from ds_minimodel.tools.gpu_reference import RESERVE_S, SHARES, plan_reference
+from ds_minimodel.tools.gpu_reference import RESERVE_S, SAVE_S, SHARES, STEP2_SAVES, plan_reference
 
 SECONDS = {"step1": 0.06, "step1-dual": 0.07, "step1b": 0.015, "step2-bl_base": 0.03, "step2-bl_small": 0.012,
            "step2-minijoint": 0.011, "step2-minipost": 0.016}
@@ -31,17 +31,23 @@ def fake_run(left, sizes=GPU):
 def test_the_plan_fits_the_time_left_after_every_launch_start(tmp_path):
     cfg = config(tmp_path, ["bl_base", "bl_small", "minijoint", "minipost"])
     plan = plan_reference(fake_run(600), cfg, SIZING)
-    # 3 primaries, Step 1b, 4 Step-2 runs, 3 Step-3 runs: 11 launches of 20 s before any training.
-    assert plan["launches"] == 11 and plan["train_s"] == 0.8 * (600 - RESERVE_S - 11 * 20)
+    # 3 primaries, Step 1b, 4 Step-2 runs, 3 Step-3 runs: 11 launches of 20 s before any training, and their
+    # checkpoints: one per launch, STEP2_SAVES per Step-2 launch.
+    saves = SAVE_S * (11 + 4 * (STEP2_SAVES - 1))
+    assert plan["launches"] == 11 and plan["train_s"] == 0.8 * (600 - RESERVE_S - 11 * 20 - saves)
     steps, train_s = plan["steps"], plan["train_s"]
-    small = SECONDS["step1"] * plan_small_ratio()
-    step1 = steps["step1"] * (SECONDS["step1"] + SECONDS["step1-dual"] + small)
-    step2 = steps["step2"] * sum(SECONDS[f"step2-{s}"] for s in cfg["systems"])
-    for used, share in ((step1, "step1"), (steps["step1b"] * SECONDS["step1b"], "step1b"), (step2, "step2")):
+    # Every stage's update costs its own time plus the body's beside it (0.03 s): the GPU is time-sliced.
+    body = 0.03
+    small = SECONDS["step1"] * plan_small_ratio() + body
+    step1 = steps["step1"] * (SECONDS["step1"] + SECONDS["step1-dual"] + 2 * body + small)
+    step2 = steps["step2"] * sum(SECONDS[f"step2-{s}"] + body for s in cfg["systems"])
+    step1b = steps["step1b"] * (SECONDS["step1b"] + body)
+    for used, share in ((step1, "step1"), (step1b, "step1b"), (step2, "step2")):
         assert SHARES[share] * train_s * 0.95 <= used <= SHARES[share] * train_s
     # Step 3: its share in epochs of 100 updates of 32 for 3 primaries, at most the paper's 3 epochs.
-    assert plan["epochs"] == min(round(SHARES["step3"] * train_s / (3 * 100 * 0.04), 3), 3.0)
-    assert plan["body_steps"] == int(0.6 * (600 - RESERVE_S - 20) / 0.03)
+    assert plan["epochs"] == min(round(SHARES["step3"] * train_s / (3 * 100 * (0.04 + body)), 3), 3.0)
+    # The body's update beside the run: its own and the quickest stage's.
+    assert plan["body_steps"] == int(0.6 * (600 - RESERVE_S - 20) / (body + SECONDS["step2-minijoint"]))
 
 
 def plan_small_ratio() -> float:
@@ -58,10 +64,18 @@ def test_a_subset_of_systems_plans_only_their_launches_and_caps_hold(tmp_path):
     cfg = config(tmp_path, ["bl_base"], languages=("de", "fr"))
     plan = plan_reference(fake_run(600), cfg, SIZING)
     assert plan["launches"] == 1 + 2 + 1  # BL_BASE's Step 1, Step 2 in two languages, Step 3
-    assert plan["steps"]["step1"] == int(SHARES["step1"] * plan["train_s"] / SECONDS["step1"])
+    assert plan["steps"]["step1"] == int(SHARES["step1"] * plan["train_s"] / (SECONDS["step1"] + 0.03))
     tiny = plan_reference(fake_run(600, TINY), cfg, SIZING)
     assert tiny["steps"] == {"step1": 1, "step1b": 1, "step2": 2} and tiny["epochs"] == 0.02
     assert tiny["body_steps"] == 2
     # Too little time: no training time left, and the floors say so (the part then runs no pipeline).
     short = plan_reference(fake_run(100, dataclasses.replace(GPU)), cfg, SIZING)
     assert short["train_s"] < 0 and short["steps"] == {"step1": 1, "step1b": 1, "step2": 2}
+
+
+def test_with_the_gpu_to_itself_the_stages_are_planned_at_their_own_times(tmp_path):
+    cfg = config(tmp_path, ["bl_base"])
+    alone = plan_reference(fake_run(600), cfg, SIZING, body_beside=False)
+    beside = plan_reference(fake_run(600), cfg, SIZING)
+    assert alone["steps"]["step1"] == int(SHARES["step1"] * alone["train_s"] / SECONDS["step1"])
+    assert alone["steps"]["step1"] > beside["steps"]["step1"] and alone["body_steps"] == 0

@@ -172,3 +172,24 @@ def test_a_tokenizer_replaced_since_its_data_or_checkpoint_was_written_is_refuse
     assert str(other) in str(err.value) and "changed since run/checkpoints/step_00000010 was written" in str(err.value)
     with pytest.raises(InputError, match="records no tokenizer"):
         load_tokenizer(None, "a/meta.json")
+
+
+def test_a_folder_from_another_machine_finds_its_tokenizer_inside_it_by_hash(model: Path, corpus: Path,
+                                                                            tmp_path: Path) -> None:
+    from ds_minimodel.data.tokenizer import load_tokenizer
+
+    # The GPU command's body: meta.json records the path on the machine that wrote it, the file travels inside.
+    folder = tmp_path / "body" / "model"
+    folder.mkdir(parents=True)
+    (folder / "spm.model").write_bytes(model.read_bytes())
+    recorded = {"path": "/tmp/elsewhere/en/spm.model", "sha256": Tokenizer.load(model).sha256}
+    assert load_tokenizer(recorded, folder).path == folder / "spm.model"
+    # Beside a checkpoint folder's parent too (a run folder holding the tokenizer).
+    (folder / "spm.model").unlink()
+    (folder.parent / "spm.model").write_bytes(model.read_bytes())
+    assert load_tokenizer(recorded, folder).path == folder.parent / "spm.model"
+    # Another tokenizer under that name is refused by its hash.
+    other = train_sentencepiece(corpus, tmp_path / "other", vocab_size=VOCAB_SIZE - 10, num_threads=1)
+    (folder.parent / "spm.model").write_bytes(Path(other).read_bytes())
+    with pytest.raises(InputError, match="tokenizer changed since"):
+        load_tokenizer(recorded, folder)
