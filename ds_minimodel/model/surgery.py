@@ -8,8 +8,8 @@
 * MiniPost (section 2.2, Step 1b): the bottom N layers, the embeddings and the MLM head of a one-head primary with
   2 fresh layers between them; only the fresh layers train (``build_minipost``).
 * Step 2 trains only the token embeddings (tied with the output projection) and the per-token output bias over a
-  frozen body (``freeze_for_adaptation``), starting from the source rows of the pieces the two vocabularies share
-  (footnote 1, ``overlap_init``).
+  frozen body (``freeze_for_adaptation``), starting from rows ``model.embedding_init`` builds (the paper's: the
+  source rows of the pieces the two vocabularies share, footnote 1).
 * Steps 3-4 swap embeddings in and out of a body (``swap_embeddings``); ``plug_embeddings`` does it from folders and
   refuses embeddings trained over a body of another lineage (``checkpoint.lineage``).
 
@@ -27,7 +27,6 @@ import torch
 from torch import nn
 
 from ds_minimodel.config import ModelConfig
-from ds_minimodel.data.tokenizer import NUM_SPECIAL, SPECIAL_PIECES
 from ds_minimodel.errors import InputError, report
 from ds_minimodel.folders import require_output
 from ds_minimodel.model.encoder import AUX_HEAD, MAIN_HEAD, EncoderLayer, MaskedLM
@@ -184,69 +183,6 @@ def freeze_for_head_training(model: MaskedLM) -> list[str]:
         if param.requires_grad:
             names.append(name)
     return names
-
-
-# ------------------------------------------------------------------------------------------ embedding init (fn 1)
-
-def overlap_init(
-    source_pieces: list[str],
-    source_embeddings: torch.Tensor,
-    source_bias: torch.Tensor,
-    target_pieces: list[str],
-    *,
-    std: float = 0.02,
-    generator: torch.Generator,
-    specials_only: bool = False,
-) -> tuple[torch.Tensor, torch.Tensor, dict[str, Any]]:
-    """Initial L_trg embeddings and output bias (paper footnote 1, after Pfeiffer et al. 2021).
-
-    A target piece whose string is also a source piece starts from that source row (embedding and bias); every
-    other piece gets an N(0, std) embedding and a zero bias. The special pieces (ids 0-4, identical in every
-    tokenizer) are shared by construction. Returns (embeddings (Vt, h), bias (Vt,), stats) in the source tensors'
-    dtype and device; stats = {"overlap": shared pieces (specials included), "target_vocab": Vt,
-    "ratio": overlap / Vt, "special": 5}. One dict lookup per piece then two index copies: milliseconds at 50k.
-
-    ``specials_only`` copies the special pieces alone and draws every other row: the "source relearn" control,
-    which relearns the source language's own embeddings from scratch to measure what Step 2 loses without any
-    language gap (issue 16).
-    """
-    vs, hidden = source_embeddings.shape
-    if len(source_pieces) != vs or source_bias.shape != (vs,):
-        raise ValueError(f"source vocabulary of {len(source_pieces)} pieces, embeddings "
-                         f"{tuple(source_embeddings.shape)} and bias {tuple(source_bias.shape)} disagree")
-    expected = [SPECIAL_PIECES[i] for i in range(NUM_SPECIAL)]
-    for which, pieces in (("source", source_pieces), ("target", target_pieces)):
-        if list(pieces[:NUM_SPECIAL]) != expected:
-            raise ValueError(f"{which} vocabulary starts with {list(pieces[:NUM_SPECIAL])}, not the special pieces "
-                             f"{expected}: embeddings cannot be swapped between tokenizers that disagree on them")
-    source_index = {piece: i for i, piece in enumerate(source_pieces)}
-    if len(source_index) != vs:
-        raise ValueError("source vocabulary has duplicate pieces: the source row of a shared piece is ambiguous")
-
-    found = [source_index.get(piece, -1) if not specials_only or i < NUM_SPECIAL else -1
-             for i, piece in enumerate(target_pieces)]
-    src_ids = torch.tensor(found, dtype=torch.long)
-    shared = src_ids >= 0
-    tgt_shared = shared.nonzero().squeeze(1)
-    tgt_new = (~shared).nonzero().squeeze(1)
-    vt = len(target_pieces)
-
-    device, dtype = source_embeddings.device, source_embeddings.dtype
-    embeddings = torch.empty(vt, hidden, dtype=dtype, device=device)
-    # Drawn in fp32 on the generator's device: the same generator state gives the same rows on CPU and GPU.
-    fresh = torch.empty(len(tgt_new), hidden, device=generator.device).normal_(0.0, std, generator=generator)
-    embeddings.index_copy_(0, tgt_new.to(device), fresh.to(device=device, dtype=dtype))
-    embeddings.index_copy_(0, tgt_shared.to(device),
-                           source_embeddings.detach().index_select(0, src_ids[shared].to(device)))
-    # Bias of a new piece: 0. The source bias of a shared piece carries that piece's frequency prior (the MLM
-    # head learns roughly log p(piece) there); a piece the source never had has no prior to carry, and zero is
-    # what HF/fairseq initialise every output bias to.
-    bias = torch.zeros(vt, dtype=source_bias.dtype, device=source_bias.device)
-    bias.index_copy_(0, tgt_shared.to(bias.device),
-                     source_bias.detach().index_select(0, src_ids[shared].to(source_bias.device)))
-    overlap = int(shared.sum())
-    stats = {"overlap": overlap, "target_vocab": vt, "ratio": overlap / vt if vt else 0.0, "special": NUM_SPECIAL}
-    return embeddings, bias, stats
 
 
 # --------------------------------------------------------------------------------------------- embedding swap

@@ -279,9 +279,9 @@ class Pipeline:
         data = self._data(self.sections["source"].lang if relearn else lang, needed_by)
         self._train("run_adapt.py", self.step2_dir(lang, system), f"step2-{lang}-{system}",
                     ["--system", system, "--body", str(body), "--data", str(data),
-                     "--init", "specials" if relearn else "overlap", "--lang", lang,
+                     "--init", "specials" if relearn else self.sections["step2"].init, "--lang", lang,
                      "--seq-len", str(self.cfg.seq_len), "--seed", str(self.seed),
-                     *as_options(self.sections["step2"])])
+                     *as_options(self.sections["step2"], exclude=("init",))])
 
     def _mini_model(self, system: str) -> Path:
         """The model a ``source_minis`` system's Step 2 trains over: Step 1b's output, or (a ``mini`` body) the layers

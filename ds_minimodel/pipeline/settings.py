@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import dataclasses
+import importlib.util
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -26,6 +27,25 @@ class StageSettings:
     save_every: int
     """Checkpoint cadence (Step 2: every checkpoint is evaluated in Step 4)."""
     log_every: int = TrainConfig.log_every
+
+
+@dataclass(frozen=True, kw_only=True)
+class Step1Settings(StageSettings):
+    forget_every: int = 0
+    """Active forgetting (``run_pretrain.py --forget-every``): the primaries' token embeddings drawn afresh, with
+    their optimizer state cleared, every this many updates; 0: never (the paper)."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class Step2Settings(StageSettings):
+    init: str = "overlap"
+    """How the new embeddings start (``run_adapt.py --init``; ``model.embedding_init``): overlap (the paper),
+    focus. The source-relearn control always uses specials."""
+    new_rows: str = "normal"
+    """Rows that get no source row or mixture: normal (N(0, init_std), the paper) or source (the source rows' N(mean,
+    std))."""
+    freeze_copied: bool = False
+    """Keep the rows copied from source rows, and their output biases, unchanged (fixed anchors)."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -158,9 +178,9 @@ class PipelineConfig:
             "source": typed(CorpusSettings, self.source, "source"),
             "targets": [typed(CorpusSettings, t, f"targets[{i}]") for i, t in enumerate(self.targets)],
             "tasks": [typed(TaskSettings, t, f"tasks[{i}]") for i, t in enumerate(self.tasks)],
-            "step1": typed(StageSettings, self.step1, "step1"),
+            "step1": typed(Step1Settings, self.step1, "step1"),
             "step1b": None if self.step1b is None else typed(StageSettings, self.step1b, "step1b"),
-            "step2": typed(StageSettings, self.step2, "step2"),
+            "step2": typed(Step2Settings, self.step2, "step2"),
             "step3": typed(FinetuneSettings, self.step3, "step3"),
         }
 
@@ -210,6 +230,19 @@ def check(cfg: PipelineConfig, sections: dict[str, Any], source: str, *, world_s
             if getattr(stage, key) < 1:
                 raise InputError(f"{source}: {name}.{key} must be at least 1, got {getattr(stage, key)}")
         _check_ds_config(stage.ds_config, f"{source}: {name}.ds_config", world_size)
+    from ds_minimodel.model.embedding_init import INITS, NEW_ROWS
+
+    forget_every = sections["step1"].forget_every
+    if not isinstance(forget_every, int) or forget_every < 0:
+        raise InputError(f"{source}: step1.forget_every must be an integer of at least 0 (0: never), got "
+                         f"{forget_every!r}")
+    step2: Step2Settings = sections["step2"]
+    if step2.init not in INITS or step2.init == "specials" or step2.new_rows not in NEW_ROWS:
+        raise InputError(f"{source}: step2.init must be one of {', '.join(i for i in INITS if i != 'specials')} and "
+                         f"step2.new_rows one of {', '.join(NEW_ROWS)}; got {step2.init!r}, {step2.new_rows!r}")
+    if step2.init == "focus" and importlib.util.find_spec("gensim") is None:
+        raise InputError(f"{source}: step2.init focus trains static vectors with gensim, which is not installed "
+                         "(pip install gensim, or the package's [focus] extra)")
     ft: FinetuneSettings = sections["step3"]
     if not ft.seeds or not all(isinstance(x, int) for x in ft.seeds):
         raise InputError(f"{source}: step3 needs a non-empty list of integer seeds")

@@ -10,9 +10,9 @@ The four systems differ only in the body (paper section 2):
 | minipost  | MiniPost's mini-model from Step 1b: N copied layers + k trained layers  |
 
 New embeddings start from the source rows of pieces shared with the source vocabulary, the rest N(0, 0.02)
-(footnote 1). Only the token embeddings (tied to the output projection) and the output bias train; each checkpoint
-holds just those plus optimizer state, and records the body's hash so the embeddings are only ever plugged into a
-model of the same lineage.
+(footnote 1), or from another initialiser (``--init``, ``model.embedding_init``). Only the token embeddings (tied
+to the output projection) and the output bias train; each checkpoint holds just those plus optimizer state, and
+records the body's hash so the embeddings are only ever plugged into a model of the same lineage.
 """
 from __future__ import annotations
 
@@ -30,6 +30,7 @@ from ds_minimodel.data.streams import MLMBatchStream, PackedDataset, TokenShards
 from ds_minimodel.data.tokenizer import load_tokenizer
 from ds_minimodel.errors import InputError
 from ds_minimodel.model import hf
+from ds_minimodel.model.embedding_init import INITS, NEW_ROWS, anchor_copied_rows, initial_rows
 from ds_minimodel.model.encoder import MaskedLM
 from ds_minimodel.model.loading import load_mlm
 from ds_minimodel.model.losses import mlm_step
@@ -37,17 +38,19 @@ from ds_minimodel.model.surgery import (
     extract_embeddings,
     extract_minijoint,
     freeze_for_adaptation,
-    overlap_init,
     swap_embeddings,
 )
-from ds_minimodel.stages.cli import add_training_args, dist_timeout, run_main, train_config
+from ds_minimodel.stages.cli import (
+    add_training_args,
+    dist_timeout,
+    run_main,
+    train_config,
+)
 from ds_minimodel.systems import get_system, system_names
 from ds_minimodel.train import checkpoint
 from ds_minimodel.train.distributed import init_distributed
 from ds_minimodel.train.ds_config import load_ds_config, resolve_batch
 from ds_minimodel.train.engine import Stage, TrainResult, train, write_run_description
-
-INITS = ("overlap", "specials")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -64,7 +67,19 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--init", choices=INITS, default="overlap",
                    help="overlap: pieces shared with the source vocabulary start from the source rows (the paper); "
                         "specials: only the 5 special pieces do (the source-relearn control: Step 2 on the source "
-                        "language itself, from scratch)")
+                        "language itself, from scratch); focus: as overlap, and every other piece that occurs in "
+                        "--data is a sparsemax mixture of shared pieces' source rows, by similarity in static "
+                        "vectors trained on --data (FOCUS, Dobler and de Melo 2023; needs gensim)")
+    p.add_argument("--new-rows", choices=NEW_ROWS, default="normal",
+                   help="rows that get no source row or mixture: normal = N(0, init_std) (the paper); source = "
+                        "N(mean, std) of the source rows, per dimension")
+    p.add_argument("--shared-with", type=Path, metavar="TOKENIZER",
+                   help="copy (and, for focus, mix from) only the source rows of pieces that this tokenizer has too: "
+                        "with the source corpus as --data, the anchored source-relearn control (English relearned "
+                        "with the rows German's initialisation would take from English)")
+    p.add_argument("--freeze-copied", action="store_true",
+                   help="keep the rows copied from source rows (and their output biases) unchanged: fixed anchors; "
+                        "sets Step 2's weight decay to 0, so that they stay bit-identical")
     p.add_argument("--train-positions", action="store_true", help="also train the position embeddings")
     p.add_argument("--train-embedding-norm", action="store_true", help="also train the embedding LayerNorm")
     add_training_args(p, save_every=500)
@@ -133,15 +148,34 @@ def train_embeddings(args: argparse.Namespace) -> tuple[TrainResult, Stage]:
     if train_cfg.seq_len > model.cfg.max_positions:
         raise InputError(f"--seq-len {train_cfg.seq_len} exceeds the body's max_positions {model.cfg.max_positions}")
 
-    # Footnote 1: shared pieces start from the source rows, the others from N(0, 0.02); same seed on every rank.
+    # Footnote 1: shared pieces start from the source rows, the others from N(0, 0.02), or another initialiser's
+    # rows; same seed on every rank, so every rank builds the same rows (FOCUS's static vectors included).
     generator = torch.Generator().manual_seed(args.seed)
     source_embeddings, source_bias = extract_embeddings(model)
-    embeddings, bias, overlap = overlap_init(source.pieces(), source_embeddings, source_bias, target.pieces(),
-                                             std=model.cfg.init_std, generator=generator,
-                                             specials_only=args.init == "specials")
-    swap_embeddings(model, embeddings, bias)
+    static = None
+    if args.init == "focus":
+        from ds_minimodel.data.static_vectors import StaticSettings, train_static_vectors
+
+        static = train_static_vectors(args.data, target.pieces(), StaticSettings(seed=args.seed))
+    shared_with = None
+    if args.shared_with is not None:
+        from ds_minimodel.data.tokenizer import open_tokenizer
+
+        anchor = open_tokenizer(args.shared_with)
+        shared_with = set(anchor.pieces())
+    rows = initial_rows(args.init, source.pieces(), source_embeddings, source_bias, target.pieces(),
+                        std=model.cfg.init_std, generator=generator, new_rows=args.new_rows, static=static,
+                        shared_with=shared_with)
+    overlap = rows.stats
+    swap_embeddings(model, rows.embeddings, rows.bias)
     trainable = freeze_for_adaptation(model, train_positions=args.train_positions,
                                       train_embedding_norm=args.train_embedding_norm)
+    if args.freeze_copied:
+        anchor_copied_rows(model, rows.copied)
+        ds_config = without_weight_decay(ds_config)
+    init_options = {"new_rows": args.new_rows, "freeze_copied": args.freeze_copied}
+    if shared_with is not None:
+        init_options["shared_with"] = {"path": str(anchor.path), "sha256": anchor.sha256}
     frozen = {k: v for k, v in model.state_dict().items() if k not in trainable}
     body_sha256 = checkpoint.weights_sha256(frozen)
     if args.body_dropout == "off":
@@ -153,7 +187,8 @@ def train_embeddings(args: argparse.Namespace) -> tuple[TrainResult, Stage]:
         "data": str(Path(args.data).resolve()), "tokenizer_sha256": shards.tokenizer_sha256, "seed": args.seed,
         "seq_len": args.seq_len, "mask_prob": args.mask_prob, "global_batch": batch.global_batch,
         "source": body_sha256, "body": str(Path(args.body).resolve()), "body_dropout": args.body_dropout,
-        "init": args.init, "trainable": trainable, "ds_config": ds_config, "ds_config_path": str(args.ds_config),
+        "init": args.init, "init_options": init_options, "trainable": trainable, "ds_config": ds_config,
+        "ds_config_path": str(args.ds_config),
         "train": train_cfg.to_dict(), "world_size": info.world_size,
     }
     if info.rank == 0:
@@ -179,13 +214,22 @@ def train_embeddings(args: argparse.Namespace) -> tuple[TrainResult, Stage]:
               "vocab_size": cfg.vocab_size, "hidden_size": cfg.hidden_size,
               "tokenizer": {"path": str(target.path), "sha256": target.sha256},
               "source_tokenizer": {"path": str(source.path), "sha256": source.sha256},
-              "overlap": overlap, "init": args.init, "body_dropout": args.body_dropout, "trainable": trainable},
+              "overlap": overlap, "init": args.init, "init_options": init_options, "initialisation": rows.record,
+              "body_dropout": args.body_dropout, "trainable": trainable},
         compact_checkpoints=True,
         save_initial=True,
     )
     result = train(stage, stream, ds_config=ds_config, ds_config_source=str(args.ds_config), train_cfg=train_cfg,
                    run_dir=args.out, log_root=args.log_root, resume=args.resume, batch=batch)
     return result, stage
+
+
+def without_weight_decay(ds_config: dict[str, Any]) -> dict[str, Any]:
+    """The DeepSpeed config with its optimizer's weight decay at 0 (decay would move the anchored rows)."""
+    optimizer = ds_config.get("optimizer")
+    if not optimizer:
+        return ds_config
+    return {**ds_config, "optimizer": {**optimizer, "params": {**optimizer.get("params", {}), "weight_decay": 0.0}}}
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -30,6 +30,7 @@ from ds_minimodel.train import checkpoint
 from ds_minimodel.train.distributed import init_distributed
 from ds_minimodel.train.ds_config import load_ds_config, resolve_batch
 from ds_minimodel.train.engine import Stage, train, write_run_description
+from ds_minimodel.train.forgetting import ActiveForgetting, param_groups
 
 STEP1B_VARIANTS = ("minipost", "head")
 """Variants that start from a pretrained model (``--from``) instead of a registered primary (``systems.PRIMARIES``)."""
@@ -65,6 +66,9 @@ def build_parser() -> argparse.ArgumentParser:
                    help="MiniPost: bottom layers N copied from the primary")
     p.add_argument("--new-layers", type=int, default=Depths.new,
                    help="MiniPost: new layers k trained on top (paper: 2)")
+    p.add_argument("--forget-every", type=int, default=0, metavar="K",
+                   help="active forgetting (Chen, Marchisio et al. 2023): draw the token embeddings afresh and "
+                        "clear their optimizer state every K updates; 0: never (primaries only)")
     add_training_args(p)
     return p
 
@@ -132,8 +136,14 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     if train_cfg.seq_len > cfg.max_positions:
         raise InputError(f"--seq-len {train_cfg.seq_len} exceeds the model's max_positions {cfg.max_positions}")
 
+    forgetting = None
+    if args.forget_every:
+        if args.variant in STEP1B_VARIANTS:
+            raise InputError(f"--forget-every is for pretraining a primary, not --variant {args.variant}")
+        forgetting = ActiveForgetting(args.forget_every, train_cfg.steps, args.seed, cfg.init_std)
     description = {
-        "stage": "pretrain", "variant": args.variant, "model": cfg.to_dict(), "data": str(Path(args.data).resolve()),
+        "stage": "pretrain", "variant": args.variant, "forget_every": args.forget_every, "model": cfg.to_dict(),
+        "data": str(Path(args.data).resolve()),
         "tokenizer_sha256": shards.tokenizer_sha256, "seed": args.seed, "seq_len": args.seq_len,
         "mask_prob": args.mask_prob, "global_batch": batch.global_batch, "ds_config": ds_config,
         "ds_config_path": str(args.ds_config), "train": train_cfg.to_dict(), "world_size": info.world_size,
@@ -165,7 +175,9 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         loss_fn=mlm_step,
         flops_per_update=flops_per_update,
         meta={"variant": args.variant, "model_config": cfg.to_dict(), "num_parameters": model.num_parameters(),
-              **provenance},
+              **provenance, **({"forget_every": args.forget_every} if forgetting else {})},
+        param_groups=param_groups(model) if forgetting else None,
+        after_update=forgetting,
     )
     if info.rank == 0:
         trainable = sum(p.numel() for p in stage.trainable_parameters())

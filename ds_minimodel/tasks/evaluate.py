@@ -18,8 +18,7 @@ from ds_minimodel.data.tokenizer import load_tokenizer
 from ds_minimodel.errors import InputError, report
 from ds_minimodel.model.loading import load_task_model
 from ds_minimodel.model.surgery import swap_checked
-from ds_minimodel.tasks.formats import (KIND_OF_FORMAT, Features, TaskSpec, featurize, predict, read_eval_examples,
-                                        score)
+from ds_minimodel.tasks.formats import KIND_OF_FORMAT, Features, TaskSpec, featurize, predict, read_eval_examples, score
 
 
 @dataclass

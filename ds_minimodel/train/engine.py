@@ -52,6 +52,11 @@ class Stage:
     """Also save a checkpoint at update 0 when a run starts fresh (Step 2: the overlap-initialised rows before any
     update, the point its time-to-target curves start from)."""
 
+    param_groups: list[dict[str, Any]] | None = None
+    """Optimizer parameter groups, when the trainable parameters are not one group (active forgetting)."""
+    after_update: Callable[[Any, int], None] | None = None
+    """Called with (engine, update) after every update, before that update's checkpoint (active forgetting)."""
+
     def trainable_parameters(self) -> list[nn.Parameter]:
         """Only these reach the optimizer; frozen ones get no gradient and no optimizer state."""
         params = [p for p in self.model.parameters() if p.requires_grad]
@@ -257,8 +262,8 @@ def train(
         stage.model.activation_checkpointing = True
     config.update(train_batch_size=batch.global_batch, train_micro_batch_size_per_gpu=batch.micro,
                   gradient_accumulation_steps=batch.accumulation)
-    engine, _, _, _ = deepspeed.initialize(model=stage.model, model_parameters=stage.trainable_parameters(),
-                                           config=config)
+    engine, _, _, _ = deepspeed.initialize(model=stage.model, config=config,
+                                           model_parameters=stage.param_groups or stage.trainable_parameters())
     if train_cfg.compile:
         compile_model(engine)
     prefetch = train_cfg.prefetch if train_cfg.prefetch is not None else (2 if engine.device.type == "cuda" else 0)
@@ -325,6 +330,8 @@ def train(
                 for name, value in losses.items():
                     sums[name] = sums.get(name, 0.0) + value.detach().float()
             step += 1
+            if stage.after_update is not None:
+                stage.after_update(engine, step)
             if scale_watch is not None:
                 scale_watch.after_update()
             samples += batch.global_batch
@@ -462,9 +469,10 @@ def write_run_description(run_dir: Path, description: dict[str, Any], *, resume:
 
 # Settings that define a run: resuming with any of these changed would silently train a different model.
 _IDENTITY_KEYS = ("variant", "model", "data", "tokenizer_sha256", "seed", "seq_len", "mask_prob", "global_batch",
-                  "source", "init")
+                  "source", "init", "init_options", "forget_every")
 # What a run written before a setting existed had, in effect.
-_IDENTITY_DEFAULTS = {"init": "overlap"}
+_IDENTITY_DEFAULTS = {"init": "overlap", "init_options": {"new_rows": "normal", "freeze_copied": False},
+                      "forget_every": 0}
 
 
 def _as_now(key: str, value: Any) -> Any:

@@ -236,3 +236,39 @@ def test_frozen_body_untouched_and_only_embeddings_in_optimizer(primaries, de_da
     names = {id(p): n for n, p in stage.model.named_parameters()}
     assert {names[id(p)] for p in optimizer_params} == trainable
     assert all(p.grad is None for n, p in stage.model.named_parameters() if n not in trainable)
+
+
+def test_focus_with_anchored_copies_over_two_bf16_zero2_ranks(primaries, de_data, tmp_path):
+    """--init focus --new-rows source --freeze-copied end to end: the copied rows (and their biases) are bit-identical
+    after training while the rest moved, the rows FOCUS mixed are mixtures at update 0, every input's hash is in
+    the checkpoint, the static vectors are the same in another process, and a resume with other options is refused."""
+    from ds_minimodel.data.static_vectors import StaticSettings, train_static_vectors
+    from ds_minimodel.data.tokenizer import Tokenizer
+
+    out = tmp_path / "focus"
+    args = ["--system", "bl_base", "--body", str(primaries["base"]), "--data", str(de_data), "--init", "focus",
+            "--new-rows", "source", "--freeze-copied", "--ds-config", str(REPO / "ds_configs/cpu_bf16_zero2.json"),
+            "--out", str(out), *STEP2]
+    run_cmd(torchrun_cmd(2, "run_adapt.py", *args))
+    first, *_, last = checkpoint.complete_checkpoints(out)
+    meta = checkpoint.load_meta(last)
+    record = meta["initialisation"]
+    assert meta["init"] == "focus" and meta["init_options"] == {"new_rows": "source", "freeze_copied": True}
+    assert record["mixed"] > 100 and record["copied"] == meta["overlap"]["overlap"] and record["drawn"] >= 0
+    assert record["copied"] + record["mixed"] + record["drawn"] == meta["vocab_size"]
+    static = record["static_vectors"]
+    assert static["tokenizer_sha256"] == Tokenizer.load(de_data / "spm.model").sha256
+    pieces = Tokenizer.load(de_data / "spm.model").pieces()
+    assert train_static_vectors(de_data, pieces, StaticSettings(seed=1))[2] == static  # same vectors, bit for bit
+    start, end = checkpoint.load_weights(first), checkpoint.load_weights(last)
+    source = Tokenizer.load(checkpoint.load_meta(primaries["base"])["tokenizer"]["path"]).pieces()
+    copied = torch.tensor([p in set(source) for p in pieces])
+    copied[:5] = True
+    for name in ("embeddings.tokens.weight", "heads.main.bias"):
+        assert torch.equal(start[name][copied], end[name][copied]), name
+        assert not torch.equal(start[name][~copied], end[name][~copied]), name
+    description = json.loads((out / "run.json").read_text())
+    assert description["ds_config"]["optimizer"]["params"]["weight_decay"] == 0.0
+    other = run_cmd(torchrun_cmd(1, "run_adapt.py", *[a for a in args if a != "--freeze-copied"], "--resume"),
+                    check=False)
+    assert other.returncode != 0 and "init_options" in other.stderr

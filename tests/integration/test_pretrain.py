@@ -131,3 +131,68 @@ def test_batch_arithmetic_error_names_the_numbers(en_data, tmp_path):
     assert "train_batch_size 48 != train_micro_batch_size_per_gpu 16 x gradient_accumulation_steps 2 x world size 1" \
         in proc.stderr
     assert not (tmp_path / "run").exists()
+
+
+@pytest.mark.parametrize("ds_config", ["cpu_fp32.json", "cpu_bf16_zero2.json"])
+def test_active_forgetting_resets_embeddings_and_their_optimizer_state_at_multiples_of_k(en_data, tmp_path,
+                                                                                        monkeypatch, ds_config):
+    """In process, one rank: after updates 3 and 6 of 8 the embeddings are the freshly drawn rows in the model and in
+    DeepSpeed's fp32 master copy (ZeRO-2 with bf16 keeps one), Adam's moments for them are zero and their group's
+    step count restarts, while the body's optimizer state is kept; no reset at the last update."""
+    from deepspeed.utils import safe_get_full_fp32_param
+
+    from ds_minimodel.stages import pretrain
+    from ds_minimodel.train import forgetting
+
+    seen = {}
+
+    class Watched(forgetting.ActiveForgetting):
+        def __call__(self, engine, step):
+            super().__call__(engine, step)
+            weight = engine.module.embeddings.tokens.weight
+            base = getattr(engine.optimizer, "optimizer", engine.optimizer)
+            states = [base.state[p] for g in base.param_groups for p in g["params"]]
+            master = safe_get_full_fp32_param(weight)
+            seen[step] = {"weight": weight.detach().float().clone(), "rows": self.rows(step, weight.shape),
+                          "master": None if master is None else master.detach().clone(),
+                          "moment": states[-1]["exp_avg"].detach().clone(),  # the embeddings' group alone
+                          "body_moment": states[0]["exp_avg"].abs().sum().item(),
+                          "step": float(states[-1]["step"]), "body_step": float(states[0]["step"])}
+
+    monkeypatch.setattr(pretrain, "ActiveForgetting", Watched)
+    monkeypatch.chdir(REPO)
+    args = pretrain.build_parser().parse_args([
+        "--variant", "minijoint", "--preset", "tiny", "--seq-len", "64", "--ds-config", f"ds_configs/{ds_config}",
+        "--data", str(en_data), "--out", str(tmp_path / "run"), "--steps", "8", "--save-every", "4",
+        "--forget-every", "3"])
+    pretrain.run(args)
+    bf16 = "bf16" in ds_config
+    for step, s in seen.items():
+        reset = step in (3, 6)
+        drawn = s["rows"].to(torch.bfloat16).float() if bf16 else s["rows"]
+        assert torch.equal(s["weight"], drawn) == reset, step
+        if bf16:  # the master copy holds the drawn rows in full precision
+            assert torch.equal(s["master"], s["rows"]) == reset, step
+        assert (not s["moment"].any()) == reset and (s["step"] == 0) == reset, step
+        assert s["body_moment"] > 0 and s["body_step"] == step  # the body's state is never cleared
+    meta = json.loads((tmp_path / "run/checkpoints/step_00000008/meta.json").read_text())
+    assert meta["forget_every"] == 3
+    description = json.loads((tmp_path / "run/run.json").read_text())
+    assert description["forget_every"] == 3
+
+
+def test_active_forgetting_resumes_exactly_across_a_reset(en_data, tmp_path):
+    common = ["--variant", "minijoint", *TINY, "--ds-config", "ds_configs/cpu_bf16_zero2.json", "--data",
+              str(en_data), "--save-every", "3", "--log-every", "1", "--forget-every", "2"]
+    straight, stopped = tmp_path / "straight", tmp_path / "stopped"
+    run_cmd(pretrain_cmd(2, *common, "--out", str(straight), "--steps", "6"))
+    run_cmd(pretrain_cmd(2, *common, "--out", str(stopped), "--steps", "3"))
+    run_cmd(pretrain_cmd(2, *common, "--out", str(stopped), "--steps", "6", "--resume"))
+    a = torch.load(straight / "checkpoints/step_00000006/model.pt", weights_only=True)
+    b = torch.load(stopped / "checkpoints/step_00000006/model.pt", weights_only=True)
+    assert all(torch.equal(a[name], b[name]) for name in a)
+    assert [r["loss"] for r in read_metrics(straight)] == [r["loss"] for r in read_metrics(stopped)]
+    # Resuming with another forgetting period would train a different model: refused.
+    other = run_cmd(pretrain_cmd(1, *common[:-2], "--forget-every", "3", "--out", str(stopped), "--steps", "6",
+                                 "--resume"), check=False)
+    assert other.returncode != 0 and "forget_every" in other.stderr

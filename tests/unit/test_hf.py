@@ -391,7 +391,8 @@ def _pretrain_args(*options: str):
 
 def test_prepare_minipost_head_and_step2_bodies_take_hf_folders(folders, german: Tokenizer, tmp_path: Path) -> None:
     from ds_minimodel.data.prepare import HF_TOKENIZER_DIR, tokenizer_path
-    from ds_minimodel.model.surgery import copied_prefix_identical, extract_embeddings, overlap_init
+    from ds_minimodel.model.embedding_init import overlap_init
+    from ds_minimodel.model.surgery import copied_prefix_identical, extract_embeddings
     from ds_minimodel.stages.adapt import load_body
     from ds_minimodel.stages.pretrain import build_model
 

@@ -216,3 +216,36 @@ def test_systems_option_runs_a_subset_of_the_configs_systems_in_the_same_folders
     assert Pipeline(sub, str(path)).step2_dir("de", "bl_base") == Pipeline(cfg, str(path)).step2_dir("de", "bl_base")
     with pytest.raises(InputError, match=r"--systems: bl_huge: not among .*p.json's systems"):
         only_systems(cfg, ["bl_huge"], str(path))
+
+
+def test_step1_forgetting_and_step2_initialiser_settings_reach_their_launches_and_bad_ones_are_refused(
+        tmp_path, monkeypatch):
+    from ds_minimodel.pipeline.settings import check
+
+    base = json.loads((Path(__file__).resolve().parents[2] / "configs/demo.json").read_text())
+    step2 = {**base["step2"], "init": "focus", "new_rows": "source", "freeze_copied": True}
+    step1 = {**base["step1"], "forget_every": 50}
+    pipeline = demo_pipeline(tmp_path, step1=step1, step2=step2, source_relearn=["bl_base"])
+    launched = {}
+    monkeypatch.setattr(pipeline, "_finished", lambda *a: Path("body"))
+    monkeypatch.setattr(pipeline, "_data", lambda *a: Path("data"))
+    monkeypatch.setattr(pipeline, "_train", lambda script, run_dir, name, argv, *a, **k: launched.update({name: argv}))
+    pipeline._step1("minijoint")
+    assert launched["step1-minijoint"][-2:] == ["--forget-every", "50"]
+    pipeline._step2("bl_base", "de")
+    pipeline._step2("bl_base", "en-relearn")
+    for name, init in (("step2-de-bl_base", "focus"), ("step2-en-relearn-bl_base", "specials")):
+        argv = launched[name]
+        assert argv[argv.index("--init") + 1] == init and argv.count("--init") == 1
+        assert argv[argv.index("--new-rows") + 1] == "source" and "--freeze-copied" in argv
+    path = tmp_path / "bad.json"
+    path.write_text(json.dumps({**base, "step1": {**base["step1"], "forget_every": -1}}))
+    cfg = PipelineConfig.load(path)
+    with pytest.raises(InputError, match=rf"{path}: step1.forget_every must be an integer of at least 0"):
+        check(cfg, cfg.parsed(str(path)), str(path), world_size=1)
+    for bad in ({"init": "wechsel2"}, {"init": "specials"}, {"new_rows": "uniform"}):
+        path = tmp_path / "bad.json"
+        path.write_text(json.dumps({**base, "step2": {**base["step2"], **bad}}))
+        cfg = PipelineConfig.load(path)
+        with pytest.raises(InputError, match=rf"{path}: step2.init must be one of overlap, focus"):
+            check(cfg, cfg.parsed(str(path)), str(path), world_size=1)

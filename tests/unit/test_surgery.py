@@ -17,7 +17,7 @@ import torch
 from ds_minimodel.config import get_preset
 from ds_minimodel.data.tokenizer import IGNORE_INDEX, NUM_SPECIAL, SPECIAL_PIECES, Tokenizer, train_sentencepiece
 from ds_minimodel.errors import InputError
-from ds_minimodel.model import surgery
+from ds_minimodel.model import embedding_init, surgery
 from ds_minimodel.model.encoder import AUX_HEAD, MAIN_HEAD, MaskedLM
 from ds_minimodel.model.loading import load_mlm
 from ds_minimodel.model.losses import mlm_losses
@@ -209,7 +209,7 @@ def test_overlap_init_copies_exactly_the_shared_pieces(tokenizers) -> None:
     en, de = tokenizers
     src_pieces, trg_pieces = en.pieces(), de.pieces()
     src_emb, src_bias = torch.randn(len(src_pieces), 64), torch.randn(len(src_pieces))
-    emb, bias, stats = surgery.overlap_init(src_pieces, src_emb, src_bias, trg_pieces,
+    emb, bias, stats = embedding_init.overlap_init(src_pieces, src_emb, src_bias, trg_pieces,
                                             generator=torch.Generator().manual_seed(0))
     assert emb.shape == (TRG_VOCAB, 64) and bias.shape == (TRG_VOCAB,)
     src_index = {p: i for i, p in enumerate(src_pieces)}
@@ -230,7 +230,7 @@ def test_overlap_init_copies_exactly_the_shared_pieces(tokenizers) -> None:
 
     # Same generator state, same init; the global RNG is untouched (it has its own generator).
     rng_before = torch.get_rng_state()
-    emb2, _, _ = surgery.overlap_init(src_pieces, src_emb, src_bias, trg_pieces,
+    emb2, _, _ = embedding_init.overlap_init(src_pieces, src_emb, src_bias, trg_pieces,
                                       generator=torch.Generator().manual_seed(0))
     assert torch.equal(emb, emb2) and torch.equal(torch.get_rng_state(), rng_before)
 
@@ -240,24 +240,26 @@ def test_specials_only_init_relearns_everything_but_the_special_rows(tokenizers)
     en, _ = tokenizers
     pieces = en.pieces()
     src_emb, src_bias = torch.randn(len(pieces), 64), torch.randn(len(pieces))
-    emb, bias, stats = surgery.overlap_init(pieces, src_emb, src_bias, pieces, specials_only=True,
+    emb, bias, stats = embedding_init.overlap_init(pieces, src_emb, src_bias, pieces, specials_only=True,
                                             generator=torch.Generator().manual_seed(0))
     assert stats["overlap"] == NUM_SPECIAL
     assert torch.equal(emb[:NUM_SPECIAL], src_emb[:NUM_SPECIAL]) and torch.equal(bias[:NUM_SPECIAL],
                                                                                   src_bias[:NUM_SPECIAL])
     assert abs(emb[NUM_SPECIAL:].std().item() - 0.02) < 0.002 and not bias[NUM_SPECIAL:].any()
-    full, _, _ = surgery.overlap_init(pieces, src_emb, src_bias, pieces, generator=torch.Generator().manual_seed(0))
+    full, _, _ = embedding_init.overlap_init(pieces, src_emb, src_bias, pieces,
+                                             generator=torch.Generator().manual_seed(0))
     assert torch.equal(full, src_emb)  # without the flag every row is shared
 
 
 def test_overlap_init_refuses_vocabularies_without_the_special_pieces() -> None:
     specials = [SPECIAL_PIECES[i] for i in range(NUM_SPECIAL)]
     with pytest.raises(ValueError, match="special"):
-        surgery.overlap_init(specials + ["a"], torch.zeros(6, 4), torch.zeros(6), ["<pad>", "<s>"] + specials[2:],
-                             generator=torch.Generator())
+        embedding_init.overlap_init(specials + ["a"], torch.zeros(6, 4), torch.zeros(6),
+                                    ["<pad>", "<s>"] + specials[2:],
+                                    generator=torch.Generator())
     with pytest.raises(ValueError, match="disagree"):
-        surgery.overlap_init(specials + ["a"], torch.zeros(7, 4), torch.zeros(6), specials,
-                             generator=torch.Generator())
+        embedding_init.overlap_init(specials + ["a"], torch.zeros(7, 4), torch.zeros(6), specials,
+                                    generator=torch.Generator())
 
 
 def test_overlap_init_is_fast_on_a_50k_vocabulary() -> None:
@@ -265,7 +267,7 @@ def test_overlap_init_is_fast_on_a_50k_vocabulary() -> None:
     src = specials + [f"▁s{i}" for i in range(50_000 - NUM_SPECIAL)]
     trg = specials + [f"▁s{i}" if i % 2 else f"▁t{i}" for i in range(50_000 - NUM_SPECIAL)]
     start = time.perf_counter()
-    _, _, stats = surgery.overlap_init(src, torch.randn(50_000, 64), torch.randn(50_000), trg,
+    _, _, stats = embedding_init.overlap_init(src, torch.randn(50_000, 64), torch.randn(50_000), trg,
                                        generator=torch.Generator().manual_seed(0))
     assert time.perf_counter() - start < 1.0
     assert stats["overlap"] == NUM_SPECIAL + (50_000 - NUM_SPECIAL) // 2
@@ -332,7 +334,8 @@ def primary_folder(tmp_path: Path, tokenizers) -> tuple[Path, dict]:
 def _target_embeddings(tokenizers, source: MaskedLM) -> tuple[torch.Tensor, torch.Tensor]:
     en, de = tokenizers
     emb, bias = surgery.extract_embeddings(source)
-    emb, bias, _ = surgery.overlap_init(en.pieces(), emb, bias, de.pieces(), generator=torch.Generator().manual_seed(1))
+    emb, bias, _ = embedding_init.overlap_init(en.pieces(), emb, bias, de.pieces(),
+                                               generator=torch.Generator().manual_seed(1))
     return emb + 0.01, bias + 0.01  # "trained" in Step 2
 
 

@@ -492,7 +492,6 @@ def test_batches_are_cut_to_their_longest_input_and_predictions_do_not_change() 
 @pytest.mark.gpu
 def test_predictions_on_the_gpu_match_the_cpu() -> None:
     """Step 4 moves a task model to the GPU where there is one (``evaluate.predict_zero_shot``): the same logits."""
-    import torch
 
     from ds_minimodel.config import ModelConfig
     from ds_minimodel.model.encoder import TaskModel

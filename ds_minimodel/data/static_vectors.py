@@ -1,0 +1,78 @@
+"""Static token vectors of a prepared corpus: what FOCUS (Dobler and de Melo, 2023) measures similarity between
+target pieces in. gensim's FastText trains on the folder's own token stream, one paragraph a sentence, each piece a
+word (its character n-grams included), so the vectors belong to exactly the tokenizer the folder was prepared with.
+
+One worker thread, seeded: the same folder and settings give the same vectors on every run and every rank, which
+is what lets a resumed Step 2 rebuild its initialisation instead of storing it.
+"""
+from __future__ import annotations
+
+import hashlib
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any, Iterator
+
+import numpy as np
+
+from ds_minimodel.data.shards import META_FILE
+from ds_minimodel.data.streams import TokenShards
+from ds_minimodel.errors import InputError
+
+
+@dataclass(frozen=True)
+class StaticSettings:
+    """FastText's settings (FOCUS trains token-level vectors for 3 epochs; gensim's defaults otherwise)."""
+
+    dim: int = 100
+    epochs: int = 3
+    window: int = 5
+    min_count: int = 5
+    """Pieces seen fewer times get no vector; their rows are drawn like a new piece's (FOCUS: 'very rare')."""
+    max_tokens: int = 20_000_000
+    """Train on at most this many tokens of the folder (from its start): seconds to minutes on one core."""
+    seed: int = 1
+
+
+def paragraphs(shards: TokenShards, pieces: list[str], max_tokens: int) -> Iterator[list[str]]:
+    """The folder's stored lines as lists of piece strings, up to ``max_tokens`` tokens in all."""
+    lines = np.asarray(shards.lines)
+    end = int(np.searchsorted(lines, min(max_tokens, shards.num_tokens), side="right")) - 1
+    for i in range(max(end, 0)):
+        ids = shards.tokens(int(lines[i]), int(lines[i + 1]))
+        if ids.size:
+            yield [pieces[int(t)] for t in ids]
+
+
+def train_static_vectors(data_dir: Path | str, pieces: list[str], settings: StaticSettings = StaticSettings()
+                         ) -> tuple[np.ndarray, np.ndarray, dict[str, Any]]:
+    """(vectors (V, dim) float32, known (V,) bool, record): one vector per piece of the folder's tokenizer, known
+    where FastText kept the piece (seen at least ``min_count`` times); the record names the folder, its hash and
+    the settings, for the checkpoint that used them."""
+    try:
+        from gensim.models import FastText
+    except ImportError:
+        raise InputError("static vectors (--init focus) need gensim: pip install gensim, or the package's [focus] "
+                         "extra") from None
+    import gensim
+
+    shards = TokenShards.open(data_dir)
+    if shards.vocab_size != len(pieces):
+        raise InputError(f"{data_dir}: prepared with a vocabulary of {shards.vocab_size:,} pieces, the tokenizer "
+                         f"given has {len(pieces):,}")
+    corpus = list(paragraphs(shards, pieces, settings.max_tokens))
+    if not corpus:
+        raise InputError(f"{data_dir}: no text to train static vectors on")
+    model = FastText(vector_size=settings.dim, window=settings.window, min_count=settings.min_count,
+                     epochs=settings.epochs, seed=settings.seed, workers=1, sg=1)
+    model.build_vocab(corpus_iterable=corpus)
+    model.train(corpus_iterable=corpus, total_examples=len(corpus), epochs=settings.epochs)
+    known = np.array([piece in model.wv.key_to_index for piece in pieces])
+    vectors = np.zeros((len(pieces), settings.dim), dtype=np.float32)
+    for i in np.flatnonzero(known):
+        vectors[i] = model.wv[pieces[i]]
+    meta = (Path(data_dir) / META_FILE).read_bytes()
+    record = {"data": str(Path(data_dir).resolve()), "data_meta_sha256": hashlib.sha256(meta).hexdigest(),
+              "tokenizer_sha256": shards.tokenizer_sha256, "paragraphs": len(corpus),
+              "tokens": sum(map(len, corpus)), "known": int(known.sum()), "gensim": gensim.__version__,
+              "vectors_sha256": hashlib.sha256(vectors.tobytes()).hexdigest(), **asdict(settings)}
+    return vectors, known, record

@@ -1,0 +1,208 @@
+"""Step 2's starting point: a target vocabulary's embedding rows and output bias, built from the source model's
+(``run_adapt.py --init NAME``, ``"step2": {"init": NAME}`` in the pipeline).
+
+| init       | a target piece that is also a source piece | any other piece                                        |
+|------------|--------------------------------------------|--------------------------------------------------------|
+| `overlap`  | its source row (the paper, footnote 1)     | drawn                                                  |
+| `specials` | only the 5 special pieces: their rows      | drawn (the source-relearn control)                     |
+| `focus`    | its source row                             | the sparsemax-weighted mixture of the shared pieces'   |
+|            |                                            | source rows, weighted by similarity in static vectors  |
+|            |                                            | trained on the target data (Dobler and de Melo, 2023); |
+|            |                                            | drawn where the piece is too rare to have a vector     |
+
+"Drawn" is N(0, std), the paper's (``new_rows="normal"``), or per dimension N(mean, std) of the source rows
+(``new_rows="source"``), which puts a new row at the scale the body has seen rather than far inside it. Every row
+takes its output bias the way it takes its embedding (a copy, the same mixture, or zero).
+
+Which rows were copied is returned as a mask: ``--freeze-copied`` keeps exactly those rows (and their biases)
+unchanged while the others train (``anchor_copied_rows``).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import torch
+from torch import nn
+
+from ds_minimodel.data.tokenizer import NUM_SPECIAL, SPECIAL_PIECES
+
+INITS = ("overlap", "specials", "focus")
+NEW_ROWS = ("normal", "source")
+
+
+@dataclass
+class InitialRows:
+    embeddings: torch.Tensor
+    """(Vt, h), in the source rows' dtype and device."""
+    bias: torch.Tensor
+    """(Vt,)"""
+    copied: torch.Tensor
+    """(Vt,) bool: rows that are a source row as is (the special pieces among them)."""
+    stats: dict[str, Any] = field(default_factory=dict)
+    """The paper's overlap figures: {"overlap", "target_vocab", "ratio", "special"}."""
+    record: dict[str, Any] = field(default_factory=dict)
+    """What built the rows, for the checkpoint: the initialiser, its options, counts and its inputs' hashes."""
+
+
+def shared_source_ids(source_pieces: list[str], target_pieces: list[str], *, specials_only: bool = False,
+                      shared_with: set[str] | None = None) -> torch.Tensor:
+    """For each target piece, the id of the same piece in the source vocabulary, or -1 (every id but the special
+    ones' when ``specials_only``; every piece not in ``shared_with`` when that is given: the anchored relearn
+    control copies only what a real target's vocabulary would). Both vocabularies must start with the special
+    pieces, and the source's pieces must be distinct."""
+    expected = [SPECIAL_PIECES[i] for i in range(NUM_SPECIAL)]
+    for which, pieces in (("source", source_pieces), ("target", target_pieces)):
+        if list(pieces[:NUM_SPECIAL]) != expected:
+            raise ValueError(f"{which} vocabulary starts with {list(pieces[:NUM_SPECIAL])}, not the special pieces "
+                             f"{expected}: embeddings cannot be swapped between tokenizers that disagree on them")
+    source_index = {piece: i for i, piece in enumerate(source_pieces)}
+    if len(source_index) != len(source_pieces):
+        raise ValueError("source vocabulary has duplicate pieces: the source row of a shared piece is ambiguous")
+    def copies(i: int, piece: str) -> bool:
+        return i < NUM_SPECIAL or not specials_only and (shared_with is None or piece in shared_with)
+
+    return torch.tensor([source_index.get(piece, -1) if copies(i, piece) else -1
+                         for i, piece in enumerate(target_pieces)], dtype=torch.long)
+
+
+def draw_rows(count: int, source_embeddings: torch.Tensor, *, std: float, generator: torch.Generator,
+              new_rows: str = "normal") -> torch.Tensor:
+    """``count`` fresh rows, drawn in fp32 on the generator's device (the same generator state gives the same rows
+    on CPU and GPU): N(0, std), or N(mean, std) of the source's non-special rows per dimension."""
+    if new_rows not in NEW_ROWS:
+        raise ValueError(f"new_rows {new_rows!r}: one of {', '.join(NEW_ROWS)}")
+    fresh = torch.empty(count, source_embeddings.shape[1], device=generator.device)
+    if new_rows == "normal":
+        return fresh.normal_(0.0, std, generator=generator)
+    rows = source_embeddings.detach()[NUM_SPECIAL:].float().to(generator.device)
+    return fresh.normal_(0.0, 1.0, generator=generator) * rows.std(0) + rows.mean(0)
+
+
+def overlap_init(source_pieces: list[str], source_embeddings: torch.Tensor, source_bias: torch.Tensor,
+                 target_pieces: list[str], *, std: float = 0.02, generator: torch.Generator,
+                 specials_only: bool = False, new_rows: str = "normal", shared_with: set[str] | None = None
+                 ) -> tuple[torch.Tensor, torch.Tensor, dict[str, Any]]:
+    """Initial target embeddings and output bias (paper footnote 1, after Pfeiffer et al. 2021).
+
+    A target piece whose string is also a source piece starts from that source row (embedding and bias); every
+    other piece gets a drawn embedding (``draw_rows``) and a zero bias. The special pieces (ids 0-4, identical in
+    every tokenizer) are shared by construction. Returns (embeddings (Vt, h), bias (Vt,), stats) in the source
+    tensors' dtype and device; stats = {"overlap": shared pieces (specials included), "target_vocab": Vt,
+    "ratio": overlap / Vt, "special": 5}. One dict lookup per piece then two index copies: milliseconds at 50k.
+
+    ``specials_only`` copies the special pieces alone and draws every other row: the "source relearn" control,
+    which relearns the source language's own embeddings from scratch to measure what Step 2 loses without any
+    language gap (issue 16).
+    """
+    vs, hidden = source_embeddings.shape
+    if len(source_pieces) != vs or source_bias.shape != (vs,):
+        raise ValueError(f"source vocabulary of {len(source_pieces)} pieces, embeddings "
+                         f"{tuple(source_embeddings.shape)} and bias {tuple(source_bias.shape)} disagree")
+    src_ids = shared_source_ids(source_pieces, target_pieces, specials_only=specials_only, shared_with=shared_with)
+    shared = src_ids >= 0
+    tgt_shared = shared.nonzero().squeeze(1)
+    tgt_new = (~shared).nonzero().squeeze(1)
+    vt = len(target_pieces)
+
+    device, dtype = source_embeddings.device, source_embeddings.dtype
+    embeddings = torch.empty(vt, hidden, dtype=dtype, device=device)
+    fresh = draw_rows(len(tgt_new), source_embeddings, std=std, generator=generator, new_rows=new_rows)
+    embeddings.index_copy_(0, tgt_new.to(device), fresh.to(device=device, dtype=dtype))
+    embeddings.index_copy_(0, tgt_shared.to(device),
+                           source_embeddings.detach().index_select(0, src_ids[shared].to(device)))
+    # Bias of a new piece: 0. The source bias of a shared piece carries that piece's frequency prior (the MLM
+    # head learns roughly log p(piece) there); a piece the source never had has no prior to carry, and zero is
+    # what HF/fairseq initialise every output bias to.
+    bias = torch.zeros(vt, dtype=source_bias.dtype, device=source_bias.device)
+    bias.index_copy_(0, tgt_shared.to(bias.device),
+                     source_bias.detach().index_select(0, src_ids[shared].to(source_bias.device)))
+    overlap = int(shared.sum())
+    stats = {"overlap": overlap, "target_vocab": vt, "ratio": overlap / vt if vt else 0.0, "special": NUM_SPECIAL}
+    return embeddings, bias, stats
+
+
+def sparsemax(scores: np.ndarray) -> np.ndarray:
+    """Sparsemax of each row (Martins and Astudillo, 2016): the Euclidean projection onto the probability simplex,
+    so a row's weights are non-negative, sum to 1, and are exactly 0 below a threshold."""
+    z = np.asarray(scores, dtype=np.float64)
+    ordered = -np.sort(-z, axis=-1)
+    ks = np.arange(1, z.shape[-1] + 1)
+    cumulative = np.cumsum(ordered, axis=-1)
+    support = 1 + ks * ordered > cumulative
+    k = support.sum(axis=-1, keepdims=True)
+    tau = (np.take_along_axis(cumulative, k - 1, axis=-1) - 1) / k
+    return np.maximum(z - tau, 0.0)
+
+
+def focus_weights(vectors: np.ndarray, known: np.ndarray, src_ids: torch.Tensor
+                  ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """FOCUS's mixture weights: (targets, candidates, weights (len(targets), len(candidates))). Targets are the new
+    pieces (no source row) with a static vector; candidates the shared pieces with one (special pieces excluded:
+    they never occur in text); each row is the sparsemax of the target's cosine similarity to every candidate."""
+    ids = src_ids.numpy()
+    is_special = np.arange(len(ids)) < NUM_SPECIAL
+    targets = np.flatnonzero((ids < 0) & known)
+    candidates = np.flatnonzero((ids >= 0) & known & ~is_special)
+    if not len(targets) or not len(candidates):
+        return targets, candidates, np.zeros((len(targets), len(candidates)))
+    unit = vectors / np.maximum(np.linalg.norm(vectors, axis=1, keepdims=True), 1e-12)
+    weights = np.concatenate([sparsemax(unit[chunk] @ unit[candidates].T)
+                              for chunk in np.array_split(targets, max(1, len(targets) // 1024))])
+    return targets, candidates, weights
+
+
+def initial_rows(init: str, source_pieces: list[str], source_embeddings: torch.Tensor, source_bias: torch.Tensor,
+                 target_pieces: list[str], *, std: float, generator: torch.Generator, new_rows: str = "normal",
+                 static: tuple[np.ndarray, np.ndarray, dict[str, Any]] | None = None,
+                 shared_with: set[str] | None = None) -> InitialRows:
+    """The rows ``init`` builds (see the module's table). ``static`` = (vectors, known, record) from
+    ``data.static_vectors.train_static_vectors`` on the target data, for ``focus``. ``shared_with``: copy (and mix
+    from) only the pieces of this vocabulary too (``shared_source_ids``). Every initialiser draws its new rows from
+    ``generator`` first, in the same order, so the rows no mixture replaces equal ``overlap``'s."""
+    if init not in INITS:
+        raise ValueError(f"init {init!r}: one of {', '.join(INITS)}")
+    embeddings, bias, stats = overlap_init(source_pieces, source_embeddings, source_bias, target_pieces, std=std,
+                                           generator=generator, specials_only=init == "specials",
+                                           new_rows=new_rows, shared_with=shared_with)
+    src_ids = shared_source_ids(source_pieces, target_pieces, specials_only=init == "specials",
+                                shared_with=shared_with)
+    copied = src_ids >= 0
+    record: dict[str, Any] = {"init": init, "new_rows": new_rows, "copied": int(copied.sum())}
+    if init == "focus":
+        if static is None:
+            raise ValueError("init 'focus' needs the target data's static vectors")
+        vectors, known, static_record = static
+        if len(vectors) != len(target_pieces):
+            raise ValueError(f"static vectors for {len(vectors)} pieces, the target vocabulary has "
+                             f"{len(target_pieces)}")
+        targets, candidates, weights = focus_weights(vectors, known, src_ids)
+        if len(targets) and len(candidates):
+            mix = torch.from_numpy(weights).to(torch.float64)
+            rows = src_ids[torch.from_numpy(candidates)]
+            emb = mix @ source_embeddings.detach().double().cpu().index_select(0, rows)
+            b = mix @ source_bias.detach().double().cpu().index_select(0, rows)
+            at = torch.from_numpy(targets)
+            embeddings[at.to(embeddings.device)] = emb.to(device=embeddings.device, dtype=embeddings.dtype)
+            bias[at.to(bias.device)] = b.to(device=bias.device, dtype=bias.dtype)
+        nonzero = (weights > 0).sum(1) if len(targets) else np.zeros(0)
+        record.update(mixed=len(targets) if len(candidates) else 0, candidates=len(candidates),
+                      sources_per_row=float(nonzero.mean()) if len(nonzero) else 0.0, static_vectors=static_record)
+    record["drawn"] = len(target_pieces) - record["copied"] - record.get("mixed", 0)
+    return InitialRows(embeddings, bias, copied, stats, record)
+
+
+def anchor_copied_rows(model: nn.Module, copied: torch.Tensor) -> list[Any]:
+    """Keep the copied rows of the token embeddings (and so of the tied output projection) and their output biases
+    where they start: their gradient is zeroed before it reaches the optimizer. With no weight decay on them (the
+    caller's part: ``adapt`` sets it to 0 with ``--freeze-copied``) Adam's update of a row whose gradient was always
+    zero is exactly zero, so the rows stay bit-identical. Returns the hook handles."""
+    handles = []
+    params = [model.embeddings.tokens.weight, *(head.bias for head in model.heads.values())]
+    for param in (p for p in params if p.requires_grad):
+        # A mask, not a product: DeepSpeed moves and casts the model after this (bf16, a GPU), and the gradient
+        # must keep its dtype and device.
+        rows = copied[:, None] if param.dim() == 2 else copied
+        handles.append(param.register_hook(lambda grad, rows=rows: grad.masked_fill(rows.to(grad.device), 0)))
+    return handles
