@@ -94,6 +94,26 @@ def test_a_target_met_at_update_0_costs_nothing_and_gives_no_speedup():
     assert "<=" not in text.split("targets:")[0]
 
 
+def test_where_update_0_already_meets_the_target_the_gain_based_time_is_reported_as_ours():
+    """BL_BASE starts at 50 and ends at 52 (target 49.4, met at update 0): the paper's measure gives 0 for everyone.
+    Ours: 95% of BL_BASE's gain, 50 + 0.95 * 2 = 51.9, reached by BL_BASE at update 190 and by MiniJoint, whose
+    updates cost 0.4 of BL_BASE's, at the same update: a 2.5x speedup."""
+    base = [Point(0, 0.0, 0.0, 50.0), Point(100, 1.0, 1.0, 51.0), Point(200, 2.0, 2.0, 52.0)]
+    mini = [Point(0, 0.0, 0.0, 50.0), Point(100, 0.4, 0.4, 51.0), Point(200, 0.8, 0.8, 52.0)]
+    slow = [Point(0, 0.0, 0.0, 30.0), Point(100, 1.0, 1.0, 40.0)]
+    rows = analyse({("t", "de", "bl_base"): base, ("t", "de", "minijoint"): mini, ("t", "de", "bl_small"): slow,
+                    ("t", "fr", "bl_base"): slow, ("t", "fr", "minijoint"): base})
+    by = {(r["lang"], r["system"]): r for r in rows}
+    assert by[("de", "bl_base")]["v100_days"] == 0 and by[("de", "bl_base")]["gain_target"] == pytest.approx(51.9)
+    assert by[("de", "bl_base")]["gain_updates"] == pytest.approx(190)
+    assert by[("de", "minijoint")]["gain_v100_days"] == pytest.approx(0.76)
+    assert by[("de", "minijoint")]["gain_speedup"] == pytest.approx(2.5)
+    assert by[("de", "bl_small")]["gain_v100_days"] is None and by[("de", "bl_small")]["gain_speedup"] is None
+    assert by[("fr", "minijoint")]["gain_target"] is None  # BL_BASE needs Step 2 in French: the paper's measure
+    text = table3(rows)
+    assert "ours, not the paper's" in text and "minijoint de 0.76 2.50x" in text and "bl_small de never" in text
+
+
 def record(system: str, update: int, seed: int, accuracy: float, lang: str) -> dict:
     per_update = {"bl_base": 1.0, "minijoint": 0.4, "bl_small": 0.4, "minipost": 0.5}[system] * 1e18
     return {"task": "xnli", "system": system, "lang": lang, "step2_update": update, "seed": seed,
