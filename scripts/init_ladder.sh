@@ -1,0 +1,90 @@
+#!/usr/bin/env bash
+# The ladder of Step-2 levers on the dev sets (issue 27, RESULTS.md "Initialisers on dev"): over one pretrained body,
+# finetune the English classifier (Step 3) once per seed, learn each target language's embeddings with every
+# initialiser variant (Step 2), and score every Step-2 checkpoint of every variant on that language's dev file
+# (Step 4). Test files are not read.
+#
+#   BODY=runs/gpu_stop33/body/model OUT=runs/ladder LANGS="de" bash scripts/init_ladder.sh
+#
+# With EN_DATA (English prepared with the body's tokenizer), every variant also relearns English with only the rows
+# the first language's initialisation would copy (--shared-with its tokenizer), scored on English dev: the anchored
+# source-relearn control. A variant is NAME=OPTIONS (run_adapt.py options, commas for spaces). Two processes at a
+# time, one thread each. Finished runs are skipped when run again, an interrupted one resumes. Output:
+# $OUT/dev_scores.jsonl (one record per classifier, variant, checkpoint) and the table this prints.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+: "${BODY:?set BODY to a Step-1 checkpoint or model folder}" "${OUT:?set OUT to an output folder}"
+LANGS=${LANGS:-"de"} SEEDS=${SEEDS:-"1"} DATA=${DATA:-runs/reference/data}
+STEP2_STEPS=${STEP2_STEPS:-600} STEP2_SAVE=${STEP2_SAVE:-100}
+STEP2_CONFIG=${STEP2_CONFIG:-ds_configs/cpu_bf16_reference.json}
+FT_CONFIG=${FT_CONFIG:-ds_configs/cpu_bf16_finetune.json} EPOCHS=${EPOCHS:-3}
+VARIANTS=${VARIANTS:-"overlap=--init,overlap overlap-anchored=--init,overlap,--freeze-copied focus=--init,focus
+focus-anchored=--init,focus,--freeze-copied focus-srcrows=--init,focus,--new-rows,source"}
+VENV=${VENV:-$PWD/.venv}  # a worktree of a fixed commit may use another checkout's environment
+export PATH="$VENV/bin:$PATH" DS_ACCELERATOR=cpu OMP_NUM_THREADS=${OMP_NUM_THREADS:-1}
+export TORCH_EXTENSIONS_DIR=${TORCH_EXTENSIONS_DIR:-$VENV/torch_extensions}
+python3 scripts/unpack_reference_data.py
+T=reference_data/tasks/lohelp
+mkdir -p "$OUT"
+done_run() { [ -f "$1/.finished" ]; }
+train() {  # train DIR SCRIPT ARGS...: run once; resume an interrupted run
+  local dir=$1; shift
+  done_run "$dir" && return 0
+  local resume=(); [ -f "$dir/run.json" ] && resume=(--resume)
+  python "$@" --out "$dir" "${resume[@]}" > "$dir.log" 2>&1 && touch "$dir/.finished"
+}
+jobs_list=()
+for seed in $SEEDS; do
+  jobs_list+=("train $OUT/ft-seed$seed run_finetune.py --model $BODY --task lohelp --format generic
+    --train $T/train.en.jsonl --ds-config $FT_CONFIG --epochs $EPOCHS --max-len 128 --pooling cls --seed $seed")
+done
+for lang in $LANGS; do
+  for variant in $VARIANTS; do
+    name=${variant%%=*} options=${variant#*=}
+    jobs_list+=("train $OUT/step2-$lang-$name run_adapt.py --system bl_base --body $BODY --data $DATA/$lang
+      --lang $lang --ds-config $STEP2_CONFIG --seq-len 128 --steps $STEP2_STEPS --save-every $STEP2_SAVE
+      ${options//,/ }")
+  done
+done
+ANCHOR=${LANGS%% *}
+if [ -n "${EN_DATA:-}" ]; then  # the anchored source-relearn control: English with German's copied rows only
+  for variant in $VARIANTS; do
+    name=${variant%%=*} options=${variant#*=}
+    jobs_list+=("train $OUT/step2-en-anchored-$name run_adapt.py --system bl_base --body $BODY --data $EN_DATA
+      --lang en --shared-with $DATA/$ANCHOR/spm.model --ds-config $STEP2_CONFIG --seq-len 128 --steps $STEP2_STEPS
+      --save-every $STEP2_SAVE ${options//,/ }")
+  done
+fi
+for job in "${jobs_list[@]}"; do  # two at a time
+  while [ "$(jobs -rp | wc -l)" -ge 2 ]; do wait -n || true; done
+  eval "$job" &
+done
+wait
+scores="$OUT/dev_scores.jsonl"
+for seed in $SEEDS; do
+  model=$(ls -d "$OUT/ft-seed$seed"/checkpoints/step_* | tail -1)
+  python -m ds_minimodel evaluate --task-model "$model" --test $T/dev.en.jsonl --lang en > "$OUT/en-seed$seed.json"
+  for lang in $LANGS ${EN_DATA:+en-anchored}; do
+    for variant in $VARIANTS; do
+      name=${variant%%=*}
+      python -m ds_minimodel evaluate --task-model "$model" --embeddings "$OUT/step2-$lang-$name"/checkpoints/step_* \
+        --test $T/dev.${lang%-anchored}.jsonl --lang "${lang%-anchored}"
+    done
+  done
+done > "$scores"
+python - "$OUT" <<'PY'
+import json, pathlib, sys
+from collections import defaultdict
+out = pathlib.Path(sys.argv[1])
+english = [json.loads(p.read_text()) for p in sorted(out.glob("en-seed*.json"))]
+print(f"English dev, own embeddings: {sum(r['accuracy'] for r in english) / len(english):.1f} "
+      f"({sum(r['macro_f1'] for r in english) / len(english):.1f})")
+rows = defaultdict(list)
+for line in (out / "dev_scores.jsonl").read_text().splitlines():
+    r = json.loads(line)
+    variant = r["embeddings"].split("/checkpoints/")[0].rsplit("/", 1)[-1].removeprefix("step2-")
+    rows[variant, r["step2_update"]].append(r)
+for (variant, update), rs in sorted(rows.items()):
+    acc, f1 = (sum(r[k] for r in rs) / len(rs) for k in ("accuracy", "macro_f1"))
+    print(f"{variant:<22} update {update:>4}: accuracy {acc:5.1f}  macro-F1 {f1:5.1f}  ({len(rs)} seed(s))")
+PY
