@@ -57,9 +57,14 @@ if [ -n "${EN_DATA:-}" ]; then  # the anchored source-relearn control: English w
 fi
 for job in "${jobs_list[@]}"; do  # two at a time
   while [ "$(jobs -rp | wc -l)" -ge 2 ]; do wait -n || true; done
-  eval "$job" &
+  eval "${job//$'\n'/ }" &
 done
 wait
+missing=$(for job in "${jobs_list[@]}"; do set -- $job; [ -f "$2/.finished" ] || echo "$2"; done)
+if [ -n "$missing" ]; then
+  echo "init_ladder.sh: not finished (see each one's .log beside it):" $missing >&2
+  exit 1
+fi
 scores="$OUT/dev_scores.jsonl"
 for seed in $SEEDS; do
   model=$(ls -d "$OUT/ft-seed$seed"/checkpoints/step_* | tail -1)
