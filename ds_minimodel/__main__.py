@@ -27,6 +27,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "flops": ("ds_minimodel.tools.flops_check", "the paper's FLOP formulas, figures and a measured cross-check"),
     "bench": ("ds_minimodel.tools.bench", "speed and memory benchmarks"),
     "gpu-run": ("ds_minimodel.tools.gpu_run", "everything a lent GPU should measure, in minutes, as one command"),
+    "align": ("ds_minimodel.tools.align", "label-free probe: target sentences retrieve their English pairs"),
     "probe": ("ds_minimodel.tools.probe", "MLM loss of a body with given embeddings, on fixed masks"),
     "launch": ("ds_minimodel.cluster.launch", "check a hostfile and batch sizes, then run the deepspeed launcher"),
     "hostfile": ("ds_minimodel.cluster.hostfile", "check a hostfile against a DeepSpeed config"),
