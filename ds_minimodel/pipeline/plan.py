@@ -404,13 +404,31 @@ PIPELINE_FOLDERS = ("data", "step1", "step1b", "minis", "step2", "step3", "step4
 FOREIGN_MARKERS = ("run.json", "checkpoints", "meta.json", "model.pt", "config.json")
 
 
+OWNER_MARK = ".ds-minimodel-pipeline"
+"""Written into a pipeline's output folder before anything else: the folder is a pipeline's from then on."""
+
+
 def is_pipeline_output(folder: Path) -> bool:
-    """Whether ``folder`` can be a pipeline's: its sub-folders are the pipeline's step folders, and nothing in it
-    marks another command's output (loose files such as a log the user redirected there are fine)."""
+    """Whether ``folder`` is a pipeline's: it carries ``OWNER_MARK``, or (written before the mark existed) it holds
+    at least one of the pipeline's step folders, every sub-folder is one, and nothing marks another command's
+    output. A folder of loose files alone (a user's own results.json) is not, so it is never written over."""
     entries = list(folder.iterdir())
-    return (not any(p.name in FOREIGN_MARKERS for p in entries)
-            and all(p.name in PIPELINE_FOLDERS or p.name.startswith((".", PRETRAIN_FOLDER))
-                    for p in entries if p.is_dir()))
+    if (folder / OWNER_MARK).is_file():
+        return True
+    folders = [p for p in entries if p.is_dir() and not p.name.startswith(".")]
+    return (bool(folders) and not any(p.name in FOREIGN_MARKERS for p in entries)
+            and all(p.name in PIPELINE_FOLDERS or p.name.startswith(PRETRAIN_FOLDER) for p in folders))
+
+
+def own_output(pipeline: Pipeline, config: Path | str) -> None:
+    """Refuse ``pipeline.out`` unless it is new, empty or a pipeline's (``is_pipeline_output``), then mark it as a
+    pipeline's before any work: every command that writes a pipeline's folder (``pipeline``, ``submit``) calls
+    this first."""
+    require_output(pipeline.out, option=f"{config}: out", own=is_pipeline_output, what="a pipeline's output")
+    pipeline.out.mkdir(parents=True, exist_ok=True)
+    mark = pipeline.out / OWNER_MARK
+    if not mark.is_file():
+        mark.write_text(f"output of ds-minimodel pipeline {config}: a later pipeline may continue it\n")
 
 
 def only_systems(cfg: PipelineConfig, systems: list[str], source: str) -> PipelineConfig:
@@ -450,7 +468,7 @@ def main(argv: list[str] | None = None) -> int:
             return 0
         if args.lang is not None and not (args.only or "").startswith("step2-"):
             raise InputError("--lang goes with --only step2-<system>")
-        require_output(pipeline.out, option=f"{args.config}: out", own=is_pipeline_output, what="a pipeline's output")
+        own_output(pipeline, args.config)
         if args.only is None:  # one pipeline per folder; single jobs (batch jobs, Step-2 arrays) claim their runs
             claim(pipeline.out, f"pipeline {args.config}")
             summary = pipeline.run_all()

@@ -221,3 +221,31 @@ def test_a_pipeline_continues_its_own_output_but_not_another_commands(tmp_path, 
     (out / "pipeline.log").write_text("a log the user redirected here")
     assert is_pipeline_output(out)
     assert not is_pipeline_output(folders["run"]) and not is_pipeline_output(folders["data"])
+
+
+def test_a_folder_of_a_users_own_files_is_never_a_pipelines_and_its_files_survive(tmp_path, capsys):
+    """Issue 30's data loss: a pipeline given a folder holding the user's own results.json used to run and replace
+    it. Now it is refused before any work, and the file is untouched; the folders a pipeline made are marked as its
+    own before anything else is written, and continued later."""
+    from ds_minimodel.pipeline.plan import OWNER_MARK, is_pipeline_output
+    from ds_minimodel.pipeline.plan import main as pipeline_main
+
+    repo = Path(__file__).resolve().parents[2]
+    out = tmp_path / "mine"
+    out.mkdir()
+    (out / "results.json").write_text('{"mine": true}')
+    config = json.loads((repo / "configs/demo.json").read_text())
+    path = tmp_path / "p.json"
+    path.write_text(json.dumps({**config, "out": str(out)}))
+    cwd = os.getcwd()
+    os.chdir(repo)
+    try:
+        assert pipeline_main(["--config", str(path), "--only", "step4"]) == 2
+    finally:
+        os.chdir(cwd)
+    err = capsys.readouterr().err
+    assert f"{out}: {path}: out already holds" in err and "choose another" in err
+    assert (out / "results.json").read_text() == '{"mine": true}' and sorted(os.listdir(out)) == ["results.json"]
+    assert not is_pipeline_output(out)
+    (out / OWNER_MARK).write_text("made by a pipeline")
+    assert is_pipeline_output(out)
