@@ -22,6 +22,7 @@ from typing import Any
 from ds_minimodel.cluster import slurm
 from ds_minimodel.cluster.launch import free_port, local_command
 from ds_minimodel.config import read_json
+from ds_minimodel.data.prepare import tokenizer_path
 from ds_minimodel.data.shards import META_FILE
 from ds_minimodel.errors import InputError, report
 from ds_minimodel.folders import claim, require_output
@@ -277,9 +278,15 @@ class Pipeline:
         body = self._finished(self.body_dir(system), self.body_job(system), needed_by)
         relearn = lang == self.relearn_lang
         data = self._data(self.sections["source"].lang if relearn else lang, needed_by)
+        init = self.sections["step2"].init
+        anchored: list[str] = []
+        if relearn and self.cfg.relearn_anchor is not None:  # copies what the anchor language would copy
+            anchored = ["--shared-with", str(tokenizer_path(self._data(self.cfg.relearn_anchor, needed_by)))]
+        elif relearn:
+            init = "specials"
         self._train("run_adapt.py", self.step2_dir(lang, system), f"step2-{lang}-{system}",
-                    ["--system", system, "--body", str(body), "--data", str(data),
-                     "--init", "specials" if relearn else self.sections["step2"].init, "--lang", lang,
+                    ["--system", system, "--body", str(body), "--data", str(data), *anchored,
+                     "--init", init, "--lang", lang,
                      "--seq-len", str(self.cfg.seq_len), "--seed", str(self.seed),
                      *as_options(self.sections["step2"], exclude=("init",))])
 

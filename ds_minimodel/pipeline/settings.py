@@ -124,6 +124,11 @@ class PipelineConfig:
     """Systems that also run the source-relearn control: Step 2 on the source corpus itself with only the special
     rows copied (``run_adapt.py --init specials``), scored on the source test files. No language gap is involved,
     so the gap to the model's own source score is what Step 2 loses at that budget (issue 16)."""
+    relearn_anchor: str | None = None
+    """A target language: the source-relearn control then copies only the source rows that this language's
+    initialisation copies (the pieces its vocabulary shares with the source's), and starts the rest with
+    ``step2.init``: the anchored control of issue 27, what Step 2 loses without a language gap when it starts as a
+    real target would. None: the plain control (the five special rows only)."""
     pretrain_seeds: list = field(default_factory=list)
     """More pretraining runs (appendix A.5): each seed k repeats Steps 1-3 for every system, language, task and
     finetuning seed in ``<out>/pretrain-seed<k>/`` (Steps 1 and 2 with seed k; the prepared data are shared), and Step
@@ -148,6 +153,9 @@ class PipelineConfig:
         if not set(cfg.source_relearn) <= set(cfg.systems):
             raise InputError(f"{source}: source_relearn must name systems of this pipeline ({', '.join(cfg.systems)});"
                              f" got {cfg.source_relearn}")
+        if cfg.relearn_anchor is not None and cfg.relearn_anchor not in [t.get("lang") for t in cfg.targets]:
+            raise InputError(f"{source}: relearn_anchor must be one of the target languages, got "
+                             f"{cfg.relearn_anchor!r}")
         seeds = cfg.pretrain_seeds
         if (not all(isinstance(k, int) and not isinstance(k, bool) and k >= 0 for k in seeds)
                 or len(set(seeds)) != len(seeds) or cfg.seed in seeds):

@@ -238,6 +238,18 @@ def test_step1_forgetting_and_step2_initialiser_settings_reach_their_launches_an
         argv = launched[name]
         assert argv[argv.index("--init") + 1] == init and argv.count("--init") == 1
         assert argv[argv.index("--new-rows") + 1] == "source" and "--freeze-copied" in argv
+        assert "--shared-with" not in argv
+    # The anchored control: the relearn run starts as German's would, copying only what German shares.
+    anchored = demo_pipeline(tmp_path, step2=step2, source_relearn=["bl_base"], relearn_anchor="de")
+    monkeypatch.setattr(anchored, "_finished", lambda *a: Path("body"))
+    monkeypatch.setattr(anchored, "_data", lambda lang, *a: Path(f"data/{lang}"))
+    monkeypatch.setattr(anchored, "_train", lambda script, run_dir, name, argv, *a, **k: launched.update({name: argv}))
+    anchored._step2("bl_base", "en-relearn")
+    argv = launched["step2-en-relearn-bl_base"]
+    assert argv[argv.index("--init") + 1] == "focus" and argv[argv.index("--shared-with") + 1] == "data/de/spm.model"
+    assert argv[argv.index("--data") + 1] == "data/en"
+    with pytest.raises(InputError, match="relearn_anchor must be one of the target languages"):
+        demo_pipeline(tmp_path, relearn_anchor="fr")
     path = tmp_path / "bad.json"
     path.write_text(json.dumps({**base, "step1": {**base["step1"], "forget_every": -1}}))
     cfg = PipelineConfig.load(path)
