@@ -194,7 +194,9 @@ def train_embeddings(args: argparse.Namespace) -> tuple[TrainResult, Stage]:
     if info.rank == 0:
         write_run_description(args.out, description, resume=args.resume)
         print(f"[adapt-{lang}-{args.system}] vocabulary overlap with the source: {overlap['overlap']:,} of "
-              f"{overlap['target_vocab']:,} target pieces ({overlap['ratio']:.1%}) start from source rows; "
+              f"{overlap['target_vocab']:,} target pieces ({overlap['ratio']:.1%}) start from source rows"
+              + (f", {rows.record['mixed']:,} from mixtures of them ({args.init})" if "mixed" in rows.record else "")
+              + f", {rows.record['drawn']:,} drawn ({args.new_rows}); "
               f"trainable: {', '.join(trainable)}; body dropout {args.body_dropout}", flush=True)
     dist.barrier()
 
