@@ -2,7 +2,7 @@
 # The ladder of Step-2 levers on the dev sets (issue 27, RESULTS.md "Initialisers on dev"): over one pretrained body,
 # finetune the English classifier (Step 3) once per seed, learn each target language's embeddings with every
 # initialiser variant (Step 2), and score every Step-2 checkpoint of every variant on that language's dev file
-# (Step 4). Test files are not read.
+# (Step 4), and with the alignment probe (ds-minimodel align, no labels). Test files are not read.
 #
 #   BODY=runs/gpu_stop33/body/model OUT=runs/ladder LANGS="de" bash scripts/init_ladder.sh
 #
@@ -65,6 +65,7 @@ if [ -n "$missing" ]; then
   echo "init_ladder.sh: not finished (see each one's .log beside it):" $missing >&2
   exit 1
 fi
+[ -n "$SEEDS" ] || exit 0  # Step 2 only (SEEDS=""): score later, with the classifiers
 scores="$OUT/dev_scores.jsonl"
 for seed in $SEEDS; do
   model=$(ls -d "$OUT/ft-seed$seed"/checkpoints/step_* | tail -1)
@@ -77,6 +78,10 @@ for seed in $SEEDS; do
     done
   done
 done > "$scores"
+for lang in $LANGS; do  # the label-free alignment probe of every checkpoint (no classifier involved)
+  python -m ds_minimodel align --model "$BODY" --source $T/dev.en.jsonl --target $T/dev.$lang.jsonl \
+    --embeddings $(for variant in $VARIANTS; do ls -d "$OUT/step2-$lang-${variant%%=*}"/checkpoints/step_*; done)
+done > "$OUT/align.jsonl"
 python - "$OUT" <<'PY'
 import json, pathlib, sys
 from collections import defaultdict
@@ -89,7 +94,14 @@ for line in (out / "dev_scores.jsonl").read_text().splitlines():
     r = json.loads(line)
     variant = r["embeddings"].split("/checkpoints/")[0].rsplit("/", 1)[-1].removeprefix("step2-")
     rows[variant, r["step2_update"]].append(r)
+aligned = {}
+for line in (out / "align.jsonl").read_text().splitlines():
+    r = json.loads(line)
+    variant = r["embeddings"].split("/checkpoints/")[0].rsplit("/", 1)[-1].removeprefix("step2-")
+    aligned[variant, r["step2_update"]] = r["top1"]
 for (variant, update), rs in sorted(rows.items()):
     acc, f1 = (sum(r[k] for r in rs) / len(rs) for k in ("accuracy", "macro_f1"))
-    print(f"{variant:<22} update {update:>4}: accuracy {acc:5.1f}  macro-F1 {f1:5.1f}  ({len(rs)} seed(s))")
+    top1 = aligned.get((variant, update))
+    probe = f"  align top-1 layer 0 / best {top1[0]:.3f} / {max(top1):.3f}" if top1 else ""
+    print(f"{variant:<22} update {update:>4}: accuracy {acc:5.1f}  macro-F1 {f1:5.1f}  ({len(rs)} seed(s)){probe}")
 PY
