@@ -125,7 +125,9 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         name=args.run_name or f"finetune-{spec.name}-seed{args.seed}", model=model, loss_fn=task_loss,
         flops_per_update=flops.finetune_per_update(model.cfg, seq_len=args.max_len, batch=batch.global_batch),
         meta={"kind": checkpoint.Kind.TASK_MODEL.value, "task": spec.to_dict(), "model_config": model.cfg.to_dict(),
-              "tokenizer": primary_meta["tokenizer"], "primary_sha256": checkpoint.lineage(primary_meta),
+              # where the tokenizer was found (a body copied from another machine records a path gone here)
+              "tokenizer": {"path": str(Path(tokenizer.path).resolve()), "sha256": tokenizer.sha256},
+              "primary_sha256": checkpoint.lineage(primary_meta),
               "finetuned_from": str(Path(args.model).resolve()), "seed": args.seed},
     )
     result = train(stage, stream, ds_config=ds_config, ds_config_source=str(args.ds_config), train_cfg=train_cfg,
