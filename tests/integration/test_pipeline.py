@@ -141,3 +141,26 @@ def test_rerun_skips_finished_steps_and_gives_the_same_results(pipeline):
     assert proc.stdout.count("done, skipped") == 3 + 1 + len(SYSTEMS) + 3 * len(SEEDS)
     after = json.loads((pipeline["out"] / "results.json").read_text())
     assert after == before
+
+
+def test_a_body_copied_from_another_machine_finetunes_and_scores_with_its_own_tokenizer(pipeline, tmp_path):
+    """A model folder whose meta.json names a tokenizer path that is gone here (the GPU command's bodies), with the
+    tokenizer inside it: Step 3 finds it by hash and records where, so Step 4 scores the task model with its own
+    embeddings."""
+    body = tmp_path / "body"
+    body.mkdir()
+    source = primary_checkpoint(pipeline["out"], "base")
+    meta = checkpoint.load_meta(source)
+    tokenizer = Path(meta["tokenizer"]["path"])
+    checkpoint.save_model_folder(body, checkpoint.load_weights(source), {
+        **{k: v for k, v in meta.items() if k not in ("files", "weights_sha256")},
+        "tokenizer": {**meta["tokenizer"], "path": "/gone/elsewhere/spm.model"}})
+    (body / "spm.model").write_bytes(tokenizer.read_bytes())
+    out = tmp_path / "ft"
+    run_cmd([sys.executable, "run_finetune.py", "--model", str(body), "--task", "lohelp", "--format", "generic",
+             "--train", str(TRAIN_EN), "--ds-config", "ds_configs/cpu_fp32.json", "--epochs", "0.05",
+             "--max-len", "64", "--out", str(out)])
+    model = checkpoint.latest_checkpoint(out)
+    assert checkpoint.load_meta(model)["tokenizer"] == {"path": str((body / "spm.model").resolve()),
+                                                        "sha256": meta["tokenizer"]["sha256"]}
+    assert 0 <= zero_shot(model, None, DEV_EN, "en")["accuracy"] <= 100

@@ -1,6 +1,6 @@
-"""configs/reference.json and configs/reference_gpu.json cannot rot: their presets, DeepSpeed files, shapes, controls
-and task layout pass the pipeline's pre-flight check on slices of the shipped (xz-compressed) reference data, and plan
-the jobs of the whole method.
+"""configs/reference.json, reference_focus.json and reference_gpu.json cannot rot: their presets, DeepSpeed files,
+shapes, controls and task layout pass the pipeline's pre-flight check on slices of the shipped (xz-compressed)
+reference data, and plan the jobs of the whole method.
 
 Both run end to end elsewhere: ``test_gpu_run.py`` runs the GPU reference config through the pipeline at a few
 updates on the same data (its settings other than the preset, the DeepSpeed files and the step counts are the CPU
@@ -43,7 +43,7 @@ def slice_of(packed: Path, out: Path, *, max_bytes: int | None = None, lines: in
     return str(out)
 
 
-@pytest.mark.parametrize("name", ["reference.json", "reference_gpu.json"])
+@pytest.mark.parametrize("name", ["reference.json", "reference_focus.json", "reference_gpu.json"])
 def test_reference_configs_pass_the_preflight_check_and_plan_every_job(tmp_path, name):
     config = json.loads((REPO / "configs" / name).read_text())
     config.update(out=str(tmp_path / "out"), vocab_size=1000)
