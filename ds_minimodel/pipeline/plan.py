@@ -411,8 +411,7 @@ PIPELINE_FOLDERS = ("data", "step1", "step1b", "minis", "step2", "step3", "step4
 FOREIGN_MARKERS = ("run.json", "checkpoints", "meta.json", "model.pt", "config.json")
 
 
-OWNER_MARK = ".ds-minimodel-pipeline"
-"""Written into a pipeline's output folder before anything else: the folder is a pipeline's from then on."""
+OWNER_MARK = ".ds-minimodel-pipeline"  # written into a pipeline's output folder before anything else
 
 
 def is_pipeline_output(folder: Path) -> bool:
