@@ -248,7 +248,7 @@ def test_focus_with_anchored_copies_over_two_bf16_zero2_ranks(primaries, de_data
     out = tmp_path / "focus"
     args = ["--system", "bl_base", "--body", str(primaries["base"]), "--data", str(de_data), "--init", "focus",
             "--new-rows", "source", "--freeze-copied", "--ds-config", str(REPO / "ds_configs/cpu_bf16_zero2.json"),
-            "--out", str(out), *STEP2]
+            "--out", str(out), "--seq-len", "64", "--steps", "8", "--save-every", "8", "--log-every", "4"]
     run_cmd(torchrun_cmd(2, "run_adapt.py", *args))
     first, *_, last = checkpoint.complete_checkpoints(out)
     meta = checkpoint.load_meta(last)
