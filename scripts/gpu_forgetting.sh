@@ -37,12 +37,9 @@ from pathlib import Path
 from ds_minimodel.train import checkpoint
 work, data = Path(sys.argv[1]), Path(sys.argv[2])
 for variant in ("plain", "forget"):
-    latest = checkpoint.latest_checkpoint(work / variant)
-    meta = checkpoint.load_meta(latest)
     folder = work / "bodies" / variant
-    checkpoint.save_model_folder(folder, checkpoint.load_weights(latest),
-                                 {k: v for k, v in meta.items() if k not in ("files", "weights_sha256")})
-    shutil.copy(data / "spm.model", folder / "spm.model")  # found there by its hash (data.tokenizer.load_tokenizer)
+    meta = checkpoint.checkpoint_as_model_folder(checkpoint.latest_checkpoint(work / variant), folder,
+                                                 tokenizer=data / "spm.model")
     shutil.copy(work / variant / "metrics.jsonl", folder.parent / f"{variant}.metrics.jsonl")
     print(variant, "step", meta["step"], "weights", meta["weights_sha256"][:12])
 PY

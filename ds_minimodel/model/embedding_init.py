@@ -96,15 +96,29 @@ def overlap_init(source_pieces: list[str], source_embeddings: torch.Tensor, sour
     which relearns the source language's own embeddings from scratch to measure what Step 2 loses without any
     language gap (issue 16).
     """
-    vs, hidden = source_embeddings.shape
+    src_ids = source_ids_checked(source_pieces, source_embeddings, source_bias, target_pieces,
+                                 specials_only=specials_only, shared_with=shared_with)
+    return copy_or_draw(src_ids, source_embeddings, source_bias, std=std, generator=generator, new_rows=new_rows)
+
+
+def source_ids_checked(source_pieces: list[str], source_embeddings: torch.Tensor, source_bias: torch.Tensor,
+                       target_pieces: list[str], **options: Any) -> torch.Tensor:
+    """``shared_source_ids``, after checking that the source pieces, rows and biases agree in number."""
+    vs = source_embeddings.shape[0]
     if len(source_pieces) != vs or source_bias.shape != (vs,):
         raise ValueError(f"source vocabulary of {len(source_pieces)} pieces, embeddings "
                          f"{tuple(source_embeddings.shape)} and bias {tuple(source_bias.shape)} disagree")
-    src_ids = shared_source_ids(source_pieces, target_pieces, specials_only=specials_only, shared_with=shared_with)
+    return shared_source_ids(source_pieces, target_pieces, **options)
+
+
+def copy_or_draw(src_ids: torch.Tensor, source_embeddings: torch.Tensor, source_bias: torch.Tensor, *, std: float,
+                 generator: torch.Generator, new_rows: str) -> tuple[torch.Tensor, torch.Tensor, dict[str, Any]]:
+    """``overlap_init``'s rows given each target piece's source id (``source_ids_checked``)."""
+    hidden = source_embeddings.shape[1]
     shared = src_ids >= 0
     tgt_shared = shared.nonzero().squeeze(1)
     tgt_new = (~shared).nonzero().squeeze(1)
-    vt = len(target_pieces)
+    vt = len(src_ids)
 
     device, dtype = source_embeddings.device, source_embeddings.dtype
     embeddings = torch.empty(vt, hidden, dtype=dtype, device=device)
@@ -163,11 +177,10 @@ def initial_rows(init: str, source_pieces: list[str], source_embeddings: torch.T
     ``generator`` first, in the same order, so the rows no mixture replaces equal ``overlap``'s."""
     if init not in INITS:
         raise ValueError(f"init {init!r}: one of {', '.join(INITS)}")
-    embeddings, bias, stats = overlap_init(source_pieces, source_embeddings, source_bias, target_pieces, std=std,
-                                           generator=generator, specials_only=init == "specials",
-                                           new_rows=new_rows, shared_with=shared_with)
-    src_ids = shared_source_ids(source_pieces, target_pieces, specials_only=init == "specials",
-                                shared_with=shared_with)
+    src_ids = source_ids_checked(source_pieces, source_embeddings, source_bias, target_pieces,
+                                 specials_only=init == "specials", shared_with=shared_with)
+    embeddings, bias, stats = copy_or_draw(src_ids, source_embeddings, source_bias, std=std, generator=generator,
+                                           new_rows=new_rows)
     copied = src_ids >= 0
     record: dict[str, Any] = {"init": init, "new_rows": new_rows, "copied": int(copied.sum())}
     if init == "focus":

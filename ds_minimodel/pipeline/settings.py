@@ -40,7 +40,7 @@ class Step1Settings(StageSettings):
 class Step2Settings(StageSettings):
     init: str = "overlap"
     """How the new embeddings start (``run_adapt.py --init``; ``model.embedding_init``): overlap (the paper),
-    focus. The source-relearn control always uses specials."""
+    focus. The source-relearn control uses specials, or this with ``relearn_anchor``."""
     new_rows: str = "normal"
     """Rows that get no source row or mixture: normal (N(0, init_std), the paper) or source (the source rows' N(mean,
     std))."""

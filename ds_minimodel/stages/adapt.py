@@ -26,8 +26,9 @@ from torch import nn
 
 from ds_minimodel import flops
 from ds_minimodel.data.prepare import tokenizer_path
+from ds_minimodel.data.static_vectors import StaticSettings, train_static_vectors
 from ds_minimodel.data.streams import MLMBatchStream, PackedDataset, TokenShards
-from ds_minimodel.data.tokenizer import load_tokenizer
+from ds_minimodel.data.tokenizer import load_tokenizer, open_tokenizer
 from ds_minimodel.errors import InputError
 from ds_minimodel.model import hf
 from ds_minimodel.model.embedding_init import INITS, NEW_ROWS, anchor_copied_rows, initial_rows
@@ -40,12 +41,7 @@ from ds_minimodel.model.surgery import (
     freeze_for_adaptation,
     swap_embeddings,
 )
-from ds_minimodel.stages.cli import (
-    add_training_args,
-    dist_timeout,
-    run_main,
-    train_config,
-)
+from ds_minimodel.stages.cli import add_training_args, dist_timeout, run_main, train_config
 from ds_minimodel.systems import get_system, system_names
 from ds_minimodel.train import checkpoint
 from ds_minimodel.train.distributed import init_distributed
@@ -154,13 +150,9 @@ def train_embeddings(args: argparse.Namespace) -> tuple[TrainResult, Stage]:
     source_embeddings, source_bias = extract_embeddings(model)
     static = None
     if args.init == "focus":
-        from ds_minimodel.data.static_vectors import StaticSettings, train_static_vectors
-
         static = train_static_vectors(args.data, target.pieces(), StaticSettings(seed=args.seed))
     shared_with = None
     if args.shared_with is not None:
-        from ds_minimodel.data.tokenizer import open_tokenizer
-
         anchor = open_tokenizer(args.shared_with)
         shared_with = set(anchor.pieces())
     rows = initial_rows(args.init, source.pieces(), source_embeddings, source_bias, target.pieces(),

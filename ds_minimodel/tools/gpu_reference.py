@@ -307,13 +307,10 @@ def pack_body(run: Run, run_dir: Path) -> dict[str, Any]:
     meta = checkpoint.load_meta(latest)
     folder = run.work / "bodies" / "model"
     shutil.rmtree(folder, ignore_errors=True)
-    checkpoint.save_model_folder(folder, checkpoint.load_weights(latest),
-                                 {k: v for k, v in meta.items() if k not in ("files", "weights_sha256")})
+    checkpoint.checkpoint_as_model_folder(latest, folder, tokenizer=run.work / "bodies" / "en" / "spm.model")
     archive = run.work / "bodies" / "body.tar"
     with tarfile.open(archive, "w") as tar:
         tar.add(folder, arcname="body/model")
-        # The tokenizer inside the model folder, where load_tokenizer looks when the recorded path is not there.
-        tar.add(run.work / "bodies" / "en" / "spm.model", arcname="body/model/spm.model")
         for path in (run_dir / "metrics.jsonl", run_dir / checkpoint.RUN):
             if path.is_file():
                 tar.add(path, arcname=f"body/{path.name}")

@@ -418,3 +418,15 @@ def save_model_folder(folder: Path, state_dict: dict[str, torch.Tensor], meta: d
             "files": {WEIGHTS: _file_record(folder / WEIGHTS)}}
     write_json(folder / META, meta)
     return meta
+
+
+def checkpoint_as_model_folder(ckpt_dir: Path, folder: Path, *, tokenizer: Path | None = None) -> dict[str, Any]:
+    """A training checkpoint's weights and meta as a model folder (no optimizer state), fit to travel: with
+    ``tokenizer`` (the file its meta names), a copy of it inside under the recorded name, where
+    ``data.tokenizer.load_tokenizer`` finds it once the recorded path is gone. Returns the meta written."""
+    meta = load_meta(ckpt_dir)
+    written = save_model_folder(folder, load_weights(ckpt_dir),
+                                {k: v for k, v in meta.items() if k not in ("files", "weights_sha256")})
+    if tokenizer is not None:
+        shutil.copy(tokenizer, Path(folder) / Path(meta["tokenizer"]["path"]).name)
+    return written
