@@ -15,12 +15,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 OUT=${OUT:-runs/gpu_forgetting} DATA=${DATA:-runs/gpu_body_data/en} STEPS=${STEPS:-1000} K=${K:-400}
 WORK=${WORK:-/tmp/ds_minimodel_forgetting}
-PY=${PYTHON:-python3}
-if [ -d .gpu/wheels ] && ! "$PY" -c "import deepspeed" 2>/dev/null; then  # the GPU machine: no package registry
-  "$PY" -m pip install -q --no-index --no-deps --no-compile --target /tmp/ds_minimodel_site .gpu/wheels/*.whl
-  export PYTHONPATH=/tmp/ds_minimodel_site${PYTHONPATH:+:$PYTHONPATH}
-fi
-export PYTHONPATH=$PWD${PYTHONPATH:+:$PYTHONPATH} PYTHONUNBUFFERED=1
+source scripts/gpu_env.sh  # the GPU machine: no package registry
 mkdir -p "$OUT"
 rm -rf "$WORK" && mkdir -p "$WORK"
 for variant in plain forget; do

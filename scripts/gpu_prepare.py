@@ -1,6 +1,6 @@
 """Prepare, on this CPU machine, the one call that a lent GPU machine runs (README, "Running on a GPU").
 
-    .venv/bin/python scripts/gpu_prepare.py [--english CORPUS]
+    .venv/bin/python scripts/gpu_prepare.py [--english CORPUS] [--body NAME=MODEL_FOLDER ...]
 
 The GPU machine has a CUDA torch and most of what the package needs, but no package registry and no DeepSpeed.
 This writes into `.gpu/` (ignored by git; it travels beside the repository as the call's `carry`):
@@ -12,6 +12,9 @@ This writes into `.gpu/` (ignored by git; it travels beside the repository as th
 - `.gpu/data/en.txt.xz`: the GPU reference run's English corpus (`--english`; by default the 27 MB English corpus
   of the project's shared data where this checkout has it beside it). Without one the run uses the 2M tokens of
   `reference_data/` and says so.
+- `.gpu/bodies/NAME/` (`--body`): a Step-1 model folder for `scripts/gpu_ladder.sh`, its weights rounded to bfloat16
+  (half the bytes: two bodies of the CPU reference's shape fit the limit only so), its tokenizer inside. Steps 2-4
+  on the GPU compute in bf16, so Step 2 reads the same numbers; Step 3's master weights start from the rounded ones.
 
 Then it checks that what travels (the files git tracks or does not ignore, and `.gpu/`) fits the device tool's
 64 MiB, and prints the call to make.
@@ -152,6 +155,27 @@ def pack_english(corpus: Path | None, out: Path) -> dict[str, object] | None:
     return {"source": str(corpus), "bytes": len(text), "xz_bytes": out.stat().st_size}
 
 
+def pack_body(spec: str, out_root: Path) -> dict[str, object]:
+    from ds_minimodel.train import checkpoint  # torch and the package: this machine's environment
+
+    name, _, folder = spec.partition("=")
+    folder = Path(folder)
+    if not name or not (folder / checkpoint.META).is_file():
+        raise SystemExit(f"gpu_prepare: --body {spec}: expected NAME=MODEL_FOLDER (a folder with meta.json)")
+    meta = checkpoint.load_meta(folder)
+    recorded = Path(meta["tokenizer"]["path"])
+    tokenizer = next((p for p in (folder / recorded.name, recorded) if p.is_file()), None)
+    if tokenizer is None:
+        raise SystemExit(f"gpu_prepare: --body {spec}: its tokenizer {recorded} is neither inside nor where recorded")
+    rounded = {k: v.bfloat16() if v.is_floating_point() else v for k, v in checkpoint.load_weights(folder).items()}
+    shutil.rmtree(out_root / name, ignore_errors=True)
+    kept = {k: v for k, v in meta.items() if k not in ("files", "weights_sha256")}
+    written = checkpoint.save_model_folder(out_root / name, rounded, {
+        **kept, "rounded_from": {"folder": str(folder), "weights_sha256": meta["weights_sha256"], "dtype": "bfloat16"}})
+    shutil.copy(tokenizer, out_root / name / recorded.name)
+    return {"name": name, "source": str(folder), "weights_sha256": written["weights_sha256"]}
+
+
 def travelling_bytes() -> tuple[int, list[tuple[int, str]]]:
     """What the device tool sends: the files git tracks or does not ignore, and .gpu/."""
     listed = subprocess.run(["git", "ls-files", "-z", "--cached", "--others", "--exclude-standard"], cwd=REPO,
@@ -167,13 +191,18 @@ def main() -> int:
     shared = REPO.parent / "shared/data/corpus/en.txt"
     p.add_argument("--english", type=Path, default=shared if shared.is_file() else None,
                    help=f"the GPU reference run's English corpus (default: {shared} where it exists)")
+    p.add_argument("--body", action="append", default=[], metavar="NAME=MODEL_FOLDER",
+                   help="a Step-1 body for scripts/gpu_ladder.sh, into .gpu/bodies/NAME (bf16 weights)")
     args = p.parse_args()
+    shutil.rmtree(GPU / "bodies", ignore_errors=True)
+    bodies = [pack_body(spec, GPU / "bodies") for spec in args.body]
     fetched = fetch_wheels(GPU / "wheels")
     english = pack_english(args.english, GPU / "data/en.txt.xz")
     if english is None:
         (GPU / "data/en.txt.xz").unlink(missing_ok=True)
     total, sizes = travelling_bytes()
-    manifest = {"wheels": fetched, "english": english, "travelling_bytes": total, "limit_bytes": LIMIT}
+    manifest = {"wheels": fetched, "english": english, "bodies": bodies, "travelling_bytes": total,
+                "limit_bytes": LIMIT}
     (GPU / "manifest.json").write_text(json.dumps(manifest, indent=2) + "\n")
     for row in fetched:
         print(f"wheel: {row['package']} {row['version']} ({row['why']})")

@@ -8,9 +8,10 @@
 #
 # With EN_DATA (English prepared with the body's tokenizer), every variant also relearns English with only the rows
 # the first language's initialisation would copy (--shared-with its tokenizer), scored on English dev: the anchored
-# source-relearn control. A variant is NAME=OPTIONS (run_adapt.py options, commas for spaces). Two processes at a
-# time, one thread each. Finished runs are skipped when run again, an interrupted one resumes. Output:
-# $OUT/dev_scores.jsonl (one record per classifier, variant, checkpoint) and the table this prints.
+# source-relearn control. A variant is NAME=OPTIONS (run_adapt.py options, commas for spaces). JOBS processes at a
+# time (default 2), one thread each; DS_ACCELERATOR=cuda and PYTHON for a GPU machine (scripts/gpu_ladder.sh).
+# Finished runs are skipped when run again, an interrupted one resumes. Output: $OUT/dev_scores.jsonl (one record
+# per classifier, variant, checkpoint), $OUT/align.jsonl and the table this prints.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 : "${BODY:?set BODY to a Step-1 checkpoint or model folder}" "${OUT:?set OUT to an output folder}"
@@ -21,9 +22,10 @@ FT_CONFIG=${FT_CONFIG:-ds_configs/cpu_bf16_finetune.json} EPOCHS=${EPOCHS:-3}
 VARIANTS=${VARIANTS:-"overlap=--init,overlap overlap-anchored=--init,overlap,--freeze-copied focus=--init,focus
 focus-anchored=--init,focus,--freeze-copied focus-srcrows=--init,focus,--new-rows,source"}
 VENV=${VENV:-$PWD/.venv}  # a worktree of a fixed commit may use another checkout's environment
-export PATH="$VENV/bin:$PATH" DS_ACCELERATOR=cpu OMP_NUM_THREADS=${OMP_NUM_THREADS:-1}
+export PATH="$VENV/bin:$PATH" DS_ACCELERATOR=${DS_ACCELERATOR:-cpu} OMP_NUM_THREADS=${OMP_NUM_THREADS:-1}
 export TORCH_EXTENSIONS_DIR=${TORCH_EXTENSIONS_DIR:-$VENV/torch_extensions}
-python3 scripts/unpack_reference_data.py
+PY=${PYTHON:-python} JOBS=${JOBS:-2}
+"$PY" scripts/unpack_reference_data.py
 T=reference_data/tasks/lohelp
 mkdir -p "$OUT"
 done_run() { [ -f "$1/.finished" ]; }
@@ -31,7 +33,15 @@ train() {  # train DIR SCRIPT ARGS...: run once; resume an interrupted run
   local dir=$1; shift
   done_run "$dir" && return 0
   local resume=(); [ -f "$dir/run.json" ] && resume=(--resume)
-  python "$@" --out "$dir" "${resume[@]}" > "$dir.log" 2>&1 && touch "$dir/.finished"
+  "$PY" "$@" --out "$dir" "${resume[@]}" > "$dir.log" 2>&1 && touch "$dir/.finished"
+}
+run_all() {  # run_all JOB...: every job (a command line), JOBS at a time
+  local job
+  for job in "$@"; do
+    while [ "$(jobs -rp | wc -l)" -ge "$JOBS" ]; do wait -n || true; done
+    eval "${job//$'\n'/ }" &
+  done
+  wait
 }
 jobs_list=()
 for seed in $SEEDS; do
@@ -55,34 +65,41 @@ if [ -n "${EN_DATA:-}" ]; then  # the anchored source-relearn control: English w
       --save-every $STEP2_SAVE ${options//,/ }")
   done
 fi
-for job in "${jobs_list[@]}"; do  # two at a time
-  while [ "$(jobs -rp | wc -l)" -ge 2 ]; do wait -n || true; done
-  eval "${job//$'\n'/ }" &
-done
-wait
+run_all "${jobs_list[@]}"
 missing=$(for job in "${jobs_list[@]}"; do set -- $job; [ -f "$2/.finished" ] || echo "$2"; done)
 if [ -n "$missing" ]; then
   echo "init_ladder.sh: not finished (see each one's .log beside it):" $missing >&2
   exit 1
 fi
 [ -n "$SEEDS" ] || exit 0  # Step 2 only (SEEDS=""): score later, with the classifiers
-scores="$OUT/dev_scores.jsonl"
+scoring=()  # one record file per classifier and variant, then joined in order; the probe needs no classifier
 for seed in $SEEDS; do
   model=$(ls -d "$OUT/ft-seed$seed"/checkpoints/step_* | tail -1)
-  python -m ds_minimodel evaluate --task-model "$model" --test $T/dev.en.jsonl --lang en > "$OUT/en-seed$seed.json"
+  scoring+=("\"$PY\" -m ds_minimodel evaluate --task-model $model --test $T/dev.en.jsonl --lang en
+    > $OUT/en-seed$seed.json")
   for lang in $LANGS ${EN_DATA:+en-anchored}; do
     for variant in $VARIANTS; do
       name=${variant%%=*}
-      python -m ds_minimodel evaluate --task-model "$model" --embeddings "$OUT/step2-$lang-$name"/checkpoints/step_* \
-        --test $T/dev.${lang%-anchored}.jsonl --lang "${lang%-anchored}"
+      scoring+=("\"$PY\" -m ds_minimodel evaluate --task-model $model --embeddings $OUT/step2-$lang-$name/checkpoints/step_*
+        --test $T/dev.${lang%-anchored}.jsonl --lang ${lang%-anchored} > $OUT/scores-seed$seed-$lang-$name.part")
     done
   done
-done > "$scores"
-for lang in $LANGS; do  # the label-free alignment probe of every checkpoint (no classifier involved)
-  python -m ds_minimodel align --model "$BODY" --source $T/dev.en.jsonl --target $T/dev.$lang.jsonl \
-    --embeddings $(for variant in $VARIANTS; do ls -d "$OUT/step2-$lang-${variant%%=*}"/checkpoints/step_*; done)
-done > "$OUT/align.jsonl"
-python - "$OUT" <<'PY'
+done
+for lang in $LANGS; do
+  scoring+=("\"$PY\" -m ds_minimodel align --model $BODY --source $T/dev.en.jsonl --target $T/dev.$lang.jsonl
+    --embeddings $(for variant in $VARIANTS; do echo "$OUT/step2-$lang-${variant%%=*}/checkpoints/step_*"; done)
+    > $OUT/align-$lang.part")
+done
+run_all "${scoring[@]}"
+join_parts() {  # join_parts FILE PART...: the parts in order into FILE; a missing or empty part is a failed job
+  local file=$1 part; shift
+  for part in "$@"; do [ -s "$part" ] || { echo "init_ladder.sh: no scores in $part (its job failed)" >&2; exit 1; }; done
+  cat "$@" > "$file"
+}
+join_parts "$OUT/dev_scores.jsonl" $(for seed in $SEEDS; do for lang in $LANGS ${EN_DATA:+en-anchored}; do
+  for variant in $VARIANTS; do echo "$OUT/scores-seed$seed-$lang-${variant%%=*}.part"; done; done; done)
+join_parts "$OUT/align.jsonl" $(for lang in $LANGS; do echo "$OUT/align-$lang.part"; done)
+"$PY" - "$OUT" <<'PY'
 import json, pathlib, sys
 from collections import defaultdict
 out = pathlib.Path(sys.argv[1])

@@ -54,17 +54,19 @@ def pooled_states(model: MaskedLM, sequences: list[list[int]], *, batch_size: in
     """Mean over real tokens of the embedding output (after its LayerNorm) and of every layer's output:
     ``num_layers + 1`` arrays of shape (len(sequences), hidden)."""
     model.eval()
+    device = next(model.parameters()).device
     layers: list[list[np.ndarray]] = [[] for _ in range(model.cfg.num_layers + 1)]
     for start in range(0, len(sequences), batch_size):
         batch = sequences[start:start + batch_size]
         ids = torch.full((len(batch), max(map(len, batch))), PAD_ID, dtype=torch.long)
         for i, seq in enumerate(batch):
             ids[i, :len(seq)] = torch.tensor(seq)
+        ids = ids.to(device)
         mask = ids != PAD_ID
         weights = (mask.float() / mask.sum(1, keepdim=True))[..., None]
         states = [model.embeddings(ids), *model.hidden_states(ids, mask)]
         for depth, x in enumerate(states):
-            layers[depth].append((x.float() * weights).sum(1).numpy())
+            layers[depth].append((x.float() * weights).sum(1).cpu().numpy())
     return [np.concatenate(chunks) for chunks in layers]
 
 
@@ -84,13 +86,15 @@ def encode(tokenizer: Any, texts: list[str], max_len: int) -> list[list[int]]:
 def probe(model_folder: Path, embeddings: list[Path], source: Path, target: Path, *, pairs: int = 1000,
           max_len: int = 128) -> list[dict[str, Any]]:
     model, meta = load_mlm(model_folder)
+    device = "cuda" if torch.cuda.is_available() else "cpu"  # on the GPU where there is one, as Step 4 scores
     src_texts, trg_texts = read_pairs(source, target, pairs)
-    english = pooled_states(model, encode(load_tokenizer(meta.get("tokenizer"), model_folder), src_texts, max_len))
+    source_tokenizer = load_tokenizer(meta.get("tokenizer"), model_folder)
+    english = pooled_states(model.to(device), encode(source_tokenizer, src_texts, max_len))
     records = []
     for folder in embeddings:
         emb_meta = swap_checked(model, meta, model_folder, folder)
         tokenizer = load_tokenizer(emb_meta["tokenizer"], folder)
-        states = pooled_states(model, encode(tokenizer, trg_texts, max_len))
+        states = pooled_states(model.to(device), encode(tokenizer, trg_texts, max_len))
         records.append({"embeddings": str(folder), "system": emb_meta.get("system"), "lang": emb_meta.get("lang"),
                         "step2_update": emb_meta.get("step"), "pairs": len(src_texts), "chance": 1 / len(src_texts),
                         "top1": [retrieval_top1(t, e) for t, e in zip(states, english)]})
