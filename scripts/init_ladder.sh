@@ -99,26 +99,4 @@ join_parts() {  # join_parts FILE PART...: the parts in order into FILE; a missi
 join_parts "$OUT/dev_scores.jsonl" $(for seed in $SEEDS; do for lang in $LANGS ${EN_DATA:+en-anchored}; do
   for variant in $VARIANTS; do echo "$OUT/scores-seed$seed-$lang-${variant%%=*}.part"; done; done; done)
 join_parts "$OUT/align.jsonl" $(for lang in $LANGS; do echo "$OUT/align-$lang.part"; done)
-"$PY" - "$OUT" <<'PY'
-import json, pathlib, sys
-from collections import defaultdict
-out = pathlib.Path(sys.argv[1])
-english = [json.loads(p.read_text()) for p in sorted(out.glob("en-seed*.json"))]
-print(f"English dev, own embeddings: {sum(r['accuracy'] for r in english) / len(english):.1f} "
-      f"({sum(r['macro_f1'] for r in english) / len(english):.1f})")
-rows = defaultdict(list)
-for line in (out / "dev_scores.jsonl").read_text().splitlines():
-    r = json.loads(line)
-    variant = r["embeddings"].split("/checkpoints/")[0].rsplit("/", 1)[-1].removeprefix("step2-")
-    rows[variant, r["step2_update"]].append(r)
-aligned = {}
-for line in (out / "align.jsonl").read_text().splitlines():
-    r = json.loads(line)
-    variant = r["embeddings"].split("/checkpoints/")[0].rsplit("/", 1)[-1].removeprefix("step2-")
-    aligned[variant, r["step2_update"]] = r["top1"]
-for (variant, update), rs in sorted(rows.items()):
-    acc, f1 = (sum(r[k] for r in rs) / len(rs) for k in ("accuracy", "macro_f1"))
-    top1 = aligned.get((variant, update))
-    probe = f"  align top-1 layer 0 / best {top1[0]:.3f} / {max(top1):.3f}" if top1 else ""
-    print(f"{variant:<22} update {update:>4}: accuracy {acc:5.1f}  macro-F1 {f1:5.1f}  ({len(rs)} seed(s)){probe}")
-PY
+"$PY" scripts/ladder_table.py "$OUT"
