@@ -237,7 +237,7 @@ def check(cfg: PipelineConfig, sections: dict[str, Any], source: str, *, world_s
         for key in ("steps", "save_every", "log_every"):
             if getattr(stage, key) < 1:
                 raise InputError(f"{source}: {name}.{key} must be at least 1, got {getattr(stage, key)}")
-        _check_ds_config(stage.ds_config, f"{source}: {name}.ds_config", world_size)
+        _check_ds_config(stage.ds_config, f"{source}: {name}.ds_config", world_size, steps=stage.steps)
     from ds_minimodel.model.embedding_init import INITS, NEW_ROWS
 
     forget_every = sections["step1"].forget_every
@@ -291,12 +291,15 @@ def check(cfg: PipelineConfig, sections: dict[str, Any], source: str, *, world_s
             read_examples(task.eval_format or task.format, Path(path), labels=train.labels or None, language=lang)
 
 
-def _check_ds_config(path: str, where: str, world_size: int | None) -> None:
+def _check_ds_config(path: str, where: str, world_size: int | None, *, steps: int | None = None) -> None:
+    """The whole DeepSpeed JSON, as each stage will check it, before the first job starts."""
     from ds_minimodel.train.ds_config import load_ds_config, resolve_batch
+    from ds_minimodel.train.ds_validate import check_ds_config
 
     if not Path(path).is_file():
         raise InputError(f"{path}: DeepSpeed config not found ({where})")
     config = load_ds_config(path)
+    check_ds_config(config, f"{path} ({where})", steps=steps)
     if world_size is not None:
         resolve_batch(config, world_size, source=path)
 

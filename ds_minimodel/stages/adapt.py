@@ -46,7 +46,8 @@ from ds_minimodel.systems import get_system, system_names
 from ds_minimodel.train import checkpoint
 from ds_minimodel.train.distributed import init_distributed
 from ds_minimodel.train.ds_config import load_ds_config, resolve_batch
-from ds_minimodel.train.engine import Stage, TrainResult, train, write_run_description
+from ds_minimodel.train.engine import Stage, TrainResult, train
+from ds_minimodel.train.run_record import write_run_description
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -132,10 +133,11 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
 
 def train_embeddings(args: argparse.Namespace) -> tuple[TrainResult, Stage]:
     """Build the Step-2 stage and train it; returns the result and the stage (its model is the trained one)."""
+    # Every input is checked before anything is written: a refused run leaves --out as it was.
     ds_config = load_ds_config(args.ds_config)
+    train_cfg = train_config(args, ds_config)
     info = init_distributed(dist_timeout(args))
     batch = resolve_batch(ds_config, info.world_size, source=str(args.ds_config))
-    train_cfg = train_config(args, ds_config)
     shards = TokenShards.open(args.data)
     lang = args.lang or Path(args.data).resolve().name
     target = load_tokenizer({"path": str(tokenizer_path(args.data)), "sha256": shards.tokenizer_sha256}, args.data)
@@ -174,6 +176,9 @@ def train_embeddings(args: argparse.Namespace) -> tuple[TrainResult, Stage]:
         disable_dropout(model)
     cfg = model.cfg
 
+    stream = MLMBatchStream(PackedDataset(shards, train_cfg.seq_len), micro_batch_size=batch.micro,
+                            world_size=info.world_size, rank=info.rank, seed=args.seed, vocab_size=cfg.vocab_size,
+                            seq_len=train_cfg.seq_len, mask_prob=train_cfg.mask_prob)  # refuses too little data
     description = {
         "stage": "adapt", "variant": args.system, "lang": lang, "model": cfg.to_dict(),
         "data": str(Path(args.data).resolve()), "tokenizer_sha256": shards.tokenizer_sha256, "seed": args.seed,
@@ -184,7 +189,8 @@ def train_embeddings(args: argparse.Namespace) -> tuple[TrainResult, Stage]:
         "train": train_cfg.to_dict(), "world_size": info.world_size,
     }
     if info.rank == 0:
-        write_run_description(args.out, description, resume=args.resume)
+        write_run_description(args.out, description, resume=args.resume,
+                              allow_config_change=args.allow_config_change)
         print(f"[adapt-{lang}-{args.system}] vocabulary overlap with the source: {overlap['overlap']:,} of "
               f"{overlap['target_vocab']:,} target pieces ({overlap['ratio']:.1%}) start from source rows"
               + (f", {rows.record['mixed']:,} from mixtures of them ({args.init})" if "mixed" in rows.record else "")
@@ -193,9 +199,6 @@ def train_embeddings(args: argparse.Namespace) -> tuple[TrainResult, Stage]:
     dist.barrier()
 
     torch.manual_seed(args.seed * 1_000_003 + 1 + info.rank)  # dropout differs per rank, deterministically
-    stream = MLMBatchStream(PackedDataset(shards, train_cfg.seq_len), micro_batch_size=batch.micro,
-                            world_size=info.world_size, rank=info.rank, seed=args.seed, vocab_size=cfg.vocab_size,
-                            seq_len=train_cfg.seq_len, mask_prob=train_cfg.mask_prob)
     stage = Stage(
         name=args.run_name or f"adapt-{lang}-{args.system}",
         model=model,
@@ -213,7 +216,7 @@ def train_embeddings(args: argparse.Namespace) -> tuple[TrainResult, Stage]:
         compact_checkpoints=True,
         save_initial=True,
     )
-    result = train(stage, stream, ds_config=ds_config, ds_config_source=str(args.ds_config), train_cfg=train_cfg,
+    result = train(stage, stream, ds_config=ds_config, train_cfg=train_cfg,
                    run_dir=args.out, log_root=args.log_root, resume=args.resume, batch=batch)
     return result, stage
 

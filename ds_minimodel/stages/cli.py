@@ -20,25 +20,56 @@ from ds_minimodel.folders import require_output
 from ds_minimodel.train import checkpoint
 from ds_minimodel.train.distributed import DEFAULT_DIST_TIMEOUT
 from ds_minimodel.train.ds_config import scheduler_total_steps
+from ds_minimodel.train.ds_validate import check_ds_config
 from ds_minimodel.train.engine import StopSignals
+
+
+def number(kind: type, *, low: float, strict: bool = False, below: float | None = None) -> Callable[[str], Any]:
+    """An argparse type: ``kind`` (int or float) at least ``low`` (above it where ``strict``), under ``below``."""
+    bounds = (f"above {low:g}" if strict else f"at least {low:g}") + (f" and below {below:g}" if below else "")
+
+    def parse(text: str) -> Any:
+        try:
+            value = kind(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"expected {'a whole number' if kind is int else 'a number'} "
+                                             f"{bounds}, got {text!r}") from None
+        if value < low or (strict and value == low) or (below is not None and value >= below) or value != value:
+            raise argparse.ArgumentTypeError(f"must be {bounds}, got {text}")
+        return value
+
+    parse.__name__ = kind.__name__  # argparse names the type in its messages
+    return parse
+
+
+COUNT, POSITIVE_INT, POSITIVE = number(int, low=0), number(int, low=1), number(float, low=0, strict=True)
+FRACTION = number(float, low=0, below=1)  # warm-up shares
+PROBABILITY = number(float, low=0, strict=True, below=1)  # mask rates
 
 
 def add_training_args(p: argparse.ArgumentParser, *, save_every: int = 1000) -> None:
     p.add_argument("--ds-config", type=Path, required=True, help="DeepSpeed JSON (see ds_configs/)")
     p.add_argument("--data", type=Path, required=True, help="folder made by `python -m ds_minimodel prepare`")
     p.add_argument("--out", type=Path, required=True, help="run folder: checkpoints, metrics, TensorBoard logs")
-    p.add_argument("--steps", type=int, help="optimizer updates (default: the scheduler's total_num_steps)")
-    p.add_argument("--seq-len", type=int, default=TrainConfig.seq_len)
-    p.add_argument("--mask-prob", type=float, default=TrainConfig.mask_prob)
-    p.add_argument("--seed", type=int, default=TrainConfig.seed)
-    p.add_argument("--save-every", type=int, default=save_every)
-    p.add_argument("--log-every", type=int, default=TrainConfig.log_every)
-    p.add_argument("--warmup-ratio", type=float, default=TrainConfig.warmup_ratio,
+    p.add_argument("--steps", type=POSITIVE_INT, help="optimizer updates (default: the scheduler's total_num_steps)")
+    p.add_argument("--seq-len", type=POSITIVE_INT, default=TrainConfig.seq_len)
+    p.add_argument("--mask-prob", type=PROBABILITY, default=TrainConfig.mask_prob)
+    p.add_argument("--seed", type=COUNT, default=TrainConfig.seed)
+    p.add_argument("--save-every", type=POSITIVE_INT, default=save_every)
+    p.add_argument("--log-every", type=POSITIVE_INT, default=TrainConfig.log_every)
+    p.add_argument("--warmup-ratio", type=FRACTION, default=TrainConfig.warmup_ratio,
                    help='warm-up share where the scheduler says "auto" (paper: 10,000 of 125,000 updates)')
-    p.add_argument("--keep-checkpoints", type=int, help="keep only the newest K checkpoints (default: all)")
+    p.add_argument("--keep-checkpoints", type=POSITIVE_INT, help="keep only the newest K checkpoints (default: all)")
     p.add_argument("--resume", action="store_true", help="continue from the newest complete checkpoint in --out")
     add_run_args(p)
+    add_allow_config_change(p)
     p.add_argument("--local_rank", "--local-rank", type=int, default=0, help=argparse.SUPPRESS)  # deepspeed launcher
+
+
+def add_allow_config_change(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--allow-config-change", action="store_true",
+                   help="with --resume: continue although the DeepSpeed JSON or the update schedule differs from the "
+                        "one run.json records (the change is recorded there); the model's settings never may")
 
 
 def add_run_args(p: argparse.ArgumentParser) -> None:
@@ -51,10 +82,10 @@ def add_run_args(p: argparse.ArgumentParser) -> None:
                    help="recompute each layer in the backward pass: less activation memory, ~1 more forward pass")
     p.add_argument("--compile", action="store_true",
                    help="torch.compile the model: faster updates after a compilation of about a minute")
-    p.add_argument("--prefetch", type=int, metavar="N",
+    p.add_argument("--prefetch", type=COUNT, metavar="N",
                    help="micro-batches built ahead on a background thread, pinned on a GPU (default: 2 on a GPU, "
                         "0 on a CPU)")
-    p.add_argument("--dist-timeout", type=float, default=DEFAULT_DIST_TIMEOUT.total_seconds(), metavar="SECONDS",
+    p.add_argument("--dist-timeout", type=POSITIVE, default=DEFAULT_DIST_TIMEOUT.total_seconds(), metavar="SECONDS",
                    help="a collective that waits longer than this on a dead or hung peer ends the run with an error "
                         "(every process group; default %(default)g)")
 
@@ -65,6 +96,7 @@ def train_config(args: argparse.Namespace, ds_config: dict[str, Any]) -> TrainCo
     steps = args.steps or scheduler_total_steps(ds_config)
     if steps is None:
         raise InputError(f"{args.ds_config}: the scheduler's total_num_steps is not a number; pass --steps")
+    check_ds_config(ds_config, str(args.ds_config), steps=steps)  # the whole JSON, before anything starts
     return TrainConfig(steps=steps, seq_len=args.seq_len, mask_prob=args.mask_prob, seed=args.seed,
                        save_every=args.save_every, log_every=args.log_every, keep_checkpoints=args.keep_checkpoints,
                        warmup_ratio=args.warmup_ratio, activation_checkpointing=args.activation_checkpointing,

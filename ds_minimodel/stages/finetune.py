@@ -23,7 +23,16 @@ from ds_minimodel.data.tokenizer import load_tokenizer
 from ds_minimodel.errors import InputError
 from ds_minimodel.model.encoder import MAIN_HEAD, POOLINGS, TaskModel
 from ds_minimodel.model.loading import load_mlm
-from ds_minimodel.stages.cli import add_run_args, dist_timeout, run_main
+from ds_minimodel.stages.cli import (
+    COUNT,
+    FRACTION,
+    POSITIVE,
+    POSITIVE_INT,
+    add_allow_config_change,
+    add_run_args,
+    dist_timeout,
+    run_main,
+)
 from ds_minimodel.tasks.formats import (
     KIND_OF_FORMAT,
     TaskSpec,
@@ -38,7 +47,9 @@ from ds_minimodel.tasks.formats import (
 from ds_minimodel.train import checkpoint
 from ds_minimodel.train.distributed import init_distributed
 from ds_minimodel.train.ds_config import load_ds_config, resolve_batch
-from ds_minimodel.train.engine import Stage, train, write_run_description
+from ds_minimodel.train.ds_validate import check_ds_config
+from ds_minimodel.train.engine import Stage, train
+from ds_minimodel.train.run_record import write_run_description
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -53,17 +64,20 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--language", default="en", help="language of --train/--dev (XNLI files hold several)")
     p.add_argument("--ds-config", type=Path, required=True)
     p.add_argument("--out", type=Path, required=True)
-    p.add_argument("--epochs", type=float, default=FinetuneConfig.epochs)
-    p.add_argument("--warmup-ratio", type=float, default=FinetuneConfig.warmup_ratio)
-    p.add_argument("--max-len", type=int, default=FinetuneConfig.max_len, help="tokens per input (paper QA: 384)")
-    p.add_argument("--doc-stride", type=int, default=FinetuneConfig.doc_stride, help="QA: overlap of context windows")
+    p.add_argument("--epochs", type=POSITIVE, default=FinetuneConfig.epochs)
+    p.add_argument("--warmup-ratio", type=FRACTION, default=FinetuneConfig.warmup_ratio)
+    p.add_argument("--max-len", type=POSITIVE_INT, default=FinetuneConfig.max_len,
+                   help="tokens per input (paper QA: 384)")
+    p.add_argument("--doc-stride", type=POSITIVE_INT, default=FinetuneConfig.doc_stride,
+                   help="QA: overlap of context windows")
     p.add_argument("--pooling", choices=POOLINGS, default=FinetuneConfig.pooling,
                    help="sequence tasks: classify from the <s> position (RoBERTa) or the mean over real tokens")
-    p.add_argument("--seed", type=int, default=TrainConfig.seed)
-    p.add_argument("--log-every", type=int, default=TrainConfig.log_every)
-    p.add_argument("--save-every", type=int, default=FinetuneConfig.save_every,
+    p.add_argument("--seed", type=COUNT, default=TrainConfig.seed)
+    p.add_argument("--log-every", type=POSITIVE_INT, default=TrainConfig.log_every)
+    p.add_argument("--save-every", type=POSITIVE_INT, default=FinetuneConfig.save_every,
                    help="updates between checkpoints (default: the end)")
     p.add_argument("--resume", action="store_true")
+    add_allow_config_change(p)
     add_run_args(p)
     p.add_argument("--local_rank", "--local-rank", type=int, default=0, help=argparse.SUPPRESS)
     return p
@@ -108,19 +122,21 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
                             log_every=args.log_every, warmup_ratio=args.warmup_ratio,
                             activation_checkpointing=args.activation_checkpointing, compile=args.compile,
                             prefetch=args.prefetch)
+    check_ds_config(ds_config, str(args.ds_config), steps=steps)
+    stream = ArrayStream(features.arrays, micro_batch_size=batch.micro, world_size=info.world_size, rank=info.rank,
+                         seed=args.seed, source=str(args.train))  # refuses a file too small for one update
     model, primary_meta = build_task_model(args.model, spec, args.seed)
     description = {"stage": "finetune", "variant": spec.kind, "model": model.cfg.to_dict(),
                    "data": str(Path(args.train).resolve()), "tokenizer_sha256": tokenizer.sha256, "seed": args.seed,
                    "seq_len": args.max_len, "global_batch": batch.global_batch, "task": spec.to_dict(),
                    "source": checkpoint.lineage(primary_meta), "ds_config": ds_config, "train": train_cfg.to_dict()}
     if info.rank == 0:
-        write_run_description(args.out, description, resume=args.resume)
+        write_run_description(args.out, description, resume=args.resume,
+                              allow_config_change=args.allow_config_change)
         print(f"[finetune-{spec.name}] {len(examples):,} examples ({rows:,} model inputs), {len(spec.labels)} labels;"
               f" {steps} updates of {batch.global_batch}; token embeddings frozen", flush=True)
     dist.barrier()
     torch.manual_seed(args.seed * 1_000_003 + 1 + info.rank)
-    stream = ArrayStream(features.arrays, micro_batch_size=batch.micro, world_size=info.world_size, rank=info.rank,
-                         seed=args.seed, source=str(args.train))
     stage = Stage(
         name=args.run_name or f"finetune-{spec.name}-seed{args.seed}", model=model, loss_fn=task_loss,
         flops_per_update=flops.finetune_per_update(model.cfg, seq_len=args.max_len, batch=batch.global_batch),
@@ -130,7 +146,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
               "primary_sha256": checkpoint.lineage(primary_meta),
               "finetuned_from": str(Path(args.model).resolve()), "seed": args.seed},
     )
-    result = train(stage, stream, ds_config=ds_config, ds_config_source=str(args.ds_config), train_cfg=train_cfg,
+    result = train(stage, stream, ds_config=ds_config, train_cfg=train_cfg,
                    run_dir=args.out, log_root=args.log_root, resume=args.resume, batch=batch)
     summary = {"step": result.step, "checkpoint": str(result.checkpoint), "stopped_by": result.stopped_by,
                **result.last_metrics}

@@ -24,13 +24,14 @@ from ds_minimodel.model.encoder import MaskedLM
 from ds_minimodel.model.loading import load_mlm
 from ds_minimodel.model.losses import mlm_step
 from ds_minimodel.model.surgery import build_minipost, freeze_for_head_training
-from ds_minimodel.stages.cli import add_training_args, dist_timeout, run_main, train_config
+from ds_minimodel.stages.cli import COUNT, POSITIVE_INT, add_training_args, dist_timeout, run_main, train_config
 from ds_minimodel.systems import Depths, get_primary
 from ds_minimodel.train import checkpoint
 from ds_minimodel.train.distributed import init_distributed
 from ds_minimodel.train.ds_config import load_ds_config, resolve_batch
-from ds_minimodel.train.engine import Stage, train, write_run_description
+from ds_minimodel.train.engine import Stage, train
 from ds_minimodel.train.forgetting import ActiveForgetting, param_groups
+from ds_minimodel.train.run_record import write_run_description
 
 STEP1B_VARIANTS = ("minipost", "head")
 """Variants that start from a pretrained model (``--from``) instead of a registered primary (``systems.PRIMARIES``)."""
@@ -54,19 +55,19 @@ def build_parser() -> argparse.ArgumentParser:
                         "minijoint@N: the same with the head after layer N (the depth study). Or: "
                         "minipost: Step 1b over --from; head: train only the MLM head of --from (a bare encoder "
                         "imported from Hugging Face)")
-    p.add_argument("--aux-layer", type=int, default=Depths.aux,
+    p.add_argument("--aux-layer", type=POSITIVE_INT, default=Depths.aux,
                    help="MiniJoint: layer N the second head reads (paper N=4)")
-    p.add_argument("--small-layers", type=int, default=Depths.small, help="BL_SMALL's depth")
+    p.add_argument("--small-layers", type=POSITIVE_INT, default=Depths.small, help="BL_SMALL's depth")
     p.add_argument("--preset", default="base", help="model size preset: tiny, demo, base, small")
     p.add_argument("--model-config", type=Path, help="JSON object of ModelConfig fields overriding the preset")
     p.add_argument("--from", dest="from_", type=Path,
                    help="minipost, head: the pretrained primary model (checkpoint, model folder, or a Hugging Face "
                         "BERT/RoBERTa folder)")
-    p.add_argument("--keep-layers", type=int, default=Depths.keep,
+    p.add_argument("--keep-layers", type=POSITIVE_INT, default=Depths.keep,
                    help="MiniPost: bottom layers N copied from the primary")
-    p.add_argument("--new-layers", type=int, default=Depths.new,
+    p.add_argument("--new-layers", type=POSITIVE_INT, default=Depths.new,
                    help="MiniPost: new layers k trained on top (paper: 2)")
-    p.add_argument("--forget-every", type=int, default=0, metavar="K",
+    p.add_argument("--forget-every", type=COUNT, default=0, metavar="K",
                    help="active forgetting (Chen, Marchisio et al. 2023): draw the token embeddings afresh and "
                         "clear their optimizer state every K updates; 0: never (primaries only)")
     add_training_args(p)
@@ -126,11 +127,12 @@ def build_model(args: argparse.Namespace, shards: TokenShards) -> tuple[MaskedLM
 
 
 def run(args: argparse.Namespace) -> dict[str, Any]:
+    # Every input is checked before anything is written: a refused run leaves --out as it was.
     ds_config = load_ds_config(args.ds_config)
+    train_cfg = train_config(args, ds_config)
     info = init_distributed(dist_timeout(args))
     batch = resolve_batch(ds_config, info.world_size, source=str(args.ds_config))
     shards = TokenShards.open(args.data)
-    train_cfg = train_config(args, ds_config)
     model, provenance = build_model(args, shards)
     cfg = model.cfg
     if train_cfg.seq_len > cfg.max_positions:
@@ -141,6 +143,10 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         if args.variant in STEP1B_VARIANTS:
             raise InputError(f"--forget-every is for pretraining a primary, not --variant {args.variant}")
         forgetting = ActiveForgetting(args.forget_every, train_cfg.steps, args.seed, cfg.init_std)
+    dataset = PackedDataset(shards, train_cfg.seq_len)  # refuses data too small for one update
+    stream = MLMBatchStream(dataset, micro_batch_size=batch.micro, world_size=info.world_size, rank=info.rank,
+                            seed=args.seed, vocab_size=cfg.vocab_size, seq_len=train_cfg.seq_len,
+                            mask_prob=train_cfg.mask_prob)
     description = {
         "stage": "pretrain", "variant": args.variant, "forget_every": args.forget_every, "model": cfg.to_dict(),
         "data": str(Path(args.data).resolve()),
@@ -150,14 +156,11 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         "source": provenance.get("primary_sha256"),
     }
     if info.rank == 0:
-        write_run_description(args.out, description, resume=args.resume)
+        write_run_description(args.out, description, resume=args.resume,
+                              allow_config_change=args.allow_config_change)
     dist.barrier()
 
     torch.manual_seed(args.seed * 1_000_003 + 1 + info.rank)  # dropout differs per rank, deterministically
-    dataset = PackedDataset(shards, train_cfg.seq_len)
-    stream = MLMBatchStream(dataset, micro_batch_size=batch.micro, world_size=info.world_size, rank=info.rank,
-                            seed=args.seed, vocab_size=cfg.vocab_size, seq_len=train_cfg.seq_len,
-                            mask_prob=train_cfg.mask_prob)
     if args.variant == "head":  # frozen body and embeddings
         flops_per_update = flops.head_training_per_update(cfg, seq_len=train_cfg.seq_len, batch=batch.global_batch,
                                                           mask_prob=train_cfg.mask_prob)
@@ -185,7 +188,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
               f"{model.num_parameters():,} parameters ({trainable:,} trainable); {len(dataset):,} blocks of <= "
               f"{train_cfg.seq_len} tokens; global batch {batch.global_batch} = {batch.micro} x {batch.accumulation}"
               f" x {batch.world_size} ranks", flush=True)
-    result = train(stage, stream, ds_config=ds_config, ds_config_source=str(args.ds_config), train_cfg=train_cfg,
+    result = train(stage, stream, ds_config=ds_config, train_cfg=train_cfg,
                    run_dir=args.out, log_root=args.log_root, resume=args.resume, batch=batch)
     return {"step": result.step, "tokens": result.tokens, "flops": result.flops,
             "checkpoint": str(result.checkpoint), "stopped_by": result.stopped_by, **result.last_metrics}

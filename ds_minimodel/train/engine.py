@@ -20,13 +20,12 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
-from ds_minimodel.config import ModelConfig, TrainConfig, read_json, write_json
+from ds_minimodel.config import TrainConfig
 from ds_minimodel.data.streams import Prefetcher
-from ds_minimodel.errors import InputError, TrainingError
+from ds_minimodel.errors import TrainingError
 from ds_minimodel.flops import to_gpu_days
-from ds_minimodel.folders import claim, require_output
 from ds_minimodel.train import checkpoint
-from ds_minimodel.train.ds_config import BatchSizes, fill_schedule, scheduler_total_steps, uses_fp16
+from ds_minimodel.train.ds_config import BatchSizes, fill_schedule, uses_fp16
 from ds_minimodel.train.metrics import MetricsLogger
 
 # ----------------------------------------------------------------------------------------------- the loop
@@ -237,7 +236,6 @@ def train(
     stream: Any,
     *,
     ds_config: dict[str, Any],
-    ds_config_source: str,
     train_cfg: TrainConfig,
     run_dir: Path,
     resume: bool,
@@ -251,12 +249,7 @@ def train(
     """
     import deepspeed
 
-    rank = dist.get_rank()
-    total_steps = scheduler_total_steps(ds_config)
-    if total_steps is not None and train_cfg.steps > total_steps:
-        raise InputError(
-            f"{ds_config_source}: the run asks for {train_cfg.steps} updates but the scheduler's total_num_steps is "
-            f"{total_steps} (the learning rate would be 0 after it); lower --steps or raise total_num_steps")
+    rank = dist.get_rank()  # the DeepSpeed JSON was checked whole before (ds_validate.check_ds_config)
     config = fill_schedule(ds_config, train_cfg.steps, train_cfg.warmup_ratio)
     if train_cfg.activation_checkpointing:
         stage.model.activation_checkpointing = True
@@ -443,43 +436,3 @@ class _progress:
     def close(self) -> None:
         if self.bar is not None:
             self.bar.close()
-
-
-def write_run_description(run_dir: Path, description: dict[str, Any], *, resume: bool) -> None:
-    """Refuse to mix two runs in one folder, or to write a run into a folder that holds something else; claim the
-    folder as this run's (one live writer: ``folders.claim``); record what this run is. Rank 0 only."""
-    path = run_dir / checkpoint.RUN
-    require_output(run_dir, own=checkpoint.is_run_folder, what="a training run")
-    claim(run_dir, f"{description.get('stage', 'a')} run")
-    if path.exists():
-        existing = read_json(path)
-        if not resume:
-            raise InputError(
-                f"{run_dir}: this folder already holds a run ({path}); pass --resume to continue it, "
-                f"or choose another --out")
-        differing = sorted(k for k in description if k in _IDENTITY_KEYS
-                           and _as_now(k, existing.get(k, _IDENTITY_DEFAULTS.get(k))) != _as_now(k, description[k]))
-        if differing:
-            raise InputError(
-                f"{path}: --resume with settings that differ from the run in this folder: {', '.join(differing)}")
-        return
-    run_dir.mkdir(parents=True, exist_ok=True)
-    write_json(path, description)
-
-
-# Settings that define a run: resuming with any of these changed would silently train a different model.
-_IDENTITY_KEYS = ("variant", "model", "data", "tokenizer_sha256", "seed", "seq_len", "mask_prob", "global_batch",
-                  "source", "init", "init_options", "forget_every")
-# What a run written before a setting existed had, in effect.
-_IDENTITY_DEFAULTS = {"init": "overlap", "init_options": {"new_rows": "normal", "freeze_copied": False},
-                      "forget_every": 0}
-
-
-def _as_now(key: str, value: Any) -> Any:
-    """A recorded setting as this version writes it: a model config gains the defaults of fields added since."""
-    if key == "model" and isinstance(value, dict):
-        try:
-            return ModelConfig.from_dict(value).to_dict()
-        except InputError:
-            return value
-    return value

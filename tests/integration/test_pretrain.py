@@ -196,3 +196,40 @@ def test_active_forgetting_resumes_exactly_across_a_reset(en_data, tmp_path):
     other = run_cmd(pretrain_cmd(1, *common[:-2], "--forget-every", "3", "--out", str(stopped), "--steps", "6",
                                  "--resume"), check=False)
     assert other.returncode != 0 and "forget_every" in other.stderr
+
+
+def test_a_refused_run_leaves_its_folder_as_it_was_and_a_changed_rate_needs_saying(en_data, tmp_path, monkeypatch):
+    """Issue 30, in process: a run refused for too little data used to leave run.json behind, so the corrected
+    command was refused too; --resume with another learning rate continued at it while run.json kept the old one."""
+    from ds_minimodel.errors import InputError
+    from ds_minimodel.stages import pretrain
+
+    monkeypatch.chdir(REPO)
+    config = json.loads((REPO / "ds_configs/cpu_fp32.json").read_text())
+
+    def ds_json(name: str, **changes) -> Path:
+        path = tmp_path / f"{name}.json"
+        path.write_text(json.dumps({**config, **changes}))
+        return path
+
+    out = tmp_path / "run"
+    common = ["--preset", "tiny", "--seq-len", "64", "--data", str(en_data), "--out", str(out), "--save-every", "2"]
+    huge = ds_json("huge", train_batch_size=1 << 20, train_micro_batch_size_per_gpu=1 << 20)
+    with pytest.raises(InputError, match=r"but one step needs micro_batch_size x world_size = 1048576"):
+        pretrain.run(pretrain.build_parser().parse_args([*common, "--ds-config", str(huge), "--steps", "2"]))
+    assert not out.exists()
+    pretrain.run(pretrain.build_parser().parse_args([*common, "--ds-config", "ds_configs/cpu_fp32.json",
+                                                     "--steps", "2"]))
+    recorded = (out / "run.json").read_bytes()
+    faster = ds_json("faster", optimizer={**config["optimizer"], "params": {**config["optimizer"]["params"],
+                                                                             "lr": 2e-3}})
+    with pytest.raises(InputError, match=r"ds_config.optimizer.params.lr 0.001 -> 0.002"):
+        pretrain.run(pretrain.build_parser().parse_args([*common, "--ds-config", str(faster), "--steps", "2",
+                                                         "--resume"]))
+    assert (out / "run.json").read_bytes() == recorded
+    pretrain.run(pretrain.build_parser().parse_args([*common, "--ds-config", str(faster), "--steps", "4",
+                                                     "--resume", "--allow-config-change"]))
+    record = json.loads((out / "run.json").read_text())
+    assert record["ds_config"]["optimizer"]["params"]["lr"] == 2e-3
+    assert record["changes"][0]["changed"]["ds_config.optimizer.params.lr"] == [1e-3, 2e-3]
+    assert [r["step"] for r in read_metrics(out)][-1] == 4

@@ -96,7 +96,7 @@ def test_auto_schedule_lengths_follow_the_run():
 
 
 def test_an_output_folder_that_holds_another_run_is_refused(tmp_path):
-    from ds_minimodel.train.engine import write_run_description
+    from ds_minimodel.train.run_record import write_run_description
 
     run = tmp_path / "run"
     description = {"variant": "base", "seed": 1, "seq_len": 64, "data": "/data/en"}
@@ -113,7 +113,7 @@ def test_an_output_folder_that_holds_another_run_is_refused(tmp_path):
 def test_a_run_recorded_before_a_setting_existed_resumes_with_its_default(tmp_path):
     """Runs written before pre_norm (model config) and --init (Step 2) existed resume as what they were."""
     from ds_minimodel.config import get_preset
-    from ds_minimodel.train.engine import write_run_description
+    from ds_minimodel.train.run_record import write_run_description
 
     run = tmp_path / "run"
     model = get_preset("tiny").to_dict()
@@ -123,6 +123,36 @@ def test_a_run_recorded_before_a_setting_existed_resumes_with_its_default(tmp_pa
     with pytest.raises(InputError, match="differ from the run in this folder: init, model"):
         write_run_description(run, {"variant": "bl_base", "model": {**model, "pre_norm": True}, "init": "specials",
                                     "seed": 1}, resume=True)
+
+
+def test_resume_with_another_training_setup_is_refused_unless_allowed_and_then_recorded(tmp_path):
+    """Issue 30: --resume used to continue at a changed learning rate while run.json kept the old one."""
+    from ds_minimodel.train.run_record import write_run_description
+
+    run = tmp_path / "run"
+    setup = {"optimizer": {"type": "AdamW", "params": {"lr": 1e-3}}}
+    description = {"variant": "base", "seed": 1, "ds_config": setup, "train": {"steps": 10, "log_every": 5}}
+    write_run_description(run, description, resume=False)
+    before = (run / "run.json").read_text()
+    faster = {**description, "ds_config": {"optimizer": {"type": "AdamW", "params": {"lr": 2e-3}}}}
+    with pytest.raises(InputError, match=r"training setup that differs from the run's: ds_config.optimizer.params.lr "
+                                         r"0.001 -> 0.002\. Pass --allow-config-change"):
+        write_run_description(run, faster, resume=True)
+    assert (run / "run.json").read_text() == before
+    # How often a run logs or saves is not what it learns: no option needed, nothing recorded.
+    write_run_description(run, {**description, "train": {"steps": 10, "log_every": 1}}, resume=True)
+    assert (run / "run.json").read_text() == before
+    # Nor is how long it goes on: a resumed run is extended with a larger --steps.
+    write_run_description(run, {**description, "train": {"steps": 20, "log_every": 5}}, resume=True)
+    assert (run / "run.json").read_text() == before
+    write_run_description(run, {**faster, "train": {"steps": 20, "log_every": 5, "warmup_ratio": 0.1}},
+                          resume=True, allow_config_change=True)
+    record = json.loads((run / "run.json").read_text())
+    assert record["ds_config"] == faster["ds_config"] and record["train"]["warmup_ratio"] == 0.1
+    assert record["changes"][0]["changed"] == {"ds_config.optimizer.params.lr": [1e-3, 2e-3],
+                                               "train.warmup_ratio": [None, 0.1]}
+    with pytest.raises(InputError, match="settings that differ from the run in this folder: seed"):
+        write_run_description(run, {**faster, "seed": 2}, resume=True, allow_config_change=True)
 
 
 @pytest.mark.parametrize("text, lost", [

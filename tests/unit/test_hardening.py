@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -167,11 +168,66 @@ def test_other_mistakes_get_one_line(tmp_path, folders):
     config.write_text(json.dumps({"train_batch_size": 8, "zero_optimization": {"stage": 7}}))
     with pytest.raises(InputError, match="zero_optimization.stage must be 0, 1, 2 or 3, got 7"):
         load_ds_config(config)
-    with pytest.raises(InputError, match="--steps must be at least 1, got 0"):
-        from ds_minimodel.stages.cli import train_config
 
-        train_config(pretrain.build_parser().parse_args(["--ds-config", "x", "--data", "d", "--out", "o",
-                                                         "--steps", "0"]), {})
+
+@pytest.mark.parametrize("argv, message", [
+    (["--epochs", "0"], "argument --epochs: must be above 0, got 0"),  # trained one update at rate 0 before
+    (["--epochs", "-2"], "argument --epochs: must be above 0, got -2"),
+    (["--warmup-ratio", "1.5"], "argument --warmup-ratio: must be at least 0 and below 1, got 1.5"),
+    (["--max-len", "ten"], "argument --max-len: expected a whole number at least 1, got 'ten'"),
+    (["--save-every", "0"], "argument --save-every: must be at least 1, got 0"),
+])
+def test_numeric_options_are_checked_where_they_are_parsed(argv, message, capsys):
+    common = ["--model", "m", "--task", "t", "--format", "generic", "--train", "t.jsonl", "--ds-config", "x.json",
+              "--out", "o"]
+    with pytest.raises(SystemExit) as exit_:
+        finetune.build_parser().parse_args([*common, *argv])
+    assert exit_.value.code == 2 and message in capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        pretrain.build_parser().parse_args(["--ds-config", "x", "--data", "d", "--out", "o", "--steps", "0"])
+    assert "argument --steps: must be at least 1, got 0" in capsys.readouterr().err
+
+
+def deepspeed_json(tmp_path: Path, name: str, change) -> Path:
+    config = json.loads((REPO / "ds_configs/cpu_fp32.json").read_text())
+    change(config)
+    path = tmp_path / f"{name}.json"
+    path.write_text(json.dumps(config))
+    return path
+
+
+DS_MISTAKES = {  # issue 30: each used to fail after the process group (and, in a pipeline, Step 1) had started
+    "negative-rate": (lambda c: c["optimizer"]["params"].update(lr=-1e-3),
+                      "optimizer.params.lr must be a positive number, got -0.001"),
+    "betas": (lambda c: c["optimizer"]["params"].update(betas=[0.9, 1.0]),
+              r"optimizer.params.betas must be two numbers in \[0, 1\), got \[0.9, 1.0\]"),
+    "optimizer": (lambda c: c["optimizer"].update(type="AdamWW"), "optimizer.type 'AdamWW' is neither one of"),
+    "precision": (lambda c: c.update(fp16={"enabled": True}, bf16={"enabled": True},
+                                     zero_optimization={"stage": 1}), "fp16.enabled and bf16.enabled are both true"),
+    "scheduler": (lambda c: c["scheduler"].update(type="WarmupDecay"), "scheduler.type 'WarmupDecay' is neither"),
+    "zero-field": (lambda c: c["zero_optimization"].update(overlap_comm="maybe"),
+                   "DeepSpeedZeroConfig: overlap_comm: Input should be a valid boolean"),
+}
+
+
+@pytest.mark.parametrize("name", sorted(DS_MISTAKES))
+def test_every_deepspeed_json_mistake_is_one_line_before_any_work(name, tmp_path, capsys):
+    import torch.distributed as dist
+
+    change, message = DS_MISTAKES[name]
+    path = deepspeed_json(tmp_path, name, change)
+    out = tmp_path / "run"
+    # The entry script: refused before the process group starts, the data is opened or the folder is made.
+    assert pretrain.main(["--ds-config", str(path), "--data", str(tmp_path / "no-data"), "--out", str(out),
+                          "--steps", "5"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and str(path) in err and re.search(message, err), err
+    assert not out.exists() and not dist.is_initialized()
+    # The pipeline: refused in its pre-flight, before any corpus is prepared.
+    config = pipeline_config(tmp_path, step2__ds_config=str(path))
+    with pytest.raises(InputError, match=message):
+        Pipeline(PipelineConfig.load(config), str(config))
+    assert not (tmp_path / "out").exists()
 
 
 def test_resume_with_every_checkpoint_damaged_is_refused(folders, capsys):
