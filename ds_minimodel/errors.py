@@ -1,7 +1,10 @@
-"""The one exception type for bad user input, and how command lines report it."""
+"""The one exception type for bad user input, how command lines report it, and the checks whose messages every
+reader of a file shares."""
 
 
+import re
 import sys
+from pathlib import Path
 
 
 class InputError(ValueError):
@@ -18,3 +21,29 @@ def report(err: Exception) -> int:
     line on stderr, no traceback."""
     print(f"error: {err}", file=sys.stderr, flush=True)
     return 2 if isinstance(err, InputError) else 1
+
+
+def require_file(path: str | Path, what: str, where: str = "") -> Path:
+    """``path`` as a Path when it is a file; otherwise an InputError saying whether it is a folder or absent
+    (``what``: "corpus file", "task file")."""
+    path, context = Path(path), f" ({where})" if where else ""
+    if path.is_dir():
+        raise InputError(f"{path}: a folder, not a {what}{context}")
+    if not path.is_file():
+        raise InputError(f"{path}: {what} not found{context}")
+    return path
+
+
+def load_error(path: str | Path, err: Exception) -> InputError:
+    """One line for a file ``torch.load(..., weights_only=True)`` could not read. torch's own message for a file it
+    refuses is several lines of advice ending in loading it with ``weights_only=False``, which would run its code:
+    only the reason is kept. Any other failure is a damaged or foreign file."""
+    text = str(err)
+    if "WeightsUnpickler" in text or "weights_only" in text:
+        found = re.search(r"WeightsUnpickler error:\s*(.+)", text)
+        lines = [line.strip() for line in (found.group(1) if found else text).splitlines() if line.strip()]
+        reason = (lines[0] if lines else type(err).__name__).split(" Please use", 1)[0].rstrip(". ")
+        return InputError(f"{path}: refused: not loadable without running code from it ({reason})")
+    first = next((line.strip() for line in text.splitlines() if line.strip()), type(err).__name__)
+    return InputError(f"{path}: cannot read the weights ({type(err).__name__}: {first}); truncated, corrupted or "
+                      "not a weights file")

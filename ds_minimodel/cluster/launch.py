@@ -68,6 +68,10 @@ def deepspeed_command(args: argparse.Namespace, hosts: dict[str, int]) -> list[s
     return [*cmd, args.script, *args.script_args]
 
 
+ENTRY_SCRIPTS = ("run_pretrain.py", "run_adapt.py", "run_finetune.py")
+"""The package's training scripts: each requires --ds-config."""
+
+
 def check(args: argparse.Namespace) -> dict[str, int]:
     hosts = read_hostfile(args.hostfile)
     if args.no_ssh and len(set(hosts.values())) != 1:
@@ -81,6 +85,9 @@ def check(args: argparse.Namespace) -> dict[str, int]:
     if not Path(args.script).is_file():
         raise InputError(f"{args.script}: training script not found")
     ds_config = option_value(args.script_args, "--ds-config")
+    if ds_config is None and Path(args.script).name in ENTRY_SCRIPTS:
+        raise InputError(f"{args.script} needs --ds-config <DeepSpeed JSON> among its arguments (after the script "
+                         "name); no rank was started")
     if ds_config is not None:
         check_batch(args.hostfile, hosts, Path(ds_config))
     return hosts

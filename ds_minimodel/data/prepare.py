@@ -27,7 +27,7 @@ from ds_minimodel.data.tokenizer import (
     training_arguments,
     training_record_path,
 )
-from ds_minimodel.errors import InputError, report
+from ds_minimodel.errors import InputError, report, require_file
 from ds_minimodel.folders import require_output
 
 logger = logging.getLogger(__name__)
@@ -115,8 +115,7 @@ def prepare(
     """Put a tokenizer at out_dir/spm.model (copied from `tokenizer`, else trained on `corpus`), or, when
     `tokenizer` is a Hugging Face folder, its files at out_dir/hf_tokenizer/; then encode `corpus` with it into
     `out_dir`. Returns prepare_corpus's summary."""
-    if not corpus.is_file():
-        raise InputError(f"{corpus}: corpus file not found")
+    require_file(corpus, "corpus file")
     require_output(out_dir, own=is_data_folder, what="prepared data")
     hf = tokenizer is not None and Path(tokenizer).is_dir()
     target = out_dir / (HF_TOKENIZER_DIR if hf else TOKENIZER_FILE)

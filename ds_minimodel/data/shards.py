@@ -32,7 +32,7 @@ from tqdm import tqdm
 
 from ds_minimodel.config import file_sha256, write_json
 from ds_minimodel.data.tokenizer import EOS_ID, AnyTokenizer, open_tokenizer
-from ds_minimodel.errors import InputError
+from ds_minimodel.errors import InputError, require_file
 
 logger = logging.getLogger(__name__)
 
@@ -374,8 +374,7 @@ def prepare_corpus(
     process may use). Re-running with the same corpus content and tokenizer does nothing unless `force`.
     """
     corpus, out_dir, tokenizer_path = Path(corpus), Path(out_dir), Path(tokenizer_path)
-    if not corpus.is_file():
-        raise InputError(f"{corpus}: corpus file not found")
+    require_file(corpus, "corpus file")
     corpus_bytes = corpus.stat().st_size
     if corpus_bytes == 0:
         raise InputError(f"{corpus}: corpus file is empty")

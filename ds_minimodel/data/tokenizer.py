@@ -25,7 +25,7 @@ from pathlib import Path
 import numpy as np
 import sentencepiece as spm
 
-from ds_minimodel.errors import InputError
+from ds_minimodel.errors import InputError, require_file
 
 logger = logging.getLogger(__name__)
 
@@ -102,8 +102,7 @@ def read_training_record(model_path: Path) -> dict | None:
 
 
 def _check_corpus(corpus: Path) -> None:
-    if not corpus.is_file():
-        raise InputError(f"{corpus}: corpus file not found")
+    require_file(corpus, "corpus file")
     if corpus.stat().st_size == 0:
         raise InputError(f"{corpus}: corpus file is empty")
     with corpus.open("rb") as f:

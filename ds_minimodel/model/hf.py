@@ -41,7 +41,7 @@ from ds_minimodel.data.hf_tokenizer import HFTokenizer, copy_hf_tokenizer
 from ds_minimodel.data.tokenizer import (
     PAD_ID,
 )
-from ds_minimodel.errors import InputError, report
+from ds_minimodel.errors import InputError, load_error, report
 from ds_minimodel.folders import require_output
 from ds_minimodel.model.encoder import MAIN_HEAD, MaskedLM
 from ds_minimodel.train import checkpoint
@@ -272,8 +272,7 @@ def _load_weights_file(path: Path) -> dict[str, torch.Tensor]:
         raise InputError(f"{path}: reading safetensors needs the safetensors package (pip install "
                          "'ds_minimodel[hf]')") from None
     except Exception as err:  # noqa: BLE001 - any failure to parse is a bad file for the user
-        raise InputError(f"{path}: cannot read the weights ({type(err).__name__}: {err}); truncated, corrupted or "
-                         "not a weights file") from None
+        raise load_error(path, err) from None
     if not isinstance(tensors, dict) or not all(isinstance(v, torch.Tensor) for v in tensors.values()):
         raise InputError(f"{path}: not a state dict of tensors")
     return tensors

@@ -255,12 +255,10 @@ def load_embeddings(folder: Path) -> tuple[torch.Tensor, torch.Tensor, dict[str,
     return state[TOKENS_KEY], state[BIAS_KEY], meta
 
 
-def load_trained(folder: Path) -> tuple[dict[str, torch.Tensor], dict[str, Any]]:
-    """Every tensor a Step-2 checkpoint (or ``save_embeddings`` folder) holds, by name, and its meta: the token
-    rows, the output bias and any of ``EXTRA_KEYS`` that Step 2 trained, validated."""
-    folder = Path(folder)
+def embeddings_meta(folder: Path) -> dict[str, Any]:
+    """The meta of a Step-2 checkpoint (or ``save_embeddings`` folder), validated, without reading its weights."""
     meta = load_meta(folder)
-    meta_path, weights_path = folder / checkpoint.META, folder / checkpoint.WEIGHTS
+    meta_path = Path(folder) / checkpoint.META
     if meta.get("kind") != Kind.EMBEDDINGS.value:
         raise InputError(f"{meta_path}: kind is {meta.get('kind')!r}, not {Kind.EMBEDDINGS.value!r}: "
                          "not trained embeddings")
@@ -270,6 +268,15 @@ def load_trained(folder: Path) -> tuple[dict[str, torch.Tensor], dict[str, Any]]
     tokenizer = meta["tokenizer"]
     if not isinstance(tokenizer, dict) or not {"path", "sha256"} <= set(tokenizer):
         raise InputError(f"{meta_path}: tokenizer must be an object with 'path' and 'sha256', got {tokenizer!r}")
+    return meta
+
+
+def load_trained(folder: Path) -> tuple[dict[str, torch.Tensor], dict[str, Any]]:
+    """Every tensor a Step-2 checkpoint (or ``save_embeddings`` folder) holds, by name, and its meta: the token
+    rows, the output bias and any of ``EXTRA_KEYS`` that Step 2 trained, validated."""
+    folder = Path(folder)
+    meta = embeddings_meta(folder)
+    weights_path = folder / checkpoint.WEIGHTS
     weights = load_weights(folder)
     if not {TOKENS_KEY, BIAS_KEY} <= set(weights) <= {TOKENS_KEY, BIAS_KEY, *EXTRA_KEYS}:
         raise InputError(f"{weights_path}: expected the tensors {TOKENS_KEY} and {BIAS_KEY} (and possibly "
@@ -293,20 +300,30 @@ def load_trained(folder: Path) -> tuple[dict[str, torch.Tensor], dict[str, Any]]
     return weights, meta
 
 
-def swap_checked(model: nn.Module, model_meta: dict[str, Any], model_folder: Path, embeddings_folder: Path
-                 ) -> dict[str, Any]:
-    """Swap the embeddings saved in ``embeddings_folder`` into ``model`` (an MLM or a finetuned task model, whose
-    meta is ``model_meta``), after checking they belong to its lineage and width. Returns the embeddings' meta."""
-    state, emb_meta = load_trained(embeddings_folder)
+def check_fits(model_meta: dict[str, Any], hidden_size: int, model_folder: Path, embeddings_folder: Path,
+               emb_meta: dict[str, Any] | None = None) -> dict[str, Any]:
+    """Refuse embeddings of another width (named first: it says what differs) or lineage than the model of
+    ``model_folder`` (meta ``model_meta``); returns the embeddings' meta. Reads no weights, so a command given
+    several folders can check them all before it scores the first."""
+    emb_meta = emb_meta or embeddings_meta(embeddings_folder)
+    if emb_meta["hidden_size"] != hidden_size:
+        raise InputError(f"{embeddings_folder}: embeddings {emb_meta['hidden_size']} wide do not fit {model_folder},"
+                         f" whose hidden size is {hidden_size}")
     body_lineage = lineage(model_meta)
     if emb_meta["primary_sha256"] != body_lineage:
         raise InputError(
             f"{embeddings_folder}: embeddings were trained over a body of another lineage than {model_folder} "
             f"(primary_sha256 {emb_meta['primary_sha256'][:12]}... vs the model's {body_lineage[:12]}...); "
             "plug them into the primary model (or a descendant) they were trained against")
-    if emb_meta["hidden_size"] != model.cfg.hidden_size:
-        raise InputError(f"{embeddings_folder}: hidden size {emb_meta['hidden_size']} does not match the "
-                         f"hidden size {model.cfg.hidden_size} of {model_folder}")
+    return emb_meta
+
+
+def swap_checked(model: nn.Module, model_meta: dict[str, Any], model_folder: Path, embeddings_folder: Path
+                 ) -> dict[str, Any]:
+    """Swap the embeddings saved in ``embeddings_folder`` into ``model`` (an MLM or a finetuned task model, whose
+    meta is ``model_meta``), after checking they belong to its lineage and width. Returns the embeddings' meta."""
+    state, emb_meta = load_trained(embeddings_folder)
+    check_fits(model_meta, model.cfg.hidden_size, model_folder, embeddings_folder, emb_meta)
     extras = {k: v for k, v in state.items() if k in EXTRA_KEYS}
     own = model.state_dict()
     for key, tensor in extras.items():

@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from ds_minimodel.config import FinetuneConfig, TrainConfig, dataclass_from_dict, get_preset, read_json
-from ds_minimodel.errors import InputError
+from ds_minimodel.errors import InputError, require_file
 from ds_minimodel.systems import AT, DEPTH_FAMILY, Depths, depth_of, get_system, is_system, system_names
 
 RELEARN_SUFFIX = "-relearn"
@@ -211,6 +211,9 @@ def check(cfg: PipelineConfig, sections: dict[str, Any], source: str, *, world_s
     from ds_minimodel.tasks.formats import FORMATS, read_examples
     from ds_minimodel.tasks.qa import window_room
 
+    if not sections["targets"]:
+        raise InputError(f"{source}: targets is empty: name at least one target language ({{\"lang\": ..., "
+                         "\"corpus\": ...}), or there is nothing to transfer to")
     preset = get_preset(cfg.preset)
     for name, value, low in (("seq_len", cfg.seq_len, 1), ("vocab_size", cfg.vocab_size, 1), ("ranks", cfg.ranks, 1),
                              ("seed", cfg.seed, 0)):
@@ -268,8 +271,7 @@ def check(cfg: PipelineConfig, sections: dict[str, Any], source: str, *, world_s
                 raise InputError(f"{where}: {problem}")
     for corpus in [sections["source"], *sections["targets"]]:
         where = f"{source}: {corpus.lang}"
-        if not Path(corpus.corpus).is_file():
-            raise InputError(f"{corpus.corpus}: corpus file not found ({where})")
+        require_file(corpus.corpus, "corpus file", where)
         if corpus.tokenizer is not None:
             if not Path(corpus.tokenizer).exists():
                 raise InputError(f"{corpus.tokenizer}: tokenizer not found ({where})")
@@ -284,8 +286,7 @@ def check(cfg: PipelineConfig, sections: dict[str, Any], source: str, *, world_s
         if task.eval_format and FORMATS[task.eval_format].kind != FORMATS[task.format].kind:
             raise InputError(f"{where}: eval_format {task.eval_format!r} is not a {FORMATS[task.format].kind} task")
         for path in [task.train, *task.dev.values(), *task.test.values()]:
-            if not Path(path).is_file():
-                raise InputError(f"{path}: task file not found ({where})")
+            require_file(path, "task file", where)
         train = read_examples(task.format, Path(task.train), language=sections["source"].lang, training=True)
         for lang, path in [*task.dev.items(), *task.test.items()]:
             read_examples(task.eval_format or task.format, Path(path), labels=train.labels or None, language=lang)

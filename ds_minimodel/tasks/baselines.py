@@ -79,12 +79,13 @@ def main(argv: list[str] | None = None) -> int:
                                 description="Majority-class and bag-of-words scores of evaluation files.")
     p.add_argument("--format", choices=sorted(KIND_OF_FORMAT), required=True)
     p.add_argument("--train", type=Path, required=True)
+    p.add_argument("--language", help="the language to read from files that hold several (XNLI's TSV files)")
     p.add_argument("files", type=Path, nargs="+", help="dev or test files in the same format")
     args = p.parse_args(argv)
     try:
-        train = read_examples(args.format, args.train, training=True)
+        train = read_examples(args.format, args.train, language=args.language, training=True)
         for path in args.files:
-            scores = baselines(train, read_examples(args.format, path, labels=train.labels))
+            scores = baselines(train, read_examples(args.format, path, labels=train.labels, language=args.language))
             print(f"{path}: " + ", ".join(f"{name} {value:.1f}" for name, value in scores.items()))
     except InputError as err:
         return report(err)

@@ -15,10 +15,11 @@ import numpy as np
 import torch
 
 from ds_minimodel.data.tokenizer import load_tokenizer
-from ds_minimodel.errors import InputError, report
+from ds_minimodel.errors import InputError, report, require_file
 from ds_minimodel.model.loading import load_task_model
-from ds_minimodel.model.surgery import swap_checked
+from ds_minimodel.model.surgery import check_fits, swap_checked
 from ds_minimodel.tasks.formats import KIND_OF_FORMAT, Features, TaskSpec, featurize, predict, read_eval_examples, score
+from ds_minimodel.train import checkpoint
 
 
 @dataclass
@@ -72,6 +73,11 @@ def main(argv: list[str] | None = None) -> int:
                    help="format of --test when it differs from the training format (e.g. xnli after multinli)")
     args = p.parse_args(argv)
     try:
+        task_meta = checkpoint.load_meta(args.task_model)
+        hidden = (task_meta.get("model_config") or {}).get("hidden_size")
+        for emb in args.embeddings:  # every folder checked before the first score is printed
+            check_fits(task_meta, hidden, args.task_model, emb)
+        require_file(args.test, "task file")
         for emb in args.embeddings or [None]:
             print(json.dumps(zero_shot(args.task_model, emb, args.test, args.lang,
                                                   test_format=args.format), sort_keys=True), flush=True)

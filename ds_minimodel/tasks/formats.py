@@ -23,7 +23,7 @@ import torch.nn.functional as F
 
 from ds_minimodel.data.streams import trim_padding
 from ds_minimodel.data.tokenizer import IGNORE_INDEX, AnyTokenizer
-from ds_minimodel.errors import InputError
+from ds_minimodel.errors import InputError, require_file
 from ds_minimodel.model.encoder import POOLINGS
 from ds_minimodel.tasks import qa, readers
 from ds_minimodel.tasks.features import classification_features, token_classification_features
@@ -104,7 +104,7 @@ def read_examples(fmt: str, path: Path, *, labels: Sequence[str] | None = None, 
                   training: bool = False) -> readers.Examples:
     """Examples of one file. Evaluation files are read with the training file's labels, so an unknown label there
     is an error naming the file and line."""
-    path = Path(path)
+    path = require_file(path, "task file")
     if fmt not in FORMATS:
         raise InputError(f"{path}: unknown task format {fmt!r}; known: {', '.join(FORMATS)}")
     return FORMATS[fmt].read(path, labels, language, training)

@@ -34,7 +34,7 @@ import torch
 import torch.distributed as dist
 
 from ds_minimodel.config import file_sha256, read_json, write_json
-from ds_minimodel.errors import InputError
+from ds_minimodel.errors import InputError, load_error
 
 CHECKPOINTS = "checkpoints"
 META = "meta.json"
@@ -334,11 +334,7 @@ def safe_load(path: str | Path, map_location: Any = None) -> Any:
         with torch.serialization.safe_globals(allowed):
             return torch.load(path, map_location=map_location, weights_only=True)
     except Exception as err:  # noqa: BLE001 - whatever the unpickler refuses is a bad file for the user
-        # torch's message is several lines of advice (including loading with weights_only=False); keep the reason.
-        found = re.search(r"WeightsUnpickler error: ([^\n]*)", str(err))
-        reason = found.group(1).strip() if found else (str(err).strip().splitlines() or [type(err).__name__])[0]
-        reason = reason.split(" Please use", 1)[0]
-        raise InputError(f"{path}: refused: not loadable without running code from it ({reason})") from None
+        raise load_error(path, err) from None
 
 
 def resume(engine: Any, ckpt_dir: Path, *, trainable_only: bool = False) -> dict[str, Any]:
@@ -390,7 +386,7 @@ def load_weights(ckpt_dir: Path) -> dict[str, torch.Tensor]:
     try:
         return torch.load(path, map_location="cpu", weights_only=True)
     except Exception as err:  # noqa: BLE001 - any unpickling failure is a bad file for the user
-        raise InputError(f"{path}: cannot load weights safely: {err}") from None
+        raise load_error(path, err) from None
 
 
 # ----------------------------------------------------------------------------------------------- model folders

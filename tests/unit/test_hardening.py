@@ -305,3 +305,60 @@ def test_a_folder_of_a_users_own_files_is_never_a_pipelines_and_its_files_surviv
     assert not is_pipeline_output(out)
     (out / OWNER_MARK).write_text("made by a pipeline")
     assert is_pipeline_output(out)
+
+
+def test_misleading_messages_say_what_is_wrong(tmp_path, folders, capsys):
+    """Issue 30, item 5: each used to name another problem than the real one, or print more than one line."""
+    import datetime
+
+    import torch
+
+    from ds_minimodel.tasks import baselines, evaluate
+
+    def one_line(code: int) -> str:
+        err = capsys.readouterr().err.strip()
+        assert code == 2 and len(err.splitlines()) == 1, err
+        return err
+
+    # A folder where a file belongs: named as such, not as missing or as a file type ''.
+    assert f"{tmp_path}: a folder, not a corpus file" in one_line(
+        prepare.main(["--corpus", str(tmp_path), "--out", str(tmp_path / "d")]))
+    assert f"{tmp_path}: a folder, not a task file" in one_line(
+        evaluate.main(["--task-model", str(folders["model"]), "--test", str(tmp_path), "--lang", "de"]))
+    # XNLI's files hold every language: baselines can be told which.
+    xnli = str(FIXTURES / "xnli.dev.tsv")
+    assert baselines.main(["--format", "xnli", "--train", xnli, "--language", "en", xnli]) == 0
+    assert f"{xnli}: majority " in capsys.readouterr().out
+    # A weights file holding more than tensors: one line with the reason, no advice to load it unsafely.
+    bad = tmp_path / "bad"
+    checkpoint.save_model_folder(bad, {"w": torch.zeros(1)}, {})
+    torch.save({"w": torch.zeros(1), "when": datetime.datetime(2026, 1, 1)}, bad / "model.pt")
+    meta = json.loads((bad / "meta.json").read_text())
+    meta.pop("files")
+    (bad / "meta.json").write_text(json.dumps(meta))
+    with pytest.raises(InputError) as err:
+        checkpoint.load_weights(bad)
+    message = str(err.value)
+    assert len(message.splitlines()) == 1 and "weights_only=False" not in message and "()" not in message
+    assert message.startswith(f"{bad / 'model.pt'}: refused: not loadable without running code from it (")
+    # Several embeddings: all checked before the first score; another width is named as such.
+    model_meta = checkpoint.load_meta(folders["model"])
+    good = {"kind": checkpoint.Kind.EMBEDDINGS.value, "primary_sha256": checkpoint.lineage(model_meta),
+            "vocab_size": 100, "hidden_size": model_meta["model_config"]["hidden_size"],
+            "tokenizer": {"path": "spm.model", "sha256": "0"}, "weights_sha256": "0"}
+    embeddings = []
+    for name, meta in (("a", good), ("b", good), ("wide", {**good, "hidden_size": 1024, "primary_sha256": "f" * 64})):
+        (tmp_path / name).mkdir()
+        (tmp_path / name / "meta.json").write_text(json.dumps(meta))
+        embeddings.append(str(tmp_path / name))
+    code = evaluate.main(["--task-model", str(folders["model"]), "--embeddings", *embeddings, "--test",
+                          str(FIXTURES / "generic.jsonl"), "--lang", "de"])
+    assert f"{tmp_path / 'wide'}: embeddings 1024 wide do not fit" in one_line(code)
+    assert capsys.readouterr().out == ""
+
+
+def test_a_pipeline_with_no_target_language_is_refused_before_any_work(tmp_path):
+    path = pipeline_config(tmp_path, targets=[])
+    with pytest.raises(InputError, match="targets is empty: name at least one target language"):
+        Pipeline(PipelineConfig.load(path), str(path))
+    assert not (tmp_path / "out").exists()

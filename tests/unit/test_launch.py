@@ -47,6 +47,17 @@ def test_nothing_starts_when_a_check_fails(tmp_path, capsys, monkeypatch, hosts,
     assert re.search(problem, capsys.readouterr().err)
 
 
+def test_an_entry_script_without_its_ds_config_starts_no_rank(tmp_path, capsys, monkeypatch):
+    """Issue 30: both ranks used to start and die in argparse, 40 lines."""
+    monkeypatch.chdir(REPO)
+    hostfile = tmp_path / "h"
+    hostfile.write_text("localhost slots=2\n")
+    assert main(["--hostfile", str(hostfile), "run_pretrain.py", "--steps", "3"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err == "error: run_pretrain.py needs --ds-config <DeepSpeed JSON> among its arguments (after the script " \
+                  "name); no rank was started"
+
+
 def test_local_command_for_each_single_machine_launcher() -> None:
     assert local_command("torchrun", 2, 29500, "run_adapt.py", ["--steps", "3"]) == [
         sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2", "--master_port", "29500",
