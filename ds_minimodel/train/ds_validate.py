@@ -82,8 +82,11 @@ def deepspeed_problems(config: dict[str, Any]) -> list[str]:
     from deepspeed.runtime.config import DeepSpeedConfig
 
     probe = copy.deepcopy(config)
-    micro = probe.get("train_micro_batch_size_per_gpu") or 1
-    probe.update(train_batch_size=micro, train_micro_batch_size_per_gpu=micro, gradient_accumulation_steps=1)
+    # Micro-batch and accumulation only: DeepSpeed derives the global batch from them and the world size it finds
+    # (one rank before the process group starts, every rank after).
+    probe.pop("train_batch_size", None)
+    probe.update(train_micro_batch_size_per_gpu=probe.get("train_micro_batch_size_per_gpu") or 1,
+                 gradient_accumulation_steps=1)
     params = (probe.get("scheduler") or {}).get("params")
     if isinstance(params, dict):
         params.update({k: 1 for k, v in params.items() if v == "auto"})

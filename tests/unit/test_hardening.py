@@ -362,3 +362,19 @@ def test_a_pipeline_with_no_target_language_is_refused_before_any_work(tmp_path)
     with pytest.raises(InputError, match="targets is empty: name at least one target language"):
         Pipeline(PipelineConfig.load(path), str(path))
     assert not (tmp_path / "out").exists()
+
+
+@pytest.mark.parametrize("world_size", [1, 2, 8])
+def test_a_valid_deepspeed_json_passes_the_check_on_any_number_of_ranks(world_size, monkeypatch):
+    """DeepSpeed's config class reads the world size from the process group where one exists (Step 3 checks after
+    joining it): the check must not mistake the global batch for one rank's."""
+    from deepspeed.runtime import config as ds_runtime_config
+
+    from ds_minimodel.train.ds_validate import check_ds_config
+
+    monkeypatch.setattr(ds_runtime_config.dist, "get_rank", lambda *a, **k: 0)
+    monkeypatch.setattr(ds_runtime_config.dist, "get_world_size", lambda *a, **k: world_size)
+    shipped = sorted((REPO / "ds_configs").glob("*.json"))
+    assert len(shipped) >= 10
+    for path in shipped:  # every shipped file passes
+        check_ds_config(load_ds_config(path), path.name, steps=10)
