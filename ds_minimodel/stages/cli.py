@@ -68,7 +68,7 @@ def add_training_args(p: argparse.ArgumentParser, *, save_every: int = 1000) -> 
 
 def add_allow_config_change(p: argparse.ArgumentParser) -> None:
     p.add_argument("--allow-config-change", action="store_true",
-                   help="with --resume: continue although the DeepSpeed JSON or the update schedule differs from the "
+                   help="with --resume: continue although the DeepSpeed JSON or the warm-up share differs from the "
                         "one run.json records (the change is recorded there); the model's settings never may")
 
 
@@ -91,8 +91,6 @@ def add_run_args(p: argparse.ArgumentParser) -> None:
 
 
 def train_config(args: argparse.Namespace, ds_config: dict[str, Any]) -> TrainConfig:
-    if args.steps is not None and args.steps < 1:
-        raise InputError(f"--steps must be at least 1, got {args.steps}")
     steps = args.steps or scheduler_total_steps(ds_config)
     if steps is None:
         raise InputError(f"{args.ds_config}: the scheduler's total_num_steps is not a number; pass --steps")
@@ -104,8 +102,6 @@ def train_config(args: argparse.Namespace, ds_config: dict[str, Any]) -> TrainCo
 
 
 def dist_timeout(args: argparse.Namespace) -> datetime.timedelta:
-    if not args.dist_timeout > 0:
-        raise InputError(f"--dist-timeout must be a positive number of seconds, got {args.dist_timeout}")
     return datetime.timedelta(seconds=args.dist_timeout)
 
 
