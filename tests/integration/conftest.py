@@ -63,20 +63,26 @@ def de_data(tmp_path_factory) -> Path:
 
 
 PIPELINE_SEEDS = [1, 2]
-PIPELINE_STEP2_SAVES = [0, 60]  # Step 2 saves its initial rows as update 0, then every 60
+PIPELINE_STEP2_SAVES = [0, 30, 60]  # Step 2 saves its initial rows as update 0, then every 30
 PIPELINE_TEST_SIZE = 400
 
 
 @pytest.fixture(scope="session")
 def demo_pipeline(tmp_path_factory) -> dict:
     """configs/demo.json through the pipeline (2 CPU ranks, the demo preset) with its output in a temporary folder and
-    shorter stages. Its Step-1 and Step-1b models are also the bodies the Step-2 tests adapt (test_adapt.py)."""
+    shorter stages. Its Step-1 and Step-1b models are also the bodies the Step-2 tests adapt (test_adapt.py), and
+    its Step-2 runs are the ones test_adapt.py checks: under ZeRO stage 1 here (stage 0 is every other run's, and
+    test_adapt.py's FOCUS run trains under stage 2 in bf16)."""
     root = tmp_path_factory.mktemp("pipeline")
     config = json.loads((REPO / "configs/demo.json").read_text())
     config["out"] = str(root / "out")
     config["step1"].update(steps=900, save_every=900, log_every=100)
     config["step1b"].update(steps=60, save_every=60, log_every=30)
-    config["step2"].update(steps=PIPELINE_STEP2_SAVES[-1], save_every=PIPELINE_STEP2_SAVES[1], log_every=30)
+    zero1 = json.loads((REPO / config["step2"]["ds_config"]).read_text())
+    zero1["zero_optimization"] = {"stage": 1}
+    (root / "zero1.json").write_text(json.dumps(zero1))
+    config["step2"].update(steps=PIPELINE_STEP2_SAVES[-1], save_every=PIPELINE_STEP2_SAVES[1], log_every=5,
+                           ds_config=str(root / "zero1.json"))
     config["step3"].update(epochs=2, seeds=PIPELINE_SEEDS)
     # Step 4 scores 4 systems x 2 checkpoints x 2 seeds: on the first 400 test examples, not all 1,586 (German)
     # or 1,597 (English, each primary with its own embeddings).

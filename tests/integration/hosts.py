@@ -128,7 +128,10 @@ class Slurm:
             "SlurmdUser=root", f"SlurmctldPidFile={root / 'slurmctld.pid'}", f"SlurmdPidFile={root / 'slurmd.pid'}",
             f"SlurmctldLogFile={root / 'log' / 'slurmctld.log'}", f"SlurmdLogFile={root / 'log' / 'slurmd.log'}",
             f"AuthInfo=socket={socket_path},cred_expire=10", "MpiDefault=none", "ReturnToService=2",
-            "SchedulerType=sched/backfill", "KillWait=10", "MinJobAge=600", "JobRequeue=1",
+            # A requeued job is eligible again after cred_expire + 1 s, but only the backfill pass starts it, every
+            # bf_interval s (30 by default: the test waited 36 s for its requeued job; about 12 s with 1).
+            "SchedulerType=sched/backfill", "SchedulerParameters=bf_interval=1", "KillWait=10", "MinJobAge=600",
+            "JobRequeue=1",
             f"SlurmctldPort={free_port()}", f"SlurmdPort={free_port()}", ""]))
         self._spawn(["slurmctld", "-D", "-i", "-f", str(self.conf)], "slurmctld")
         self._spawn(["slurmd", "-D", "-f", str(self.conf)], "slurmd")

@@ -33,7 +33,8 @@ def fp16_config(tmp_path: Path, device: str, **fp16: float) -> Path:
 
 def pretrain(device: str, data: Path, out: Path, ds: Path, steps: int, *extra: str):
     entry = ["run_pretrain.py"] if device == "cuda" else ["tests/integration/fp16_on_cpu.py", "run_pretrain.py"]
-    return run_cmd([sys.executable, *entry, "--variant", "base", "--preset", "tiny", "--seq-len", "64",
+    return run_cmd([sys.executable, *entry, "--variant", "base", "--preset", "tiny", "--model-config",
+                    "tests/fixtures/two_layers.json", "--seq-len", "64",
                     "--ds-config", str(ds), "--data", str(data), "--out", str(out), "--steps", str(steps),
                     "--log-every", "1", *extra], check=False, env={"DS_ACCELERATOR": device})
 
