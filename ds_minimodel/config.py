@@ -1,18 +1,22 @@
 """Typed configuration: the model's shape, named presets, and one training stage's settings.
 
 One owner per setting (STYLE habit 4): the DeepSpeed JSON in ``ds_configs/`` owns the optimizer, precision, ZeRO and
-batch sizes; these dataclasses own everything else. ``train.ds_config.resolve_batch`` reconciles the two.
+batch sizes; these dataclasses own everything else. ``ds_config.resolve_batch`` reconciles the two.
 """
 from __future__ import annotations
 
 import csv
 import dataclasses
+import functools
 import hashlib
 import json
 import os
+import typing
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+
+import pydantic
 
 from ds_minimodel.errors import InputError
 
@@ -95,10 +99,6 @@ class ModelConfig:
     def from_dict(cls, data: dict[str, Any], *, source: str = "model config") -> ModelConfig:
         return dataclass_from_dict(cls, data, source)
 
-
-# The paper's four systems (section 4), in its order: Step 2 over the full body, over a 4-layer model trained end to
-# end, over MiniJoint's mini-model, over MiniPost's.
-SYSTEMS = ("bl_base", "bl_small", "minijoint", "minipost")
 
 # Named sizes (STYLE habit 3). `tiny` keeps the paper's structure (12 layers, N=4 fits) at a width that trains a step
 # in milliseconds on CPU; `base` is RoBERTa-base as in the paper (section 3); `small` is BL_SMALL's 4-layer model.
@@ -214,22 +214,24 @@ def dataclass_from_dict(cls: type, data: Any, source: str) -> Any:
     unknown = sorted(set(data) - set(fields))
     if unknown:
         raise InputError(f"{source}: unknown key(s) {', '.join(unknown)}; known keys: {', '.join(fields)}")
+    hints = typing.get_type_hints(cls)
     for key, value in data.items():
-        expected = str(fields[key].type)
-        ok = {
-            "int": isinstance(value, int) and not isinstance(value, bool),
-            "float": isinstance(value, (int, float)) and not isinstance(value, bool),
-            "int | None": value is None or (isinstance(value, int) and not isinstance(value, bool)),
-            "bool": isinstance(value, bool),
-        }.get(expected, True)
-        if not ok:
-            raise InputError(f"{source}: {key} must be {expected}, got {value!r}")
+        try:  # JSON's own rules, strictly: no "3" for 3, no true for 1, a whole number is a float too
+            _validator(hints[key]).validate_json(json.dumps(value), strict=True)
+        except pydantic.ValidationError:
+            raise InputError(f"{source}: {key} must be {fields[key].type}, got {value!r}") from None
     try:
         return cls(**data)
     except TypeError as err:  # a required key is missing
         raise InputError(f"{source}: {err}") from None
     except InputError as err:
         raise InputError(f"{source}: {err}") from None
+
+
+@functools.lru_cache(maxsize=None)
+def _validator(annotation: Any) -> pydantic.TypeAdapter:
+    """pydantic's validator for a field's annotation (built once per annotation)."""
+    return pydantic.TypeAdapter(annotation)
 
 
 def read_text(path: str | os.PathLike, what: str = "file") -> str:

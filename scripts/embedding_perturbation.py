@@ -22,9 +22,15 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from ds_minimodel.data.tokenizer import load_tokenizer  # noqa: E402
-from ds_minimodel.model.loading import load_task_model  # noqa: E402
-from ds_minimodel.model.surgery import load_embeddings, swap_embeddings  # noqa: E402
-from ds_minimodel.tasks.formats import featurize, predict, read_eval_examples, score  # noqa: E402
+from ds_minimodel.model.surgery import load_embeddings  # noqa: E402
+from ds_minimodel.model.transforms import swap_embeddings  # noqa: E402
+from ds_minimodel.tasks.formats import (  # noqa: E402
+    featurize,
+    load_task_model,  # noqa: E402
+    predict,
+    read_eval_examples,
+    score,
+)
 
 NOISE = (0.3, 0.5, 0.7, 1.0)
 

@@ -57,9 +57,12 @@ import torch
 import transformers
 
 from ds_minimodel.data.tokenizer import BOS_ID, EOS_ID, IGNORE_INDEX, MASK_ID, PAD_ID, load_tokenizer
-from ds_minimodel.model.loading import load_mlm, load_task_model
+from ds_minimodel.model.loading import load_mlm
+from ds_minimodel.tasks.formats import load_task_model
 from ds_minimodel.model.losses import mlm_losses
-from ds_minimodel.model.surgery import extract_embeddings, overlap_init, plug_embeddings, swap_checked, swap_embeddings
+from ds_minimodel.model.embedding_init import overlap_init
+from ds_minimodel.model.surgery import plug_embeddings, swap_checked
+from ds_minimodel.model.transforms import extract_embeddings, swap_embeddings
 from ds_minimodel.tasks.formats import featurize, predict, read_eval_examples
 
 out, task_dir, emb_dir, primary, mini_dir = (Path(a) for a in sys.argv[1:6])

@@ -17,8 +17,8 @@ import re
 from pathlib import Path
 
 from ds_minimodel.config import read_text
+from ds_minimodel.ds_config import BatchSizes, load_ds_config, resolve_batch
 from ds_minimodel.errors import InputError, report
-from ds_minimodel.train.ds_config import BatchSizes, load_ds_config, resolve_batch
 
 _LABEL = r"[A-Za-z0-9](?:[A-Za-z0-9-]{0,61}[A-Za-z0-9])?"
 _HOSTNAME = re.compile(rf"^{_LABEL}(?:\.{_LABEL})*$")

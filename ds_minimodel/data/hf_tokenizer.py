@@ -18,7 +18,7 @@ from pathlib import Path
 
 import numpy as np
 
-from ds_minimodel.data.tokenizer import BOS_ID, EOS_ID, MASK_ID, NUM_SPECIAL, PAD_ID, SPECIAL_PIECES, UNK_ID
+from ds_minimodel.data.special import BOS_ID, EOS_ID, MASK_ID, NUM_SPECIAL, PAD_ID, SPECIAL_PIECES, UNK_ID
 from ds_minimodel.errors import InputError
 
 HF_TOKENIZER_FILES = ("config.json", "tokenizer.json", "tokenizer_config.json", "special_tokens_map.json",

@@ -25,18 +25,21 @@ from pathlib import Path
 import numpy as np
 import sentencepiece as spm
 
+from ds_minimodel.data.hf_tokenizer import HFTokenizer
+from ds_minimodel.data.special import (  # noqa: F401 (re-exported: the ids are part of this module's interface)
+    BOS_ID,
+    EOS_ID,
+    IGNORE_INDEX,
+    MASK_ID,
+    NUM_SPECIAL,
+    PAD_ID,
+    SPECIAL_PIECES,
+    UNK_ID,
+)
 from ds_minimodel.errors import InputError, require_file
 
 logger = logging.getLogger(__name__)
 
-BOS_ID = 0
-PAD_ID = 1
-EOS_ID = 2
-UNK_ID = 3
-MASK_ID = 4
-NUM_SPECIAL = 5
-IGNORE_INDEX = -100  # the label of positions a loss skips (torch.nn.CrossEntropyLoss's default ignore_index)
-SPECIAL_PIECES: dict[int, str] = {BOS_ID: "<s>", PAD_ID: "<pad>", EOS_ID: "</s>", UNK_ID: "<unk>", MASK_ID: "<mask>"}
 
 MODEL_TYPES = ("unigram", "bpe", "char", "word")
 
@@ -393,14 +396,12 @@ def load_tokenizer(ref: dict | None, owner: str | Path) -> AnyTokenizer:
     return tokenizer
 
 
-# For annotations only (they are strings here: `from __future__ import annotations`), so HFTokenizer stays unimported.
-AnyTokenizer = "Tokenizer | HFTokenizer"
+AnyTokenizer = Tokenizer | HFTokenizer
+"""Either kind of tokenizer: the two share one interface and one id layout (``data.special``)."""
 
 
 def open_tokenizer(path: Path | str) -> AnyTokenizer:
     """A SentencePiece model file, or a folder holding a Hugging Face tokenizer."""
     if Path(path).is_dir():
-        from ds_minimodel.data.hf_tokenizer import HFTokenizer
-
         return HFTokenizer.load(path)
     return Tokenizer.load(path)

@@ -29,8 +29,6 @@ This module owns every Hugging Face tensor name (STYLE: one module owns key name
 """
 from __future__ import annotations
 
-import argparse
-import json
 from pathlib import Path
 from typing import Any, Mapping
 
@@ -41,7 +39,7 @@ from ds_minimodel.data.hf_tokenizer import HFTokenizer, copy_hf_tokenizer
 from ds_minimodel.data.tokenizer import (
     PAD_ID,
 )
-from ds_minimodel.errors import InputError, load_error, report
+from ds_minimodel.errors import InputError, load_error
 from ds_minimodel.folders import require_output
 from ds_minimodel.model.encoder import MAIN_HEAD, MaskedLM
 from ds_minimodel.train import checkpoint
@@ -406,38 +404,3 @@ def import_to(folder: Path, out: Path) -> dict[str, Any]:
     copy_hf_tokenizer(folder, tokenizer_dir)
     meta["tokenizer"] = {"path": str(tokenizer_dir.resolve()), "sha256": HFTokenizer.load(tokenizer_dir).sha256}
     return checkpoint.save_model_folder(out, model.state_dict(), meta)
-
-
-# ------------------------------------------------------------------------------------------------------- CLI
-
-def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="ds-minimodel hf", description=__doc__,
-                                formatter_class=argparse.RawDescriptionHelpFormatter)
-    sub = p.add_subparsers(dest="command", required=True)
-    im = sub.add_parser("import", help="a Hugging Face BERT/RoBERTa folder as one of our model folders")
-    im.add_argument("--from", dest="source", type=Path, required=True, help="Hugging Face model folder (local)")
-    im.add_argument("--out", type=Path, required=True, help="model folder to write (new or empty)")
-    ex = sub.add_parser("export", help="a model folder or checkpoint as a Hugging Face RobertaFor* folder")
-    ex.add_argument("--model", type=Path, required=True,
-                    help="model folder or checkpoint: an MLM (primary, mini-model) or a finetuned task model")
-    ex.add_argument("--embeddings", type=Path, help="Step-2 checkpoint whose embeddings and tokenizer to swap in")
-    ex.add_argument("--out", type=Path, required=True, help="Hugging Face folder to write (new or empty)")
-    return p
-
-
-def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
-    try:
-        if args.command == "import":
-            meta = import_to(args.source, args.out)
-            summary = {"out": str(args.out), "kind": meta["kind"], "mlm_head": meta["mlm_head"],
-                       "notes": meta["import_notes"], "weights_sha256": meta["weights_sha256"],
-                       "tokenizer": meta["tokenizer"]["path"], "vocab_size": meta["model_config"]["vocab_size"]}
-        else:
-            from ds_minimodel.model.hf_export import export_folder
-
-            summary = {"out": str(args.out), **export_folder(args.model, args.out, embeddings=args.embeddings)}
-    except InputError as err:
-        return report(err)
-    print(json.dumps(summary, sort_keys=True), flush=True)
-    return 0

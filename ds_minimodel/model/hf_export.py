@@ -35,7 +35,8 @@ from ds_minimodel.model.hf import (
     SAFETENSORS,
     state_dict_to_hf,
 )
-from ds_minimodel.model.loading import load, task_spec
+from ds_minimodel.model.loading import load, task_head
+from ds_minimodel.model.surgery import swap_checked
 from ds_minimodel.train import checkpoint
 
 
@@ -151,8 +152,6 @@ def export_folder(source: Path, out: Path, *, embeddings: Path | None = None) ->
     tokenizer the embeddings belong to. Returns what ``out/ds_minimodel_export.json`` records."""
     from safetensors.torch import save_file
 
-    from ds_minimodel.model.surgery import swap_checked
-
     source, out = Path(source), Path(out)
     require_output(out, what="a Hugging Face folder")
     labels: list[str] = []
@@ -160,8 +159,8 @@ def export_folder(source: Path, out: Path, *, embeddings: Path | None = None) ->
     model, meta = load(source)  # an HF folder is imported on the fly
     head = "mlm"
     if isinstance(model, TaskModel):
-        spec = task_spec(meta, source)
-        head, labels = spec.kind, list(spec.labels)
+        task = task_head(meta, source)
+        head, labels = task.kind, list(task.labels)
     cfg = model.cfg
     if cfg.pre_norm:
         raise InputError(f"{source}: a pre-LN model (pre_norm true); RobertaFor* folders hold post-LN models only")

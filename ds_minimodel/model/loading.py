@@ -6,20 +6,20 @@ One entry, ``load``: a Hugging Face folder is imported (``model.hf``); a finetun
 """
 from __future__ import annotations
 
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from ds_minimodel.config import ModelConfig
 from ds_minimodel.errors import InputError
-from ds_minimodel.model.encoder import MaskedLM, TaskModel
+from ds_minimodel.model.encoder import POOLINGS, TASK_KINDS, MaskedLM, TaskModel
+from ds_minimodel.model.hf import import_folder, is_hf_folder
 from ds_minimodel.train import checkpoint
 from ds_minimodel.train.checkpoint import Kind
 
 
 def load(folder: Path) -> tuple[MaskedLM | TaskModel, dict[str, Any]]:
     """The model in ``folder`` (a checkpoint, a model folder or a Hugging Face folder) and its meta."""
-    from ds_minimodel.model.hf import import_folder, is_hf_folder
-
     folder = Path(folder)
     if is_hf_folder(folder):
         return import_folder(folder)
@@ -32,8 +32,8 @@ def load(folder: Path) -> tuple[MaskedLM | TaskModel, dict[str, Any]]:
         raise InputError(f"{folder / checkpoint.META}: no model_config: not a model checkpoint")
     cfg = ModelConfig.from_dict(meta["model_config"], source=str(folder / checkpoint.META))
     if kind == Kind.TASK_MODEL:
-        spec = task_spec(meta, folder)
-        model = TaskModel(cfg, spec.kind, spec.num_labels, spec.pooling)
+        head = task_head(meta, folder)
+        model = TaskModel(cfg, head.kind, head.num_labels, head.pooling)
     else:
         model = MaskedLM(cfg)
     weights = checkpoint.load_weights(folder)
@@ -48,24 +48,38 @@ def load(folder: Path) -> tuple[MaskedLM | TaskModel, dict[str, Any]]:
     return model, meta
 
 
-def task_spec(meta: dict[str, Any], folder: Path) -> Any:
-    """A task model's ``TaskSpec`` from its meta. The head's shape follows from the task's format, which the task
-    registry (``tasks.formats``) owns: imported here, when a task model is loaded, not at module level."""
-    from ds_minimodel.tasks.formats import TaskSpec
-
-    try:
-        return TaskSpec(**meta["task"])
-    except (KeyError, TypeError) as err:
-        raise InputError(f"{Path(folder) / checkpoint.META}: task description incomplete ({err!r})") from None
+LEGACY_TASK_KINDS = {"generic": "sequence", "multinli": "sequence", "xnli": "sequence", "pawsx": "sequence",
+                     "conllu": "token", "squad": "span"}
+"""The head kind of each task format that existed before a task model's meta.json recorded it (``task.kind``):
+task models written earlier still load."""
 
 
-def load_task_model(folder: Path) -> tuple[TaskModel, Any, dict[str, Any]]:
-    """``load``, for a finetuned task model: (model, its ``TaskSpec``, meta)."""
-    model, meta = load(folder)
-    if not isinstance(model, TaskModel):
-        raise InputError(f"{Path(folder) / checkpoint.META}: not a finetuned task model "
-                         f"(kind {checkpoint.kind_of(meta, folder).value!r})")
-    return model, task_spec(meta, folder), meta
+@dataclass(frozen=True)
+class TaskHead:
+    """A finetuned task model's head, as its meta.json records it: what ``load`` needs to rebuild the model. What
+    the task is beyond that (its format, files, metric) is ``tasks.formats.TaskSpec``."""
+
+    kind: str
+    labels: tuple[str, ...]
+    pooling: str
+
+    @property
+    def num_labels(self) -> int:
+        return 2 if self.kind == "span" else len(self.labels)
+
+
+def task_head(meta: dict[str, Any], folder: Path) -> TaskHead:
+    task, where = meta.get("task"), Path(folder) / checkpoint.META
+    if not isinstance(task, dict):
+        raise InputError(f"{where}: a task model without its task description")
+    kind = task.get("kind") or LEGACY_TASK_KINDS.get(task.get("format"))
+    if kind not in TASK_KINDS:
+        raise InputError(f"{where}: task head of unknown kind (kind {task.get('kind')!r}, format "
+                         f"{task.get('format')!r}); known kinds: {', '.join(TASK_KINDS)}")
+    pooling = task.get("pooling", "cls")
+    if pooling not in POOLINGS or not isinstance(task.get("labels", []), list):
+        raise InputError(f"{where}: task description incomplete (pooling {pooling!r}, labels)")
+    return TaskHead(kind, tuple(task.get("labels", [])), pooling)
 
 
 def load_mlm(folder: Path) -> tuple[MaskedLM, dict[str, Any]]:

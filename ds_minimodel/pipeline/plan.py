@@ -22,10 +22,11 @@ from typing import Any
 from ds_minimodel.cluster import slurm
 from ds_minimodel.cluster.launch import free_port, local_command
 from ds_minimodel.config import read_json
-from ds_minimodel.data.prepare import tokenizer_path
+from ds_minimodel.data.prepare import prepare, tokenizer_path
 from ds_minimodel.data.shards import META_FILE
 from ds_minimodel.errors import InputError, report
 from ds_minimodel.folders import claim, require_output
+from ds_minimodel.model.surgery import extract_minijoint_folder
 from ds_minimodel.pipeline.results import scored, task_baselines, write_results
 from ds_minimodel.pipeline.settings import (
     MINI_PREFIX,
@@ -244,8 +245,6 @@ class Pipeline:
                    self.cfg.ranks, self.launcher)
 
     def _prepare(self) -> dict[str, Any]:
-        from ds_minimodel.data.prepare import prepare
-
         for corpus in [self.sections["source"], *self.sections["targets"]]:
             prepare(Path(corpus.corpus), self.data_dir(corpus.lang),
                     vocab_size=corpus.vocab_size or self.cfg.vocab_size, character_coverage=corpus.character_coverage,
@@ -293,8 +292,6 @@ class Pipeline:
     def _mini_model(self, system: str) -> Path:
         """The model a ``source_minis`` system's Step 2 trains over: Step 1b's output, or (a ``mini`` body) the layers
         below its primary's second head and that head, cut out once into ``mini_dir``."""
-        from ds_minimodel.model.surgery import extract_minijoint_folder
-
         job = f"step3-{MINI_PREFIX}{system}"
         body = self._finished(self.body_dir(system), self.body_job(system), job)
         if get_system(system).body == "step1b":

@@ -10,15 +10,14 @@ from ds_minimodel.config import file_sha256, read_json, write_csv, write_json
 from ds_minimodel.pipeline.analysis import main_metric
 from ds_minimodel.pipeline.settings import TaskSettings
 from ds_minimodel.systems import order_key
+from ds_minimodel.tasks.baselines import baselines
 from ds_minimodel.tasks.evaluate import zero_shot
+from ds_minimodel.tasks.formats import read_examples
 from ds_minimodel.train import checkpoint
 
 
 def task_baselines(task: TaskSettings, source: str) -> list[dict[str, Any]]:
     """Majority-class and bag-of-words scores of every dev and test file of ``task`` (``tasks.baselines``)."""
-    from ds_minimodel.tasks.baselines import baselines
-    from ds_minimodel.tasks.formats import read_examples
-
     train = read_examples(task.format, Path(task.train), language=source, training=True)
     rows = []
     for split, files in (("dev", task.dev), ("test", task.test)):

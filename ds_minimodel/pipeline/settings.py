@@ -294,7 +294,7 @@ def check(cfg: PipelineConfig, sections: dict[str, Any], source: str, *, world_s
 
 def _check_ds_config(path: str, where: str, world_size: int | None, *, steps: int | None = None) -> None:
     """The whole DeepSpeed JSON, as each stage will check it, before the first job starts."""
-    from ds_minimodel.train.ds_config import load_ds_config, resolve_batch
+    from ds_minimodel.ds_config import load_ds_config, resolve_batch
     from ds_minimodel.train.ds_validate import check_ds_config
 
     if not Path(path).is_file():

@@ -29,13 +29,14 @@ from ds_minimodel.data.prepare import tokenizer_path
 from ds_minimodel.data.static_vectors import StaticSettings, train_static_vectors
 from ds_minimodel.data.streams import MLMBatchStream, PackedDataset, TokenShards
 from ds_minimodel.data.tokenizer import load_tokenizer, open_tokenizer
+from ds_minimodel.ds_config import load_ds_config, resolve_batch
 from ds_minimodel.errors import InputError
 from ds_minimodel.model import hf
 from ds_minimodel.model.embedding_init import INITS, NEW_ROWS, anchor_copied_rows, initial_rows
 from ds_minimodel.model.encoder import MaskedLM
 from ds_minimodel.model.loading import load_mlm
 from ds_minimodel.model.losses import mlm_step
-from ds_minimodel.model.surgery import (
+from ds_minimodel.model.transforms import (
     extract_embeddings,
     extract_minijoint,
     freeze_for_adaptation,
@@ -45,7 +46,6 @@ from ds_minimodel.stages.cli import add_training_args, dist_timeout, run_main, t
 from ds_minimodel.systems import get_system, system_names
 from ds_minimodel.train import checkpoint
 from ds_minimodel.train.distributed import init_distributed
-from ds_minimodel.train.ds_config import load_ds_config, resolve_batch
 from ds_minimodel.train.engine import Stage, TrainResult, train
 from ds_minimodel.train.run_record import write_run_description
 

@@ -15,11 +15,11 @@ from pathlib import Path
 from typing import Any, NoReturn
 
 from ds_minimodel.config import TrainConfig
+from ds_minimodel.ds_config import scheduler_total_steps
 from ds_minimodel.errors import InputError, TrainingError, report
 from ds_minimodel.folders import require_output
 from ds_minimodel.train import checkpoint
 from ds_minimodel.train.distributed import DEFAULT_DIST_TIMEOUT
-from ds_minimodel.train.ds_config import scheduler_total_steps
 from ds_minimodel.train.ds_validate import check_ds_config
 from ds_minimodel.train.engine import StopSignals
 

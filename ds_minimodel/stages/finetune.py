@@ -20,6 +20,7 @@ from ds_minimodel import flops
 from ds_minimodel.config import FinetuneConfig, TrainConfig, write_json
 from ds_minimodel.data.streams import ArrayStream
 from ds_minimodel.data.tokenizer import load_tokenizer
+from ds_minimodel.ds_config import load_ds_config, resolve_batch
 from ds_minimodel.errors import InputError
 from ds_minimodel.model.encoder import MAIN_HEAD, POOLINGS, TaskModel
 from ds_minimodel.model.loading import load_mlm
@@ -46,7 +47,6 @@ from ds_minimodel.tasks.formats import (
 )
 from ds_minimodel.train import checkpoint
 from ds_minimodel.train.distributed import init_distributed
-from ds_minimodel.train.ds_config import load_ds_config, resolve_batch
 from ds_minimodel.train.ds_validate import check_ds_config
 from ds_minimodel.train.engine import Stage, train
 from ds_minimodel.train.run_record import write_run_description

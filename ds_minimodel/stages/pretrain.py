@@ -18,17 +18,17 @@ from ds_minimodel import flops
 from ds_minimodel.config import ModelConfig, get_preset, read_json
 from ds_minimodel.data.prepare import tokenizer_path
 from ds_minimodel.data.streams import MLMBatchStream, PackedDataset, TokenShards
+from ds_minimodel.ds_config import load_ds_config, resolve_batch
 from ds_minimodel.errors import InputError
 from ds_minimodel.model import hf
 from ds_minimodel.model.encoder import MaskedLM
 from ds_minimodel.model.loading import load_mlm
 from ds_minimodel.model.losses import mlm_step
-from ds_minimodel.model.surgery import build_minipost, freeze_for_head_training
+from ds_minimodel.model.transforms import build_minipost, freeze_for_head_training
 from ds_minimodel.stages.cli import COUNT, POSITIVE_INT, add_training_args, dist_timeout, run_main, train_config
 from ds_minimodel.systems import Depths, get_primary
 from ds_minimodel.train import checkpoint
 from ds_minimodel.train.distributed import init_distributed
-from ds_minimodel.train.ds_config import load_ds_config, resolve_batch
 from ds_minimodel.train.engine import Stage, train
 from ds_minimodel.train.forgetting import ActiveForgetting, param_groups
 from ds_minimodel.train.run_record import write_run_description

@@ -10,12 +10,16 @@ Scores are percentages, as ``task.score`` gives them. QA has no trivial class: i
 """
 from __future__ import annotations
 
+import argparse
 import re
 from collections import Counter
+from pathlib import Path
 from typing import Any, Sequence
 
 import numpy as np
 
+from ds_minimodel.errors import InputError, report
+from ds_minimodel.tasks.formats import KIND_OF_FORMAT, read_examples
 from ds_minimodel.tasks.readers import ClassificationExample, TokenExample
 
 _WORD = re.compile(r"\w+", re.UNICODE)
@@ -69,12 +73,6 @@ def baselines(train: Sequence[Any], test: Sequence[Any]) -> dict[str, float]:
 
 def main(argv: list[str] | None = None) -> int:
     """``python -m ds_minimodel baselines --format generic --train train.en.jsonl dev.de.jsonl ...``"""
-    import argparse
-    from pathlib import Path
-
-    from ds_minimodel.errors import InputError, report
-    from ds_minimodel.tasks.formats import KIND_OF_FORMAT, read_examples
-
     p = argparse.ArgumentParser(prog="ds-minimodel baselines",
                                 description="Majority-class and bag-of-words scores of evaluation files.")
     p.add_argument("--format", choices=sorted(KIND_OF_FORMAT), required=True)

@@ -16,9 +16,17 @@ import torch
 
 from ds_minimodel.data.tokenizer import load_tokenizer
 from ds_minimodel.errors import InputError, report, require_file
-from ds_minimodel.model.loading import load_task_model
 from ds_minimodel.model.surgery import check_fits, swap_checked
-from ds_minimodel.tasks.formats import KIND_OF_FORMAT, Features, TaskSpec, featurize, predict, read_eval_examples, score
+from ds_minimodel.tasks.formats import (
+    KIND_OF_FORMAT,
+    Features,
+    TaskSpec,
+    featurize,
+    load_task_model,
+    predict,
+    read_eval_examples,
+    score,
+)
 from ds_minimodel.train import checkpoint
 
 

@@ -24,9 +24,11 @@ import torch.nn.functional as F
 from ds_minimodel.data.streams import trim_padding
 from ds_minimodel.data.tokenizer import IGNORE_INDEX, AnyTokenizer
 from ds_minimodel.errors import InputError, require_file
-from ds_minimodel.model.encoder import POOLINGS
+from ds_minimodel.model.encoder import POOLINGS, TaskModel
+from ds_minimodel.model.loading import load
 from ds_minimodel.tasks import qa, readers
 from ds_minimodel.tasks.features import classification_features, token_classification_features
+from ds_minimodel.train import checkpoint
 
 MAIN_METRIC = {"sequence": "accuracy", "token": "accuracy", "span": "f1"}
 """The paper's headline metric of each kind of task."""
@@ -96,8 +98,28 @@ class TaskSpec:
         return 2 if self.kind == "span" else len(self.labels)
 
     def to_dict(self) -> dict[str, Any]:
-        return {"name": self.name, "format": self.format, "labels": self.labels, "max_len": self.max_len,
-                "doc_stride": self.doc_stride, "pooling": self.pooling}
+        """What a task model's meta.json records as ``task``; ``kind`` is how ``model.loading`` rebuilds its head."""
+        return {"name": self.name, "format": self.format, "kind": self.kind, "labels": self.labels,
+                "max_len": self.max_len, "doc_stride": self.doc_stride, "pooling": self.pooling}
+
+
+def task_spec(meta: dict[str, Any], folder: Path) -> TaskSpec:
+    """A finetuned task model's ``TaskSpec`` from its meta.json."""
+    task = dict(meta.get("task") or {})
+    task.pop("kind", None)  # follows from the format (and was not recorded before)
+    try:
+        return TaskSpec(**task)
+    except TypeError as err:
+        raise InputError(f"{Path(folder) / checkpoint.META}: task description incomplete ({err})") from None
+
+
+def load_task_model(folder: Path) -> tuple[TaskModel, TaskSpec, dict[str, Any]]:
+    """A finetuned task model: (model, its ``TaskSpec``, meta)."""
+    model, meta = load(folder)
+    if not isinstance(model, TaskModel):
+        raise InputError(f"{Path(folder) / checkpoint.META}: not a finetuned task model "
+                         f"(kind {checkpoint.kind_of(meta, folder).value!r})")
+    return model, task_spec(meta, folder), meta
 
 
 def read_examples(fmt: str, path: Path, *, labels: Sequence[str] | None = None, language: str | None = None,

@@ -20,8 +20,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
-import platform
 import resource
 import statistics
 import subprocess
@@ -37,20 +35,10 @@ from ds_minimodel.config import ModelConfig, get_preset
 from ds_minimodel.data.tokenizer import IGNORE_INDEX, MASK_ID, NUM_SPECIAL
 from ds_minimodel.model.encoder import MaskedLM, TaskModel
 from ds_minimodel.model.losses import mlm_step
-from ds_minimodel.model.surgery import build_minipost, extract_minijoint, freeze_for_adaptation
+from ds_minimodel.model.transforms import build_minipost, extract_minijoint, freeze_for_adaptation
 from ds_minimodel.systems import Depths, get_primary, get_system, system_names
-
-# Dense tensor-core peaks from the vendors' datasheets, TFLOP/s (no sparsity). Matched against the name CUDA reports
-# in this order: every word of a key must be in it. The SXM H100 reports itself as "NVIDIA H100 80GB HBM3", without
-# "SXM", so the plain "H100" key (the SXM figures) comes after the PCIe and NVL parts.
-GPU_PEAK_TFLOPS = {
-    "H100 PCIe": {"bf16": 756.0, "fp16": 756.0, "fp32": 378.0},
-    "H100 NVL": {"bf16": 835.5, "fp16": 835.5, "fp32": 417.5},
-    "H100": {"bf16": 989.4, "fp16": 989.4, "fp32": 494.7},  # SXM; fp32 = TF32 tensor cores
-    "H200": {"bf16": 989.4, "fp16": 989.4, "fp32": 494.7},
-    "A100": {"bf16": 312.0, "fp16": 312.0, "fp32": 156.0},
-    "V100": {"bf16": None, "fp16": 125.0, "fp32": 15.7},
-}
+from ds_minimodel.tools import bench_data
+from ds_minimodel.tools.machine import GPU_PEAK_TFLOPS, environment
 
 STAGES = ("step1", "step1-dual", "step1b", *(f"step2-{name}" for name in system_names()), "step3")
 
@@ -141,8 +129,8 @@ def stage_engine(stage: str, args: argparse.Namespace, *, micro_batch: int, step
     schedule ``steps`` long: (engine, model, loss function, analytic FLOPs per update, config, trainable)."""
     import deepspeed
 
+    from ds_minimodel.ds_config import fill_schedule, load_ds_config
     from ds_minimodel.train.distributed import init_distributed
-    from ds_minimodel.train.ds_config import fill_schedule, load_ds_config
 
     init_distributed()
     ds_config = fill_schedule(load_ds_config(args.ds_config), steps, 0.08)
@@ -355,18 +343,6 @@ def hf_comparison(args: argparse.Namespace) -> dict[str, Any]:
             "hf_attention": args.hf_attention, **results, "speedup": speedup, "target": ">= 1.3"}
 
 
-def environment(args: argparse.Namespace) -> dict[str, Any]:
-    import deepspeed
-
-    device = torch.cuda.get_device_name(0) if torch.cuda.is_available() else \
-        f"CPU {platform.processor() or platform.machine()}, {os.cpu_count()} cores"
-    return {"device": device, "torch": torch.__version__, "deepspeed": deepspeed.__version__,
-            "threads": torch.get_num_threads(), "preset": args.preset, "vocab": args.vocab,
-            "seq_len": args.seq_len, "micro_batch": args.micro_batch, "updates": args.updates,
-            "ds_config": str(getattr(args, "ds_config", "")), "command": " ".join(["python -m ds_minimodel bench",
-                                                                                   *sys.argv[1:]])}
-
-
 # ----------------------------------------------------------------------------------------------- output
 def print_table(result: dict[str, Any]) -> None:
     if result["benchmark"] == "stages":
@@ -480,9 +456,7 @@ def main(argv: list[str] | None = None) -> int:
         result = max_micro_batch(args)
         print(json.dumps(result))
         return 0
-    if args.command in ("prepare", "loader"):  # the data benchmarks live beside this module (they import it)
-        from ds_minimodel.tools import bench_data
-
+    if args.command in ("prepare", "loader"):  # the data benchmarks live beside this module
         result = {"prepare": bench_data.preprocessing, "loader": bench_data.loader}[args.command](args)
     else:
         result = {"stages": stages, "hf": hf_comparison}[args.command](args)

@@ -14,7 +14,7 @@ import torch
 
 from ds_minimodel import flops
 from ds_minimodel.config import get_preset
-from ds_minimodel.tools.bench import GPU_PEAK_TFLOPS, environment
+from ds_minimodel.tools.machine import GPU_PEAK_TFLOPS, environment
 
 
 def preprocessing(args: argparse.Namespace) -> dict[str, Any]:

@@ -13,8 +13,8 @@ from typing import Any
 
 import torch
 
+from ds_minimodel.ds_config import scheduler_total_steps
 from ds_minimodel.errors import InputError
-from ds_minimodel.train.ds_config import scheduler_total_steps
 
 
 def _number(value: Any) -> bool:

@@ -22,10 +22,10 @@ from torch import nn
 
 from ds_minimodel.config import TrainConfig
 from ds_minimodel.data.streams import Prefetcher
+from ds_minimodel.ds_config import BatchSizes, fill_schedule, uses_fp16
 from ds_minimodel.errors import TrainingError
 from ds_minimodel.flops import to_gpu_days
 from ds_minimodel.train import checkpoint
-from ds_minimodel.train.ds_config import BatchSizes, fill_schedule, uses_fp16
 from ds_minimodel.train.metrics import MetricsLogger
 
 # ----------------------------------------------------------------------------------------------- the loop

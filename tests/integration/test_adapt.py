@@ -12,9 +12,13 @@ import torch
 from ds_minimodel.data.streams import MLMBatchStream, PackedDataset, TokenShards
 from ds_minimodel.model.loading import load_mlm
 from ds_minimodel.model.losses import mlm_step
-from ds_minimodel.model.surgery import build_minipost
+from ds_minimodel.model.transforms import build_minipost
 from ds_minimodel.train import checkpoint
 from tests.integration.conftest import REPO, run_cmd, torchrun_cmd
+
+# One xdist worker runs every test of the shared demo pipeline, so that it is trained once
+# (scripts/test.sh runs 2 workers).
+pytestmark = pytest.mark.xdist_group("demo_pipeline")
 
 
 @pytest.fixture(scope="session")

@@ -12,10 +12,15 @@ from pathlib import Path
 import pytest
 import torch
 
-from ds_minimodel.model.loading import load_mlm, load_task_model
+from ds_minimodel.model.loading import load_mlm
 from ds_minimodel.tasks.evaluate import zero_shot
+from ds_minimodel.tasks.formats import load_task_model
 from ds_minimodel.train import checkpoint
 from tests.integration.conftest import PIPELINE_SEEDS, PIPELINE_STEP2_SAVES, PIPELINE_TEST_SIZE, REPO, run_cmd
+
+# One xdist worker runs every test of the shared demo pipeline, so that it is trained once
+# (scripts/test.sh runs 2 workers).
+pytestmark = pytest.mark.xdist_group("demo_pipeline")
 
 SYSTEMS = ["bl_base", "bl_small", "minijoint", "minipost"]
 SEEDS = PIPELINE_SEEDS

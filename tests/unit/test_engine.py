@@ -4,8 +4,8 @@ from pathlib import Path
 
 import pytest
 
+from ds_minimodel.ds_config import BatchSizes, load_ds_config, resolve_batch
 from ds_minimodel.errors import InputError
-from ds_minimodel.train.ds_config import BatchSizes, load_ds_config, resolve_batch
 
 
 def test_derives_the_missing_batch_number():
@@ -82,7 +82,7 @@ def test_shipped_configs_parse_and_fit_their_clusters(name):
 
 
 def test_auto_schedule_lengths_follow_the_run():
-    from ds_minimodel.train.ds_config import fill_schedule
+    from ds_minimodel.ds_config import fill_schedule
 
     config = {"scheduler": {"type": "WarmupDecayLR", "params": {"warmup_num_steps": "auto",
                                                                "total_num_steps": "auto", "warmup_max_lr": 1e-3}}}

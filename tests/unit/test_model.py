@@ -311,7 +311,7 @@ def test_sequence_longer_than_max_positions_raises() -> None:
 def test_activation_checkpointing_changes_nothing_but_memory(frozen_body):
     """Same losses and gradients, bitwise in fp32, with dropout on (the recomputation replays the RNG), for full
     training and for Step 2's frozen body (only the embeddings get gradients)."""
-    from ds_minimodel.model.surgery import freeze_for_adaptation
+    from ds_minimodel.model.transforms import freeze_for_adaptation
 
     cfg = get_preset("tiny").replace(aux_head_layer=4, dropout=0.1, attention_dropout=0.1)
     torch.manual_seed(0)

@@ -17,7 +17,7 @@ import torch
 from ds_minimodel.config import get_preset
 from ds_minimodel.data.tokenizer import IGNORE_INDEX, NUM_SPECIAL, SPECIAL_PIECES, Tokenizer, train_sentencepiece
 from ds_minimodel.errors import InputError
-from ds_minimodel.model import embedding_init, surgery
+from ds_minimodel.model import embedding_init, surgery, transforms
 from ds_minimodel.model.encoder import AUX_HEAD, MAIN_HEAD, MaskedLM
 from ds_minimodel.model.loading import load_mlm
 from ds_minimodel.model.losses import mlm_losses
@@ -76,11 +76,11 @@ def tokenizers(tmp_path_factory: pytest.TempPathFactory) -> tuple[Tokenizer, Tok
 @pytest.mark.parametrize("cfg", [TINY_JOINT, TINY_JOINT.replace(pre_norm=True)], ids=["post-LN", "pre-LN"])
 def test_extract_minijoint_is_bottom_layers_plus_aux_head_bit_identical(cfg) -> None:
     primary = _perturbed(cfg)
-    mini = surgery.extract_minijoint(primary)
+    mini = transforms.extract_minijoint(primary)
     assert mini.cfg == cfg.replace(num_layers=4, aux_head_layer=None)
     assert len(mini.layers) == 4 and set(mini.heads) == {MAIN_HEAD}
-    assert surgery.copied_prefix_identical(mini, primary, 4, head=AUX_HEAD)
-    assert not surgery.copied_prefix_identical(mini, primary, 4, head=MAIN_HEAD)  # the helper can say no
+    assert transforms.copied_prefix_identical(mini, primary, 4, head=AUX_HEAD)
+    assert not transforms.copied_prefix_identical(mini, primary, 4, head=MAIN_HEAD)  # the helper can say no
     assert not mini.training  # mode follows the primary
 
     batch = _batch(SRC_VOCAB)
@@ -107,14 +107,14 @@ def test_both_heads_on_the_top_layer_the_depth_studys_n_equal_to_the_depth() -> 
     batch = _batch(SRC_VOCAB)
     with torch.no_grad():
         both = primary(**batch)
-        mini = surgery.extract_minijoint(primary)
+        mini = transforms.extract_minijoint(primary)
         assert set(both) == {MAIN_HEAD, AUX_HEAD} and not torch.equal(both[MAIN_HEAD], both[AUX_HEAD])
         assert mini.cfg.num_layers == TINY.num_layers and torch.equal(mini(**batch)[MAIN_HEAD], both[AUX_HEAD])
 
 
 def test_extract_minijoint_refuses_a_one_head_model() -> None:
     with pytest.raises(InputError, match="aux"):
-        surgery.extract_minijoint(MaskedLM(TINY))
+        transforms.extract_minijoint(MaskedLM(TINY))
 
 
 # --- MiniPost --------------------------------------------------------------------------------------------------------
@@ -125,12 +125,12 @@ def test_extract_minijoint_refuses_a_one_head_model() -> None:
 def test_build_minipost_copies_bottom_layers_and_head_and_trains_only_new_layers(cfg) -> None:
     primary = _perturbed(cfg)
     rng_before = torch.get_rng_state()
-    mini = surgery.build_minipost(primary, keep_layers=4, new_layers=2, seed=7)
+    mini = transforms.build_minipost(primary, keep_layers=4, new_layers=2, seed=7)
     assert torch.equal(torch.get_rng_state(), rng_before)  # the global RNG is not disturbed
 
     assert mini.cfg == cfg.replace(num_layers=6, aux_head_layer=None)
     assert set(mini.heads) == {MAIN_HEAD}  # a MiniJoint primary's aux head is dropped
-    assert surgery.copied_prefix_identical(mini, primary, 4, head=MAIN_HEAD)
+    assert transforms.copied_prefix_identical(mini, primary, 4, head=MAIN_HEAD)
     for j in (4, 5):  # fresh layers, not the primary's layers 5-6
         assert not torch.equal(mini.layers[j].ffn_in.weight, primary.layers[j].ffn_in.weight)
         assert not torch.equal(mini.layers[j].attention.qkv.weight, primary.layers[j].attention.qkv.weight)
@@ -145,8 +145,8 @@ def test_build_minipost_copies_bottom_layers_and_head_and_trains_only_new_layers
     assert torch.equal(new.ffn_norm.weight, torch.ones_like(new.ffn_norm.weight))
 
     # Seeded: the same seed rebuilds the same layers, another seed others.
-    again = surgery.build_minipost(primary, keep_layers=4, new_layers=2, seed=7)
-    other = surgery.build_minipost(primary, keep_layers=4, new_layers=2, seed=8)
+    again = transforms.build_minipost(primary, keep_layers=4, new_layers=2, seed=7)
+    other = transforms.build_minipost(primary, keep_layers=4, new_layers=2, seed=8)
     assert torch.equal(again.layers[5].ffn_out.weight, mini.layers[5].ffn_out.weight)
     assert not torch.equal(other.layers[5].ffn_out.weight, mini.layers[5].ffn_out.weight)
 
@@ -161,14 +161,14 @@ def test_build_minipost_copies_bottom_layers_and_head_and_trains_only_new_layers
 @pytest.mark.parametrize("keep", [0, 13, 2.5])
 def test_build_minipost_validates_keep_layers(keep) -> None:
     with pytest.raises(InputError, match="keep_layers"):
-        surgery.build_minipost(MaskedLM(TINY), keep_layers=keep)
+        transforms.build_minipost(MaskedLM(TINY), keep_layers=keep)
 
 
 def test_build_minipost_keeps_dtype() -> None:
     primary = MaskedLM(TINY).to(torch.bfloat16)
-    mini = surgery.build_minipost(primary, keep_layers=2, new_layers=1)
+    mini = transforms.build_minipost(primary, keep_layers=2, new_layers=1)
     assert {p.dtype for p in mini.parameters()} == {torch.bfloat16}
-    assert surgery.copied_prefix_identical(mini, primary, 2, head=MAIN_HEAD)
+    assert transforms.copied_prefix_identical(mini, primary, 2, head=MAIN_HEAD)
 
 
 # --- freezing --------------------------------------------------------------------------------------------------------
@@ -177,7 +177,7 @@ def test_build_minipost_keeps_dtype() -> None:
 @pytest.mark.parametrize("cfg", [TINY, TINY_JOINT], ids=["one-head", "joint"])
 def test_freeze_for_adaptation_trains_only_embeddings_and_main_bias(cfg) -> None:
     model = _perturbed(cfg)
-    names = surgery.freeze_for_adaptation(model)
+    names = transforms.freeze_for_adaptation(model)
     assert names == ["embeddings.tokens.weight", "heads.main.bias"]
     assert {n for n, p in model.named_parameters() if p.requires_grad} == set(names)
 
@@ -194,11 +194,11 @@ def test_freeze_for_adaptation_trains_only_embeddings_and_main_bias(cfg) -> None
 
 def test_freeze_for_adaptation_options() -> None:
     model = MaskedLM(TINY_JOINT)
-    names = surgery.freeze_for_adaptation(model, train_positions=True, train_embedding_norm=True)
+    names = transforms.freeze_for_adaptation(model, train_positions=True, train_embedding_norm=True)
     assert set(names) == {"embeddings.tokens.weight", "embeddings.positions.weight", "embeddings.norm.weight",
                           "embeddings.norm.bias", "heads.main.bias"}
     # Re-freezing without the options turns them off again (no leftovers from an earlier call).
-    assert surgery.freeze_for_adaptation(model) == ["embeddings.tokens.weight", "heads.main.bias"]
+    assert transforms.freeze_for_adaptation(model) == ["embeddings.tokens.weight", "heads.main.bias"]
     assert not model.embeddings.positions.weight.requires_grad
 
 
@@ -285,12 +285,12 @@ def test_swapping_own_embeddings_back_reproduces_outputs(cfg) -> None:
     batch = _batch(SRC_VOCAB)
     with torch.no_grad():
         before = model(**batch)
-    emb, bias = surgery.extract_embeddings(model)
+    emb, bias = transforms.extract_embeddings(model)
     foreign = MaskedLM(cfg)
-    surgery.swap_embeddings(model, *surgery.extract_embeddings(foreign))
+    transforms.swap_embeddings(model, *transforms.extract_embeddings(foreign))
     with torch.no_grad():
         assert not torch.equal(model(**batch)[MAIN_HEAD], before[MAIN_HEAD])
-    assert surgery.swap_embeddings(model, emb, bias) is model  # in place
+    assert transforms.swap_embeddings(model, emb, bias) is model  # in place
     with torch.no_grad():
         after = model(**batch)
     assert set(after) == set(before) and all(torch.equal(after[k], before[k]) for k in before)
@@ -298,9 +298,9 @@ def test_swapping_own_embeddings_back_reproduces_outputs(cfg) -> None:
 
 def test_swap_to_another_vocabulary_size() -> None:
     model = _perturbed(TINY_JOINT)
-    surgery.freeze_for_adaptation(model)
+    transforms.freeze_for_adaptation(model)
     emb, bias = torch.randn(TRG_VOCAB, TINY.hidden_size), torch.randn(TRG_VOCAB)
-    surgery.swap_embeddings(model, emb, bias)
+    transforms.swap_embeddings(model, emb, bias)
     assert model.cfg.vocab_size == TRG_VOCAB and model.embeddings.tokens.num_embeddings == TRG_VOCAB
     assert torch.equal(model.embeddings.tokens.weight, emb) and torch.equal(model.heads[MAIN_HEAD].bias, bias)
     assert torch.equal(model.heads[AUX_HEAD].bias, bias)
@@ -313,9 +313,9 @@ def test_swap_to_another_vocabulary_size() -> None:
         logits = model(ids)
     assert logits[MAIN_HEAD].shape == (2, 8, TRG_VOCAB) and logits[AUX_HEAD].shape == (2, 8, TRG_VOCAB)
     with pytest.raises(ValueError, match="hidden size"):
-        surgery.swap_embeddings(model, torch.randn(10, 32), torch.randn(10))
+        transforms.swap_embeddings(model, torch.randn(10, 32), torch.randn(10))
     with pytest.raises(ValueError, match="bias"):
-        surgery.swap_embeddings(model, torch.randn(10, TINY.hidden_size), torch.randn(11))
+        transforms.swap_embeddings(model, torch.randn(10, TINY.hidden_size), torch.randn(11))
 
 
 # --- plug with provenance --------------------------------------------------------------------------------------------
@@ -333,7 +333,7 @@ def primary_folder(tmp_path: Path, tokenizers) -> tuple[Path, dict]:
 
 def _target_embeddings(tokenizers, source: MaskedLM) -> tuple[torch.Tensor, torch.Tensor]:
     en, de = tokenizers
-    emb, bias = surgery.extract_embeddings(source)
+    emb, bias = transforms.extract_embeddings(source)
     emb, bias, _ = embedding_init.overlap_init(en.pieces(), emb, bias, de.pieces(),
                                                generator=torch.Generator().manual_seed(1))
     return emb + 0.01, bias + 0.01  # "trained" in Step 2
@@ -368,7 +368,7 @@ def test_extract_mini_then_plug_round_trips(tmp_path: Path, tokenizers, primary_
 
     # Aligned: the plugged primary's aux head reproduces the mini-model with the same embeddings exactly.
     plugged.eval()
-    surgery.swap_embeddings(mini.eval(), emb, bias)
+    transforms.swap_embeddings(mini.eval(), emb, bias)
     batch = _batch(TRG_VOCAB)
     with torch.no_grad():
         assert torch.equal(plugged(**batch)[AUX_HEAD], mini(**batch)[MAIN_HEAD])
@@ -412,7 +412,7 @@ def test_plug_carries_positions_and_embedding_norm_that_step2_trained(tmp_path: 
     _, de = tokenizers
     folder, primary_meta = primary_folder
     primary, _ = load_mlm(folder)
-    state = {surgery.TOKENS_KEY: torch.randn(TRG_VOCAB, 64), surgery.BIAS_KEY: torch.randn(TRG_VOCAB),
+    state = {transforms.TOKENS_KEY: torch.randn(TRG_VOCAB, 64), transforms.BIAS_KEY: torch.randn(TRG_VOCAB),
              "embeddings.positions.weight": torch.randn_like(primary.embeddings.positions.weight),
              "embeddings.norm.weight": torch.rand(64) + 0.5, "embeddings.norm.bias": torch.randn(64)}
     meta = {"kind": "embeddings", "primary_sha256": lineage(primary_meta), "vocab_size": TRG_VOCAB,
@@ -436,23 +436,23 @@ def test_corrupted_embeddings_folders_are_refused(tmp_path: Path, tokenizers, pr
     surgery.save_embeddings(folder, emb, bias, meta)
     weights = folder / "model.pt"
 
-    torch.save({surgery.TOKENS_KEY: emb, surgery.BIAS_KEY: bias + 1}, weights)  # replaced after it was written
+    torch.save({transforms.TOKENS_KEY: emb, transforms.BIAS_KEY: bias + 1}, weights)  # replaced after it was written
     with pytest.raises(InputError, match="does not match the size and checksum recorded in meta.json"):
         surgery.load_embeddings(folder)
     # Without the recorded checksums (folders written before they existed) the contents are still checked:
     meta_file = folder / "meta.json"
     meta_file.write_text(json.dumps({k: v for k, v in json.loads(meta_file.read_text()).items() if k != "files"}))
 
-    torch.save({surgery.TOKENS_KEY: emb, surgery.BIAS_KEY: bias[:-1]}, weights)  # shapes disagree
+    torch.save({transforms.TOKENS_KEY: emb, transforms.BIAS_KEY: bias[:-1]}, weights)  # shapes disagree
     with pytest.raises(InputError, match="vocabulary sizes disagree") as err:
         surgery.load_embeddings(folder)
     assert str(weights) in str(err.value)
 
-    torch.save({surgery.TOKENS_KEY: emb}, weights)  # a tensor missing
+    torch.save({transforms.TOKENS_KEY: emb}, weights)  # a tensor missing
     with pytest.raises(InputError, match="expected the tensors"):
         surgery.load_embeddings(folder)
 
-    torch.save({surgery.TOKENS_KEY: emb, surgery.BIAS_KEY: bias + 1}, weights)  # same shapes, other contents
+    torch.save({transforms.TOKENS_KEY: emb, transforms.BIAS_KEY: bias + 1}, weights)  # same shapes, other contents
     with pytest.raises(InputError, match="weights_sha256"):
         surgery.load_embeddings(folder)
 
