@@ -16,4 +16,7 @@ fi
 export TORCH_EXTENSIONS_DIR=${TORCH_EXTENSIONS_DIR:-$PWD/.venv/torch_extensions}
 export OMP_NUM_THREADS=${OMP_NUM_THREADS:-1}
 export PATH="$PWD/.venv/bin:$PATH"
-exec .venv/bin/python -m pytest "$@"
+# Two pytest workers (pytest-xdist): the suite alone keeps 2 cores busy only 60% of the time (many of its runs are
+# one process, or wait on a timer). Tests that share the demo pipeline, and the timing-bound cluster tests, each stay
+# in one worker (xdist_group marks). DS_MINIMODEL_TEST_WORKERS=0 runs everything in this process.
+exec .venv/bin/python -m pytest -n "${DS_MINIMODEL_TEST_WORKERS:-2}" --dist loadgroup "$@"

@@ -128,9 +128,9 @@ class Slurm:
             "SlurmdUser=root", f"SlurmctldPidFile={root / 'slurmctld.pid'}", f"SlurmdPidFile={root / 'slurmd.pid'}",
             f"SlurmctldLogFile={root / 'log' / 'slurmctld.log'}", f"SlurmdLogFile={root / 'log' / 'slurmd.log'}",
             f"AuthInfo=socket={socket_path},cred_expire=10", "MpiDefault=none", "ReturnToService=2",
-            # A requeued job is eligible again after cred_expire + 1 s, but only the backfill pass starts it, every
-            # bf_interval s (30 by default: the test waited 36 s for its requeued job; about 12 s with 1).
-            "SchedulerType=sched/backfill", "SchedulerParameters=bf_interval=1", "KillWait=10", "MinJobAge=600",
+            # A requeued job is eligible again after cred_expire + 1 s, and then starts at the main scheduling
+            # loop's next pass, every sched_interval s (60 by default: the test waited 37 s for its requeued job).
+            "SchedulerType=sched/backfill", "SchedulerParameters=sched_interval=2", "KillWait=10", "MinJobAge=600",
             "JobRequeue=1",
             f"SlurmctldPort={free_port()}", f"SlurmdPort={free_port()}", ""]))
         self._spawn(["slurmctld", "-D", "-i", "-f", str(self.conf)], "slurmctld")

@@ -18,7 +18,8 @@ import pytest
 from tests.integration.conftest import REPO, run_cmd, torchrun_cmd
 from tests.integration.hosts import Host, make_two_hosts, processes_in, remove_hosts, why_no_namespaces
 
-pytestmark = pytest.mark.slow
+# Timing-bound (peers lost within a timeout, Slurm's timers): in one xdist worker, one after another.
+pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("timing")]
 
 STEPS = 16
 PRETRAIN = ["--variant", "base", "--preset", "tiny", "--seq-len", "64", "--ds-config", "ds_configs/cpu_fp32.json",

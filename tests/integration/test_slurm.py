@@ -20,7 +20,8 @@ import pytest
 from tests.integration.conftest import DEMO, REPO, run_cmd
 from tests.integration.hosts import Slurm, why_no_slurm
 
-pytestmark = pytest.mark.slow
+# Timing-bound (peers lost within a timeout, Slurm's timers): in one xdist worker, one after another.
+pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("timing")]
 
 STEP1_UPDATES = 100
 

@@ -27,6 +27,8 @@ register(System("minijoint3", "MiniJoint-3", "dual3", "mini", step2_layers=lambd
                 description="MiniJoint with its second head after layer 3"))
 '''
 SYSTEMS = ["bl_base", "minijoint3", "minijoint@12"]
+# The module's pipeline run (a module fixture) is made once, in one xdist worker.
+pytestmark = pytest.mark.xdist_group("systems")
 
 
 def squad_file(corpus: Path, out: Path, questions: int) -> str:
