@@ -75,6 +75,16 @@ class System:
         """Whether it needs Step 1b (``run_pretrain.py --variant minipost`` over its primary)."""
         return self.body == "step1b"
 
+    @property
+    def whole_primary(self) -> bool:
+        """Whether Step 2 trains over the whole primary (rather than a mini-model of it)."""
+        return self.body == "primary"
+
+    @property
+    def dual_head(self) -> bool:
+        """Whether Step 2 trains over the mini-model below its primary's second MLM head (MiniJoint)."""
+        return self.body == "mini"
+
 
 PRIMARIES: dict[str, Primary] = {}
 SYSTEMS: dict[str, System] = {}
@@ -99,6 +109,11 @@ def register(entry: Primary | System) -> Primary | System:
         raise InputError(f"system {entry.name!r}: body 'mini' needs a primary with a second MLM head")
     SYSTEMS[entry.name] = entry
     return entry
+
+
+def systems_with_body(body: str) -> list[str]:
+    """The registered systems whose Step 2 trains over ``body`` (one of ``BODIES``)."""
+    return [name for name in system_names() if SYSTEMS[name].body == body]
 
 
 def load_plugins() -> None:

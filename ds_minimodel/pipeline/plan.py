@@ -294,7 +294,7 @@ class Pipeline:
         below its primary's second head and that head, cut out once into ``mini_dir``."""
         job = f"step3-{MINI_PREFIX}{system}"
         body = self._finished(self.body_dir(system), self.body_job(system), job)
-        if get_system(system).body == "step1b":
+        if get_system(system).step1b:
             return body
         folder = self.mini_dir(system)
         if not (folder / checkpoint.META).is_file():  # meta.json is written last: its absence means not done

@@ -161,10 +161,10 @@ class PipelineConfig:
                 or len(set(seeds)) != len(seeds) or cfg.seed in seeds):
             raise InputError(f"{source}: pretrain_seeds must be distinct integers of at least 0, other than seed "
                              f"({cfg.seed}); got {seeds}")
-        minis = [name for name in cfg.source_minis if name not in cfg.systems or get_system(name).body == "primary"]
+        minis = [name for name in cfg.source_minis if name not in cfg.systems or get_system(name).whole_primary]
         if minis:
             raise InputError(f"{source}: source_minis must name systems of this pipeline that adapt a mini-model "
-                             f"({', '.join(s for s in cfg.systems if get_system(s).body != 'primary') or 'none'}); "
+                             f"({', '.join(s for s in cfg.systems if not get_system(s).whole_primary) or 'none'}); "
                              f"got {cfg.source_minis}")
         return cfg
 

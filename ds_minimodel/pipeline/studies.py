@@ -129,8 +129,8 @@ def model_label(name: str) -> str:
     if name.startswith(MINI_PREFIX) and is_system(name[len(MINI_PREFIX):]):
         return f"{get_system(name[len(MINI_PREFIX):]).paper_name} (mini-model)"
     is_system(name)  # registers minijoint@N, whose primary has the same name
-    whole = [s.paper_name for s in SYSTEMS.values() if s.primary == name and s.body == "primary"]
-    dual = [f"{s.paper_name} (full)" for s in SYSTEMS.values() if s.primary == name and s.body == "mini"]
+    whole = [s.paper_name for s in SYSTEMS.values() if s.primary == name and s.whole_primary]
+    dual = [f"{s.paper_name} (full)" for s in SYSTEMS.values() if s.primary == name and s.dual_head]
     return ", ".join(whole + dual) or name
 
 

@@ -32,13 +32,13 @@ from ds_minimodel.data.tokenizer import load_tokenizer, open_tokenizer
 from ds_minimodel.ds_config import load_ds_config, resolve_batch
 from ds_minimodel.errors import InputError
 from ds_minimodel.model import hf
+from ds_minimodel.model.bodies import body_of
 from ds_minimodel.model.embedding_init import INITS, NEW_ROWS, anchor_copied_rows, initial_rows
 from ds_minimodel.model.encoder import MaskedLM
 from ds_minimodel.model.loading import load_mlm
 from ds_minimodel.model.losses import mlm_step
 from ds_minimodel.model.transforms import (
     extract_embeddings,
-    extract_minijoint,
     freeze_for_adaptation,
     swap_embeddings,
 )
@@ -92,28 +92,12 @@ def _system(name: str) -> str:
 
 
 def load_body(system: str, folder: Path) -> tuple[MaskedLM, dict[str, Any]]:
-    """The frozen body for ``system`` (see ``systems.BODIES``): a dual-head primary is cut down to its mini-model
-    here, a Hugging Face folder is imported. A folder of the wrong kind for the system is refused."""
+    """The frozen body for ``system`` (``model.bodies``): a dual-head primary is cut down to its mini-model here, a
+    Hugging Face folder is imported. A folder of the wrong kind for the system is refused."""
     entry = get_system(system)
     model, meta = load_mlm(folder)
     hf.require_trained_head(meta, folder, "Step 2 (new embeddings are learned through the MLM head)")
-    kind = meta.get("kind")
-    if model.cfg.aux_head_layer is not None:
-        if entry.body != "mini":
-            raise InputError(f"{folder}: a MiniJoint model (second head after layer {model.cfg.aux_head_layer}); "
-                             f"adapt it with --system {' or '.join(_with_body('mini'))}")
-        return extract_minijoint(model), meta
-    if entry.body == "mini" and kind != checkpoint.Kind.MINIJOINT_MINI:
-        raise InputError(f"{folder}: --system {system} needs a MiniJoint checkpoint or its extracted mini-model")
-    if entry.body == "step1b" and kind != checkpoint.Kind.MINIPOST_MINI:
-        raise InputError(f"{folder}: --system {system} needs the output of run_pretrain.py --variant minipost")
-    if entry.body == "primary" and kind in (checkpoint.Kind.MINIJOINT_MINI, checkpoint.Kind.MINIPOST_MINI):
-        raise InputError(f"{folder}: a {kind} model; --system {system} trains over a pretrained model's body")
-    return model, meta
-
-
-def _with_body(body: str) -> list[str]:
-    return [name for name in system_names() if get_system(name).body == body]
+    return body_of(entry).take(model, meta.get("kind"), Path(folder), entry), meta
 
 
 def disable_dropout(model: nn.Module) -> None:

@@ -33,9 +33,10 @@ import torch
 from ds_minimodel import flops
 from ds_minimodel.config import ModelConfig, get_preset
 from ds_minimodel.data.tokenizer import IGNORE_INDEX, MASK_ID, NUM_SPECIAL
+from ds_minimodel.model.bodies import body_of
 from ds_minimodel.model.encoder import MaskedLM, TaskModel
 from ds_minimodel.model.losses import mlm_step
-from ds_minimodel.model.transforms import build_minipost, extract_minijoint, freeze_for_adaptation
+from ds_minimodel.model.transforms import build_minipost, freeze_for_adaptation
 from ds_minimodel.systems import Depths, get_primary, get_system, system_names
 from ds_minimodel.tools import bench_data
 from ds_minimodel.tools.machine import GPU_PEAK_TFLOPS, environment
@@ -93,10 +94,7 @@ def stage_setup(stage: str, args: argparse.Namespace) -> tuple[torch.nn.Module, 
     primary = get_primary(system.primary)
     model = MaskedLM(cfg.replace(num_layers=primary.num_layers(depths),
                                  aux_head_layer=primary.aux_head_layer(depths)))
-    if system.body == "mini":
-        model = extract_minijoint(model)
-    elif system.body == "step1b":
-        model = build_minipost(model, keep_layers=depths.keep, new_layers=depths.new)
+    model = body_of(system).cut(model, depths)
     freeze_for_adaptation(model)
     return model, mlm_step, flops.per_update_flops("adapt", model.cfg, **shape), model.cfg
 

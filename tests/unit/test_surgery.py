@@ -469,3 +469,21 @@ def test_extract_mini_cli_refuses_a_one_head_checkpoint(tmp_path: Path, capsys) 
     assert surgery.main(["extract-mini", "--from", str(tmp_path / "base"), "--out", str(tmp_path / "mini")]) == 2
     err = capsys.readouterr().err
     assert err.startswith("error: ") and str(tmp_path / "base") in err
+
+
+def test_every_systems_step2_body_is_cut_to_the_depth_its_flop_count_uses():
+    """model.bodies has one entry per body kind of the registry, and for every registered system the body it cuts from
+    a model of the primary's shape has the depth that the system's FLOP count (step2_layers) assumes."""
+    from ds_minimodel import systems
+    from ds_minimodel.model.bodies import BODY, body_of
+
+    assert tuple(BODY) == systems.BODIES
+    depths = systems.Depths(layers=6, small=2, aux=2, keep=2, new=1)
+    for name in systems.system_names():
+        entry = systems.get_system(name)
+        primary = systems.get_primary(entry.primary)
+        model = MaskedLM(TINY.replace(num_layers=primary.num_layers(depths),
+                                      aux_head_layer=primary.aux_head_layer(depths)))
+        body = body_of(entry).cut(model, depths)
+        assert body.cfg.num_layers == entry.step2_layers(depths), name
+        assert body.cfg.aux_head_layer is None, name  # Step 2 reads one head

@@ -1,0 +1,69 @@
+"""What Step 2 trains over, as behaviour: one entry per body kind of the registry (``systems.BODIES``).
+
+A system names its body kind; the entry here says which checkpoints can be that body and how the body is made from
+them (``take``: Step 2 on a loaded checkpoint), and how it is cut from a model of the system's primary shape
+(``cut``: the benchmark and the FLOP cross-check build it from fresh weights). Nothing else compares body names.
+"""
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+from ds_minimodel.errors import InputError
+from ds_minimodel.model.encoder import MaskedLM
+from ds_minimodel.model.transforms import build_minipost, extract_minijoint
+from ds_minimodel.systems import Depths, System, systems_with_body
+from ds_minimodel.train.checkpoint import Kind
+
+MINI_KINDS = (Kind.MINIJOINT_MINI, Kind.MINIPOST_MINI)
+
+
+@dataclass(frozen=True)
+class Body:
+    name: str
+    take: Callable[[MaskedLM, str | None, Path, System], MaskedLM]
+    """(loaded model, its checkpoint kind, its folder, the system) -> the Step-2 body; refuses a wrong checkpoint."""
+    cut: Callable[[MaskedLM, Depths], MaskedLM]
+    """(a model of the primary's shape, the depths) -> the Step-2 body made from it."""
+
+
+def _no_dual_head(model: MaskedLM, folder: Path) -> None:
+    if model.cfg.aux_head_layer is not None:
+        raise InputError(f"{folder}: a MiniJoint model (second head after layer {model.cfg.aux_head_layer}); adapt "
+                         f"it with --system {' or '.join(systems_with_body('mini'))}")
+
+
+def _take_primary(model: MaskedLM, kind: str | None, folder: Path, system: System) -> MaskedLM:
+    _no_dual_head(model, folder)
+    if kind in MINI_KINDS:
+        raise InputError(f"{folder}: a {kind} model; --system {system.name} trains over a pretrained model's body")
+    return model
+
+
+def _take_mini(model: MaskedLM, kind: str | None, folder: Path, system: System) -> MaskedLM:
+    if model.cfg.aux_head_layer is not None:
+        return extract_minijoint(model)
+    if kind != Kind.MINIJOINT_MINI:
+        raise InputError(f"{folder}: --system {system.name} needs a MiniJoint checkpoint or its extracted mini-model")
+    return model
+
+
+def _take_step1b(model: MaskedLM, kind: str | None, folder: Path, system: System) -> MaskedLM:
+    _no_dual_head(model, folder)
+    if kind != Kind.MINIPOST_MINI:
+        raise InputError(f"{folder}: --system {system.name} needs the output of run_pretrain.py --variant minipost")
+    return model
+
+
+BODY = {b.name: b for b in (
+    Body("primary", _take_primary, lambda model, depths: model),
+    Body("mini", _take_mini, lambda model, depths: extract_minijoint(model)),
+    Body("step1b", _take_step1b, lambda model, depths: build_minipost(model, keep_layers=depths.keep,
+                                                                      new_layers=depths.new)),
+)}
+"""Every body kind of ``systems.BODIES``, by name (the same kinds: tests/unit/test_surgery.py)."""
+
+
+def body_of(system: System) -> Body:
+    return BODY[system.body]
