@@ -174,7 +174,11 @@ def measure_update(stage: str, cfg: ModelConfig, *, seq_len: int, batch: int, ma
     Returns the formula, the count, and "analytic_exact": the formula plus the terms it leaves out (see A3/A4's
     comments), which must equal the count exactly: matmul FLOPs are integers independent of the data.
     """
-    import torch.nn.functional as F
+    import torch
+
+    from ds_minimodel.data.special import IGNORE_INDEX
+    from ds_minimodel.model.losses import mlm_losses
+    from ds_minimodel.model.transforms import freeze_for_adaptation
 
     if stage not in STAGES:
         raise InputError(f"unknown stage {stage!r}; known stages: {', '.join(STAGES)}")
@@ -182,12 +186,13 @@ def measure_update(stage: str, cfg: ModelConfig, *, seq_len: int, batch: int, ma
         cfg = cfg.replace(aux_head_layer=min(PAPER_MINI_LAYERS, cfg.num_layers - 1))
     model = _build(cfg, seed) if model is None else model.train()
     ids, masked, targets, p_eff = _batch(cfg, seq_len=seq_len, batch=batch, mask_prob=mask_prob, seed=seed)
-    for param in model.parameters():
-        param.requires_grad_(stage in ("pretrain", "pretrain_dual"))
+    labels = torch.full_like(ids, IGNORE_INDEX)
+    labels[masked] = targets  # row-major, the order the model returns masked positions in
     if stage == "adapt":
-        model.embeddings.tokens.weight.requires_grad_(True)
-        model.heads["main"].bias.requires_grad_(True)
-    elif stage == "minipost":
+        freeze_for_adaptation(model)  # what Step 2 trains: the tied token rows and the output bias
+    else:
+        model.requires_grad_(stage in ("pretrain", "pretrain_dual"))
+    if stage == "minipost":  # what build_minipost leaves trainable: the new layers on top
         if not 1 <= trainable_layers <= cfg.num_layers:
             raise InputError(f"trainable_layers must be between 1 and {cfg.num_layers}, got {trainable_layers}")
         for layer in model.layers[cfg.num_layers - trainable_layers:]:
@@ -196,8 +201,7 @@ def measure_update(stage: str, cfg: ModelConfig, *, seq_len: int, batch: int, ma
     counter = _flop_counter()
     with counter:
         logits = model(ids, masked_positions=masked)
-        loss = sum(F.cross_entropy(out, targets) for out in logits.values()) / len(logits)
-        loss.backward()
+        mlm_losses(logits, labels)["loss"].backward()  # the loss training takes: the mean of the heads' losses
     model.zero_grad(set_to_none=True)
     measured = counter.get_total_flops()
     ops = {str(op): n for op, n in counter.get_flop_counts().get("Global", {}).items()}
