@@ -182,7 +182,7 @@ def train_embeddings(args: argparse.Namespace) -> tuple[TrainResult, Stage]:
               f"trainable: {', '.join(trainable)}; body dropout {args.body_dropout}", flush=True)
     dist.barrier()
 
-    torch.manual_seed(args.seed * 1_000_003 + 1 + info.rank)  # dropout differs per rank, deterministically
+    info.seed_ranks_apart(args.seed)
     stage = Stage(
         name=args.run_name or f"adapt-{lang}-{args.system}",
         model=model,

@@ -136,7 +136,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         print(f"[finetune-{spec.name}] {len(examples):,} examples ({rows:,} model inputs), {len(spec.labels)} labels;"
               f" {steps} updates of {batch.global_batch}; token embeddings frozen", flush=True)
     dist.barrier()
-    torch.manual_seed(args.seed * 1_000_003 + 1 + info.rank)
+    info.seed_ranks_apart(args.seed)
     stage = Stage(
         name=args.run_name or f"finetune-{spec.name}-seed{args.seed}", model=model, loss_fn=task_loss,
         flops_per_update=flops.finetune_per_update(model.cfg, seq_len=args.max_len, batch=batch.global_batch),

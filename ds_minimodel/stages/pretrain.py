@@ -160,7 +160,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
                               allow_config_change=args.allow_config_change)
     dist.barrier()
 
-    torch.manual_seed(args.seed * 1_000_003 + 1 + info.rank)  # dropout differs per rank, deterministically
+    info.seed_ranks_apart(args.seed)
     if args.variant == "head":  # frozen body and embeddings
         flops_per_update = flops.head_training_per_update(cfg, seq_len=train_cfg.seq_len, batch=batch.global_batch,
                                                           mask_prob=train_cfg.mask_prob)

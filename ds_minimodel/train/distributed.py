@@ -7,6 +7,7 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
+import torch
 import torch.distributed as dist
 
 from ds_minimodel.cluster import slurm
@@ -18,6 +19,11 @@ class DistInfo:
     rank: int
     world_size: int
     local_rank: int
+
+    def seed_ranks_apart(self, seed: int) -> None:
+        """Seed torch's global RNG differently on each rank, deterministically from the run's seed: dropout masks
+        differ between ranks and are the same on every rerun (and every resume) of the run."""
+        torch.manual_seed(seed * 1_000_003 + 1 + self.rank)
 
 
 DEFAULT_DIST_TIMEOUT = datetime.timedelta(minutes=5)

@@ -479,7 +479,9 @@ def test_every_systems_step2_body_is_cut_to_the_depth_its_flop_count_uses():
 
     assert tuple(BODY) == systems.BODIES
     depths = systems.Depths(layers=6, small=2, aux=2, keep=2, new=1)
-    for name in systems.system_names():
+    for name in systems.system_names():  # minijoint@N registered by other tests: those that fit 6 layers
+        if (systems.depth_of(name) or 0) > depths.layers:
+            continue
         entry = systems.get_system(name)
         primary = systems.get_primary(entry.primary)
         model = MaskedLM(TINY.replace(num_layers=primary.num_layers(depths),
