@@ -21,7 +21,7 @@ from ds_minimodel.folders import require_output
 from ds_minimodel.train import checkpoint
 from ds_minimodel.train.distributed import DEFAULT_DIST_TIMEOUT
 from ds_minimodel.train.ds_validate import check_ds_config
-from ds_minimodel.train.engine import StopSignals
+from ds_minimodel.train.faults import StopSignals
 
 
 def number(kind: type, *, low: float, strict: bool = False, below: float | None = None) -> Callable[[str], Any]:

@@ -8,8 +8,6 @@ from __future__ import annotations
 
 import math
 import os
-import signal
-import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -26,6 +24,7 @@ from ds_minimodel.ds_config import BatchSizes, fill_schedule, uses_fp16
 from ds_minimodel.errors import TrainingError
 from ds_minimodel.flops import to_gpu_days
 from ds_minimodel.train import checkpoint
+from ds_minimodel.train.faults import LossScaleWatch, StopSignals, lost_a_peer, non_finite_loss, peer_lost
 from ds_minimodel.train.metrics import MetricsLogger
 
 # ----------------------------------------------------------------------------------------------- the loop
@@ -78,144 +77,6 @@ class TrainResult:
     """The signal that stopped the run before its last update (it saved a checkpoint first), or None."""
     skipped_updates: int = 0
     """fp16: updates of this run that the loss scaler skipped because the gradients overflowed."""
-
-
-class StopSignals:
-    """What asks the training loop to finish the current update, save a checkpoint and return:
-
-    - SIGTERM and SIGUSR1, as a preempted or time-limited batch job needs (Slurm: ``--signal=USR1@120``);
-    - Ctrl-C (SIGINT) the same way; a second Ctrl-C stops at once, without saving;
-    - the end of the launcher that started this rank (``deepspeed`` or ``torchrun``): a launcher killed by a signal
-      it cannot pass on (SIGKILL, or SIGTERM to the ``deepspeed`` runner, which does not forward it) would otherwise
-      leave its ranks training on as orphans, writing a folder that a relaunch then writes too.
-
-    Handlers are installed only in the main thread, and the previous ones are restored on exit.
-    """
-
-    SIGNALS = (signal.SIGTERM, signal.SIGUSR1, signal.SIGINT)
-    LAUNCHER_GONE = "its launcher ended"
-    early: int | None = None
-    """SIGUSR1 received before training began (see ``catch_early_usr1``)."""
-
-    def __init__(self) -> None:
-        self.received: int | None = StopSignals.early
-        self.launcher_gone = False
-        self._previous: dict[int, Any] = {}
-        self._launchers = _launcher_pids()
-
-    @classmethod
-    def catch_early_usr1(cls) -> None:
-        """Remember a SIGUSR1 that arrives while the run is still starting (its default action would kill the
-        process and lose the job's last minutes): training then saves after its first update and stops. SIGTERM
-        keeps its default until training begins, so that a launcher can still end a rank stuck in start-up."""
-        if threading.current_thread() is threading.main_thread():
-            signal.signal(signal.SIGUSR1, lambda signum, frame: setattr(cls, "early", signum))
-
-    def install(self) -> StopSignals:
-        if threading.current_thread() is threading.main_thread():
-            for sig in self.SIGNALS:
-                self._previous[sig] = signal.signal(sig, self._handle)
-        return self
-
-    def _handle(self, signum: int, frame: Any) -> None:
-        if signum == signal.SIGINT and self.received == signal.SIGINT:
-            raise KeyboardInterrupt  # the second Ctrl-C: stop now
-        self.received = signum
-
-    def stop_requested(self) -> bool:
-        """A signal arrived, or a launcher this rank watches is gone (checked once per update: one read of
-        /proc/<pid>/stat per watched process)."""
-        if self.received is None and not self.launcher_gone and self._launchers:
-            self.launcher_gone = os.getppid() != self._launchers[0] or not all(map(_alive, self._launchers))
-        return self.received is not None or self.launcher_gone
-
-    def reason(self) -> str:
-        if self.received is not None:
-            return signal.Signals(self.received).name
-        return self.LAUNCHER_GONE if self.launcher_gone else "a peer's signal"
-
-    def restore(self) -> None:
-        for sig, handler in self._previous.items():
-            signal.signal(sig, handler)
-
-
-def _cmdline(pid: int) -> str:
-    try:
-        return Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
-    except OSError:
-        return ""
-
-
-def _stat(pid: int) -> list[str]:
-    """The fields of /proc/<pid>/stat after the command name (state first, then the parent's pid); empty when the
-    process is gone."""
-    try:
-        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    except (OSError, IndexError):
-        return []
-
-
-def _parent_of(pid: int) -> int | None:
-    fields = _stat(pid)
-    return int(fields[1]) if len(fields) > 1 else None
-
-
-def _alive(pid: int) -> bool:
-    """Running, not gone and not a zombie (a killed launcher stays one until its own parent reaps it)."""
-    fields = _stat(pid)
-    return bool(fields) and fields[0] not in ("Z", "X")
-
-
-def _launcher_pids() -> list[int]:
-    """The launcher processes this rank lives under, nearest first: torchrun's agent, or DeepSpeed's per-node
-    ``deepspeed.launcher.launch`` and the ``deepspeed`` runner above it. Empty for a rank started any other way
-    (plain python, mpirun, srun), whose lifetime the shell or the job system owns."""
-    if "LOCAL_RANK" not in os.environ:
-        return []
-    parent = os.getppid()
-    command = _cmdline(parent)
-    if "torchrun" in command or "torch.distributed.run" in command:
-        return [parent]
-    if "deepspeed.launcher.launch" not in command:
-        return []
-    runner = _parent_of(parent)
-    return [parent, runner] if runner and "deepspeed" in _cmdline(runner) else [parent]
-
-
-class LossScaleWatch:
-    """fp16 only: counts the updates DeepSpeed's loss scaler skips for overflowing gradients (normal early in
-    training, while the dynamic scale finds its level), and turns a collapse into a ``TrainingError``: gradients that
-    overflow even at the smallest scale the config allows, i.e. that are inf or NaN however they are scaled. ZeRO's
-    scaler (every stage ``load_ds_config`` lets fp16 use) signals that with a bare ``Exception``."""
-
-    def __init__(self, engine: Any):
-        from deepspeed.runtime.fp16.loss_scaler import MIN_LOSS_SCALE
-
-        self.engine = engine
-        self.min_scale = engine.dynamic_loss_scale_args()[MIN_LOSS_SCALE] if engine.dynamic_loss_scale() else None
-        self.skipped = 0
-        self._skipped_before = engine.skipped_steps
-
-    def scale(self) -> float | None:
-        scale = getattr(self.engine.optimizer, "loss_scale", None)
-        return None if scale is None else float(scale)
-
-    def after_update(self) -> None:
-        self.skipped += self.engine.skipped_steps - self._skipped_before
-        self._skipped_before = self.engine.skipped_steps
-
-    @staticmethod
-    def is_deepspeed_collapse(err: Exception) -> bool:
-        """DeepSpeed's ZeRO loss scaler raises a bare ``Exception`` with this text when it cannot go lower."""
-        return "loss scale already at minimum" in str(err)
-
-    def error(self, run_dir: Path, stage: str, step: int, last_ckpt: Path | None) -> TrainingError:
-        return TrainingError(
-            f"{run_dir}: [{stage}] the fp16 loss scale collapsed: the gradients of update {step} overflowed with the "
-            f"loss scale already at its minimum ({self.min_scale:g}, fp16.min_loss_scale), so they are inf or NaN "
-            f"at any scale ({self.skipped} updates of this run skipped before it). Skipped updates leave the weights "
-            f"unchanged; the last good checkpoint is {last_ckpt or 'none'}. Lower the learning rate, check the "
-            "data or train in bf16, then resume with --resume.")
 
 
 def batch_to(batch: dict[str, Any], device: torch.device) -> dict[str, Any]:
@@ -341,10 +202,7 @@ def train(
             elapsed = time.perf_counter() - started
             loss = dict(zip(names, values))["loss"]
             if not math.isfinite(loss) and not fp16:
-                raise TrainingError(
-                    f"{run_dir}: [{stage.name}] non-finite loss {loss} at update {step}; nothing was saved after "
-                    f"it, the last good checkpoint is {last_ckpt or 'none'}. Lower the learning rate or check the "
-                    "data, then resume with --resume.")
+                raise non_finite_loss(run_dir, stage.name, loss, step, last_ckpt)
             metrics = dict(zip(names, values))
             if step % train_cfg.log_every == 0 or step == train_cfg.steps:
                 metrics.update(_engine_metrics(engine, scale_watch))
@@ -364,13 +222,10 @@ def train(
     except checkpoint.CheckpointWriteError as err:
         raise TrainingError(str(err)) from None
     except RuntimeError as err:
-        if not _lost_a_peer(err):
+        if not lost_a_peer(err):
             raise
         where = f"while saving the checkpoint of update {saving}" if saving is not None else f"during update {step + 1}"
-        raise TrainingError(
-            f"{run_dir}: [{stage.name}] rank {rank} lost contact with another rank {where} "
-            f"({str(err).strip().splitlines()[-1]}): a rank died, hung or became unreachable. The last complete "
-            f"checkpoint is {last_ckpt or 'none'}; relaunch every rank with --resume to continue.") from None
+        raise peer_lost(run_dir, stage.name, rank, where, err, last_ckpt) from None
     finally:
         signals.restore()
         progress.close()
@@ -384,21 +239,6 @@ def train(
     return TrainResult(step=step, samples=samples, tokens=tokens, flops=step * stage.flops_per_update,
                        last_metrics=metrics, checkpoint=last_ckpt, engine=engine, stopped_by=stopped_by,
                        skipped_updates=skipped)
-
-
-# What Gloo, NCCL and torch's c10d say when a collective's peer is gone or silent (measured with a SIGKILLed and a
-# SIGSTOPped peer on another host: "Connection reset by peer", "Timed out waiting 20000ms for recv operation").
-_PEER_FAILURE = ("timed out", "timeout", "connection reset", "connection closed", "connection refused",
-                 "broken pipe", "nccl error", "watchdog", "socket")
-# Gloo's own words when its TCP pair to a silent peer times out, without naming Gloo (seen in CI with a SIGSTOPped
-# peer while the other rank waited in a checkpoint's all-reduce: "Application timeout caused pair closure").
-_GLOO_PAIR_FAILURE = ("caused pair closure",)
-
-
-def _lost_a_peer(err: RuntimeError) -> bool:
-    text = str(err).lower()
-    return (isinstance(err, dist.DistError) or any(k in text for k in _GLOO_PAIR_FAILURE)
-            or (("gloo" in text or "nccl" in text or "c10d" in text) and any(k in text for k in _PEER_FAILURE)))
 
 
 def _engine_metrics(engine: Any, scale_watch: LossScaleWatch | None) -> dict[str, float]:

@@ -163,6 +163,6 @@ def test_resume_with_another_training_setup_is_refused_unless_allowed_and_then_r
     ("unexpected pos 1024 vs 512", False),  # torch.save on a full disk: a write failure, not a lost peer
 ])
 def test_lost_peer_errors_are_told_from_other_runtime_errors(text, lost):
-    from ds_minimodel.train.engine import _lost_a_peer
+    from ds_minimodel.train.faults import lost_a_peer
 
-    assert _lost_a_peer(RuntimeError(text)) is lost
+    assert lost_a_peer(RuntimeError(text)) is lost

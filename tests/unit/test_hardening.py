@@ -248,7 +248,7 @@ def test_resume_with_every_checkpoint_damaged_is_refused(folders, capsys):
 
 
 def test_ctrl_c_asks_for_a_save_and_a_second_one_stops_at_once():
-    from ds_minimodel.train.engine import StopSignals
+    from ds_minimodel.train.faults import StopSignals
 
     signals = StopSignals()
     signals._handle(signal.SIGINT, None)  # the first: finish the update, save, exit 130 (test_reliability.py)
