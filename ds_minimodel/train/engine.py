@@ -25,7 +25,7 @@ from ds_minimodel.errors import TrainingError
 from ds_minimodel.flops import to_gpu_days
 from ds_minimodel.train import checkpoint
 from ds_minimodel.train.faults import LossScaleWatch, StopSignals, lost_a_peer, non_finite_loss, peer_lost
-from ds_minimodel.train.metrics import MetricsLogger
+from ds_minimodel.train.metrics import MetricsLogger, reduce_update
 
 # ----------------------------------------------------------------------------------------------- the loop
 LossFn = Callable[[nn.Module, dict[str, torch.Tensor]], dict[str, torch.Tensor]]
@@ -189,21 +189,14 @@ def train(
             if scale_watch is not None:
                 scale_watch.after_update()
             samples += batch.global_batch
-            # One small all-reduce per update: losses averaged over ranks and micro-batches, tokens summed, and
-            # whether any rank was asked to stop (so that all ranks save and leave together).
-            names = sorted(sums)
-            extra = torch.tensor([float(local_tokens), float(signals.stop_requested())], device=engine.device)
-            packed = torch.cat([torch.stack([sums[n] for n in names]), extra])
-            dist.all_reduce(packed)
-            values = (packed[:-2] / (batch.accumulation * batch.world_size)).tolist()
-            update_tokens = int(packed[-2].item())
-            stop_requested = bool(packed[-1].item())
+            update = reduce_update(sums, local_tokens, signals.stop_requested(), batch)
+            update_tokens, stop_requested = update.tokens, update.stop
             tokens += update_tokens
             elapsed = time.perf_counter() - started
-            loss = dict(zip(names, values))["loss"]
+            loss = update.losses["loss"]
             if not math.isfinite(loss) and not fp16:
                 raise non_finite_loss(run_dir, stage.name, loss, step, last_ckpt)
-            metrics = dict(zip(names, values))
+            metrics = dict(update.losses)
             if step % train_cfg.log_every == 0 or step == train_cfg.steps:
                 metrics.update(_engine_metrics(engine, scale_watch))
                 metrics.update(tokens_per_s=update_tokens / elapsed, samples=samples, tokens=tokens,

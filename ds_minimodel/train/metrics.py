@@ -1,4 +1,5 @@
-"""One ``log(metrics, step)`` interface with TensorBoard and JSONL backends. Rank 0 writes; other ranks do nothing.
+"""One ``log(metrics, step)`` interface with TensorBoard and JSONL backends (rank 0 writes; other ranks do nothing),
+and the one all-reduce per update that gives every rank the same figures (``reduce_update``).
 
 Every stage writes under one log root (``<run>/tensorboard/<run name>``), so ``tensorboard --logdir`` on a parent
 folder shows all runs side by side.
@@ -7,8 +8,14 @@ from __future__ import annotations
 
 import json
 import math
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+
+import torch
+import torch.distributed as dist
+
+from ds_minimodel.ds_config import BatchSizes
 
 
 class MetricsLogger:
@@ -57,3 +64,26 @@ def _step_of(line: str) -> int | None:
         return int(json.loads(line)["step"])
     except (ValueError, KeyError, TypeError):
         return None
+
+
+@dataclass(frozen=True)
+class UpdateStats:
+    """One update's figures, the same on every rank."""
+
+    losses: dict[str, float]
+    """Each loss term averaged over the ranks and their micro-batches."""
+    tokens: int
+    """Tokens the update trained on, summed over the ranks."""
+    stop: bool
+    """Whether any rank was asked to stop: then every rank saves and leaves together."""
+
+
+def reduce_update(sums: dict[str, torch.Tensor], local_tokens: int, stop: bool, batch: BatchSizes) -> UpdateStats:
+    """One small all-reduce per update, of this rank's loss sums over its micro-batches, its tokens and its stop
+    request, packed into one tensor on the device the losses are on."""
+    names = sorted(sums)
+    losses = torch.stack([sums[n] for n in names])
+    packed = torch.cat([losses, torch.tensor([float(local_tokens), float(stop)], device=losses.device)])
+    dist.all_reduce(packed)
+    values = (packed[:-2] / (batch.accumulation * batch.world_size)).tolist()
+    return UpdateStats(dict(zip(names, values)), int(packed[-2].item()), bool(packed[-1].item()))

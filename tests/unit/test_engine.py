@@ -166,3 +166,25 @@ def test_lost_peer_errors_are_told_from_other_runtime_errors(text, lost):
     from ds_minimodel.train.faults import lost_a_peer
 
     assert lost_a_peer(RuntimeError(text)) is lost
+
+
+def test_an_updates_figures_are_reduced_in_one_all_reduce_the_same_on_every_rank():
+    """train.metrics.reduce_update on a one-rank Gloo group in this process: loss sums averaged over the micro-batches
+    (and ranks), tokens summed, a stop request passed on."""
+    import torch
+    import torch.distributed as dist
+
+    from ds_minimodel.cluster.launch import free_port
+    from ds_minimodel.train.metrics import reduce_update
+
+    started = not dist.is_initialized()
+    if started:
+        dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{free_port()}", rank=0, world_size=1)
+    try:
+        batch = BatchSizes(micro=4, accumulation=2, world_size=1)
+        stats = reduce_update({"loss_main": torch.tensor(2.0), "loss": torch.tensor(3.0)}, 7, True, batch)
+        assert stats.losses == {"loss": 1.5, "loss_main": 1.0} and stats.tokens == 7 and stats.stop is True
+        assert reduce_update({"loss": torch.tensor(1.0)}, 3, False, batch).stop is False
+    finally:
+        if started:
+            dist.destroy_process_group()
