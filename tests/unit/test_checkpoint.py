@@ -68,3 +68,26 @@ def test_flipped_byte_and_truncation_are_named(folder: Path) -> None:
     assert "truncated" in checkpoint.verify(folder)
     with pytest.raises(InputError, match="truncated or corrupted"):
         load_mlm(folder)
+
+
+def test_a_task_model_loads_from_its_recorded_head_and_one_written_before_heads_were_recorded_too(tmp_path):
+    """model.loading rebuilds a finetuned model's head from meta.json alone: ``task.kind`` where recorded, the
+    format's kind for task models written before it was (no ``kind`` key); a head of unknown kind is refused."""
+    from ds_minimodel.model.encoder import TaskModel
+    from ds_minimodel.model.loading import load
+    from ds_minimodel.tasks.formats import load_task_model
+
+    cfg = get_preset("tiny").replace(vocab_size=60, num_layers=2)
+    model = TaskModel(cfg, "token", 4, "cls")
+    task = {"name": "pos", "format": "conllu", "labels": ["A", "B", "C", "D"], "max_len": 64, "doc_stride": 64,
+            "pooling": "cls"}
+    for name, recorded in (("old", task), ("new", {**task, "kind": "token"})):
+        checkpoint.save_model_folder(tmp_path / name, model.state_dict(), {
+            "kind": checkpoint.Kind.TASK_MODEL.value, "model_config": cfg.to_dict(), "task": recorded})
+        loaded, spec, _ = load_task_model(tmp_path / name)
+        assert loaded.kind == "token" and spec.kind == "token" and spec.num_labels == 4
+        assert all(torch.equal(loaded.state_dict()[k], v) for k, v in model.state_dict().items())
+    checkpoint.save_model_folder(tmp_path / "odd", model.state_dict(), {
+        "kind": checkpoint.Kind.TASK_MODEL.value, "model_config": cfg.to_dict(), "task": {**task, "format": "odd"}})
+    with pytest.raises(InputError, match="task head of unknown kind"):
+        load(tmp_path / "odd")
