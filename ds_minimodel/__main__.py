@@ -38,14 +38,18 @@ TRAINING = ("pretrain", "adapt", "finetune")
 def usage() -> str:
     width = max(map(len, COMMANDS))
     lines = [f"  {name:<{width}}  {text}" for name, (_, text) in COMMANDS.items()]
-    return "usage: ds-minimodel <command> [options]\n\ncommands:\n" + "\n".join(lines)
+    return ("ds-minimodel: mini-model adaptation (Marchisio et al., 2023) on DeepSpeed: extend a pretrained masked\n"
+            "language model to a new language, with the new embeddings learned over a shallow mini-model.\n\n"
+            "usage: ds-minimodel <command> [options]\n\ncommands:\n" + "\n".join(lines) +
+            "\n\n`ds-minimodel <command> --help` gives a command's options; `ds-minimodel pipeline --config "
+            "configs/demo.json` runs the whole method on the bundled demo data.")
 
 
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
-    if not argv or argv[0] in ("-h", "--help"):
+    if not argv or argv[0] in ("-h", "--help"):  # what the tool is, its commands and the way on: not an error
         print(usage())
-        return 0 if argv else 2
+        return 0
     command, rest = argv[0], argv[1:]
     if command not in COMMANDS:
         print(f"ds-minimodel: unknown command {command!r}\n\n{usage()}", file=sys.stderr)

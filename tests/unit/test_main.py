@@ -20,7 +20,10 @@ def test_a_command_runs_its_module_and_an_unknown_one_is_refused(capsys):
     assert "Step 1, 12 layers (A1)" in capsys.readouterr().out
     assert main(["no-such-command"]) == 2
     assert "unknown command 'no-such-command'" in capsys.readouterr().err
-    assert main([]) == 2 and "commands:" in capsys.readouterr().out
+    assert main([]) == 0  # alone: what it is, the commands and the hint (issue 31)
+    out = capsys.readouterr().out
+    assert out.startswith("ds-minimodel: mini-model adaptation") and "commands:" in out
+    assert "`ds-minimodel <command> --help`" in out and all(name in out for name in COMMANDS)
 
 
 @pytest.mark.parametrize("entry", [["-m", "ds_minimodel"], None])
