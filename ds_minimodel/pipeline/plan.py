@@ -1,5 +1,6 @@
 """The whole method from one config: prepare data, Step 1 (and 1b), Step 2 per target language, Step 3 per task and
-seed, Step 4 for every saved Step-2 checkpoint, then results as JSON, CSV and a table shaped like the paper's Table 2.
+seed, Step 4 for every saved Step-2 checkpoint; then results.json and .csv, and analysis/ with the paper's tables and
+figures (table2.txt, table3.txt, figure1_speedup.png, figure3_<task>_<lang>.png, ...), also printed at the end.
 
     python -m ds_minimodel pipeline --config configs/demo.json
 
@@ -448,7 +449,9 @@ def only_systems(cfg: PipelineConfig, systems: list[str], source: str) -> Pipeli
 
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--config", type=Path, required=True)
+    p.add_argument("--config", type=Path, required=True,
+                   help="the pipeline's JSON config: corpora, systems, step lengths, tasks, out folder (see "
+                        "configs/demo.json and configs/reference.json)")
     p.add_argument("--only", metavar="JOB",
                    help="run one job of the plan (see --list), e.g. step1-base, step2-minijoint")
     p.add_argument("--lang", help="with --only step2-*: just this target language")

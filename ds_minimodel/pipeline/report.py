@@ -1,6 +1,7 @@
-"""``python -m ds_minimodel analysis``: every table and figure of the paper that a pipeline's ``results.json``
-holds, written into one folder (``pipeline.analysis`` for Tables 2-3, Figures 1 and 3 and the diagnostics;
-``pipeline.studies`` for the depth study's Table 4, Table A3 and Figure 4, Table 5 and Table A5).
+"""``ds-minimodel analysis``: every table and figure of the paper that a pipeline's ``results.json`` holds, written
+into one folder: Tables 2 and 3 (scores and compute to near-maximal performance), Figure 1 (speedups), Figure 3
+(score against Step-2 compute) and the diagnostics; where the run has them, the depth study's Table 4, Table A3 and
+Figure 4, Table 5 (mini-models on English) and Table A5 (further pretraining runs).
 
 Only results.json is read: the analysis of a finished run can be redone anywhere, without its checkpoints.
 """
