@@ -96,9 +96,9 @@ def check(args: argparse.Namespace) -> dict[str, int]:
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="ds-minimodel launch", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--hostfile", type=Path, required=True)
+    p.add_argument("--hostfile", type=Path, required=True, help="DeepSpeed hostfile: one 'host slots=N' line per node")
     p.add_argument("--master-addr", help="address every rank reaches the first rank at (default: the first host)")
-    p.add_argument("--master-port", type=int, default=29500)
+    p.add_argument("--master-port", type=int, default=29500, help="port of the rendezvous on the master host")
     p.add_argument("--no-ssh", action="store_true", help="start only this node's ranks (run once per node)")
     p.add_argument("--node-rank", type=int, default=0, help="with --no-ssh: this node's line in the hostfile, from 0")
     p.add_argument("--launcher", help="DeepSpeed's multi-node launcher (pdsh, openmpi, mvapich, slurm); default pdsh")

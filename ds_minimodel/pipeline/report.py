@@ -80,7 +80,7 @@ def main(argv: list[str] | None = None) -> int:
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--results", type=Path, required=True, help="results.json written by the pipeline")
     p.add_argument("--out", type=Path, help="folder for tables and plots (default: <results folder>/analysis)")
-    p.add_argument("--no-plots", action="store_true")
+    p.add_argument("--no-plots", action="store_true", help="tables only, no figures")
     args = p.parse_args(argv)
     try:
         summary = run(args.results, args.out or args.results.parent / "analysis", plots=not args.no_plots)

@@ -56,27 +56,29 @@ def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--model", type=Path, required=True, help="the primary model: a Step-1 checkpoint or model folder")
     p.add_argument("--task", required=True, help="task name for run names and results, e.g. xnli, lohelp")
-    p.add_argument("--format", choices=sorted(KIND_OF_FORMAT), required=True)
+    p.add_argument("--format", choices=sorted(KIND_OF_FORMAT), required=True, help="the task files' format")
     p.add_argument("--train", type=Path, required=True, help="source-language training file")
     p.add_argument("--dev", type=Path, help="source-language dev file, scored after training")
     p.add_argument("--dev-format", choices=sorted(KIND_OF_FORMAT),
                    help="format of --dev when it differs from --format (XNLI: train on multinli, dev in xnli)")
     p.add_argument("--language", default="en", help="language of --train/--dev (XNLI files hold several)")
-    p.add_argument("--ds-config", type=Path, required=True)
-    p.add_argument("--out", type=Path, required=True)
-    p.add_argument("--epochs", type=POSITIVE, default=FinetuneConfig.epochs)
-    p.add_argument("--warmup-ratio", type=FRACTION, default=FinetuneConfig.warmup_ratio)
+    p.add_argument("--ds-config", type=Path, required=True, help="DeepSpeed JSON (see ds_configs/)")
+    p.add_argument("--out", type=Path, required=True, help="run folder: checkpoints, metrics, dev scores")
+    p.add_argument("--epochs", type=POSITIVE, default=FinetuneConfig.epochs,
+                   help="passes over --train (may be a fraction)")
+    p.add_argument("--warmup-ratio", type=FRACTION, default=FinetuneConfig.warmup_ratio,
+                   help="warm-up share of the updates where the scheduler says \"auto\"")
     p.add_argument("--max-len", type=POSITIVE_INT, default=FinetuneConfig.max_len,
                    help="tokens per input (paper QA: 384)")
     p.add_argument("--doc-stride", type=POSITIVE_INT, default=FinetuneConfig.doc_stride,
                    help="QA: overlap of context windows")
     p.add_argument("--pooling", choices=POOLINGS, default=FinetuneConfig.pooling,
                    help="sequence tasks: classify from the <s> position (RoBERTa) or the mean over real tokens")
-    p.add_argument("--seed", type=COUNT, default=TrainConfig.seed)
-    p.add_argument("--log-every", type=POSITIVE_INT, default=TrainConfig.log_every)
+    p.add_argument("--seed", type=COUNT, default=TrainConfig.seed, help="seed of the head, data order and dropout")
+    p.add_argument("--log-every", type=POSITIVE_INT, default=TrainConfig.log_every, help="updates between log lines")
     p.add_argument("--save-every", type=POSITIVE_INT, default=FinetuneConfig.save_every,
                    help="updates between checkpoints (default: the end)")
-    p.add_argument("--resume", action="store_true")
+    p.add_argument("--resume", action="store_true", help="continue from the newest complete checkpoint in --out")
     add_allow_config_change(p)
     add_run_args(p)
     p.add_argument("--local_rank", "--local-rank", type=int, default=0, help=argparse.SUPPRESS)

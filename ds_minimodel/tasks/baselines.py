@@ -75,8 +75,8 @@ def main(argv: list[str] | None = None) -> int:
     """``python -m ds_minimodel baselines --format generic --train train.en.jsonl dev.de.jsonl ...``"""
     p = argparse.ArgumentParser(prog="ds-minimodel baselines",
                                 description="Majority-class and bag-of-words scores of evaluation files.")
-    p.add_argument("--format", choices=sorted(KIND_OF_FORMAT), required=True)
-    p.add_argument("--train", type=Path, required=True)
+    p.add_argument("--format", choices=sorted(KIND_OF_FORMAT), required=True, help="the task files' format")
+    p.add_argument("--train", type=Path, required=True, help="the training file (its majority class and words)")
     p.add_argument("--language", help="the language to read from files that hold several (XNLI's TSV files)")
     p.add_argument("files", type=Path, nargs="+", help="dev or test files in the same format")
     args = p.parse_args(argv)

@@ -75,8 +75,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--task-model", type=Path, required=True, help="finetuned model folder (Step 3)")
     p.add_argument("--embeddings", type=Path, nargs="*", default=[],
                    help="embeddings folders (Step-2 checkpoints); none: the model's own embeddings")
-    p.add_argument("--test", type=Path, required=True)
-    p.add_argument("--lang", required=True)
+    p.add_argument("--test", type=Path, required=True, help="the target-language file scored")
+    p.add_argument("--lang", required=True, help="its language (results name it; XNLI files hold several)")
     p.add_argument("--format", choices=sorted(KIND_OF_FORMAT),
                    help="format of --test when it differs from the training format (e.g. xnli after multinli)")
     args = p.parse_args(argv)

@@ -108,7 +108,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--source", type=Path, required=True, help="source-language JSON lines with id and text")
     p.add_argument("--target", type=Path, required=True, help="target-language JSON lines with the same ids")
     p.add_argument("--pairs", type=int, default=1000, help="at most this many pairs (the first shared ids)")
-    p.add_argument("--max-len", type=int, default=128)
+    p.add_argument("--max-len", type=int, default=128, help="tokens per sentence (longer ones are cut)")
     args = p.parse_args(argv)
     try:
         if args.pairs < 2 or args.max_len < 3:

@@ -371,13 +371,13 @@ def print_table(result: dict[str, Any]) -> None:
 
 
 def _shape_args(p: argparse.ArgumentParser, *, updates: int = 10) -> None:
-    p.add_argument("--preset", default="base")
-    p.add_argument("--vocab", type=int, default=50_000)
-    p.add_argument("--seq-len", type=int, default=128)
-    p.add_argument("--micro-batch", type=int, default=8)
-    p.add_argument("--mask-prob", type=float, default=0.15)
-    p.add_argument("--warmup", type=int, default=3)
-    p.add_argument("--updates", type=int, default=updates)
+    p.add_argument("--preset", default="base", help="model size preset (tiny, demo, base, small)")
+    p.add_argument("--vocab", type=int, default=50_000, help="vocabulary size (paper: 50,000)")
+    p.add_argument("--seq-len", type=int, default=128, help="tokens per sequence")
+    p.add_argument("--micro-batch", type=int, default=8, help="sequences per forward pass")
+    p.add_argument("--mask-prob", type=float, default=0.15, help="share of tokens masked")
+    p.add_argument("--warmup", type=int, default=3, help="updates run before the timed ones")
+    p.add_argument("--updates", type=int, default=updates, help="updates timed (the median is reported)")
     p.add_argument("--json", type=Path, help="also write the result here")
 
 
@@ -386,7 +386,8 @@ def _stage_model_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--layers", type=int, default=12, help="the primary's depth")
     p.add_argument("--mini-layers", type=int, default=Depths.aux, help="N: MiniJoint's head, the layers MiniPost keeps")
     p.add_argument("--new-layers", type=int, default=Depths.new, help="MiniPost's new layers")
-    p.add_argument("--ds-config", type=Path, default=Path("ds_configs/cpu_fp32.json"))
+    p.add_argument("--ds-config", type=Path, default=Path("ds_configs/cpu_fp32.json"),
+                   help="DeepSpeed JSON of the timed engine (precision, ZeRO stage, optimizer)")
 
 
 def stage_list(value: str) -> list[str]:
@@ -432,14 +433,15 @@ def build_parser() -> argparse.ArgumentParser:
     _shape_args(ld, updates=200)
     ld.set_defaults(seq_len=512, micro_batch=16)
     ld.add_argument("--data", type=Path, help="a prepared folder (default: the demo corpus, prepared in a temp dir)")
-    ld.add_argument("--corpus", type=Path, default=Path("demo_data/corpus/en.txt"))
+    ld.add_argument("--corpus", type=Path, default=Path("demo_data/corpus/en.txt"),
+                    help="text prepared when --data is not given")
     ld.add_argument("--compute-ms", type=float,
                     help="compute per micro-batch to stand in for (default: analytic, H100 bf16 at 45%% MFU)")
     pre = sub.add_parser("prepare", help="SentencePiece encoding into shards: MB/s with 1 worker and every core")
-    pre.add_argument("--corpus", type=Path, default=Path("demo_data/corpus/en.txt"))
-    pre.add_argument("--vocab", type=int, default=8000)
-    pre.add_argument("--repeats", type=int, default=3)
-    pre.add_argument("--json", type=Path)
+    pre.add_argument("--corpus", type=Path, default=Path("demo_data/corpus/en.txt"), help="the text encoded")
+    pre.add_argument("--vocab", type=int, default=8000, help="vocabulary of the tokenizer trained first")
+    pre.add_argument("--repeats", type=int, default=3, help="encodings timed per worker count")
+    pre.add_argument("--json", type=Path, help="also write the result here")
     return p
 
 

@@ -338,7 +338,8 @@ def _parser() -> argparse.ArgumentParser:
 
     plan = sub.add_parser("plan", help="cost and wall-clock of the four systems on a cluster")
     _add_shape_args(plan)
-    plan.add_argument("--gpu", choices=("v100", "a100", "h100", "custom"), default="v100")
+    plan.add_argument("--gpu", choices=("v100", "a100", "h100", "custom"), default="v100",
+                      help="the GPU whose throughput turns FLOPs into days (custom: give --tflops)")
     plan.add_argument("--tflops", type=_positive_float,
                       help="sustained TFLOP/s per GPU (required for --gpu custom; overrides the default)")
     plan.add_argument("--gpus", type=_positive_int, default=1, help="GPUs in the cluster (1)")
@@ -355,7 +356,7 @@ def _parser() -> argparse.ArgumentParser:
     check.add_argument("--batch", type=_positive_int, default=1, help="sequences (1)")
     check.add_argument("--vocab", type=_positive_int, help="override the preset's vocabulary size (faster counts)")
     check.add_argument("--mask-prob", type=_probability, default=PAPER["p"], help="mask probability (0.15)")
-    check.add_argument("--seed", type=int, default=0)
+    check.add_argument("--seed", type=int, default=0, help="seed of the random weights and tokens counted")
     return parser
 
 

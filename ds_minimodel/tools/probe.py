@@ -91,7 +91,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--model", type=Path, nargs="+", required=True, help="MLM checkpoints or model folders")
     p.add_argument("--data", type=Path, required=True, help="prepared data in the model's tokenizer")
     p.add_argument("--blocks", type=int, default=64, help="text blocks scored (default 64)")
-    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--seed", type=int, default=0, help="seed of the fixed masks (the same masks for every model)")
     args = p.parse_args(argv)
     try:
         for folder in args.model:

@@ -32,3 +32,23 @@ def test_the_console_script_and_python_m_list_the_commands(entry):
                                                              "--help"]
     out = subprocess.run(cmd, capture_output=True, text=True, check=True).stdout
     assert all(name in out for name in COMMANDS)
+
+
+def test_every_option_of_every_command_says_what_it_is(monkeypatch, capsys):
+    """Issue 31: each command's --help, with every add_argument call recorded; an option without help text fails."""
+    import argparse
+
+    missing, original = [], argparse._ActionsContainer.add_argument
+
+    def recording(self, *args, **kwargs):
+        action = original(self, *args, **kwargs)
+        if action.option_strings and action.help is None:
+            missing.append(f"{command} {action.option_strings[0]}")
+        return action
+
+    monkeypatch.setattr(argparse._ActionsContainer, "add_argument", recording)
+    for command, (module, _) in COMMANDS.items():
+        with pytest.raises(SystemExit):
+            importlib.import_module(module).main(["--help"])
+    capsys.readouterr()
+    assert missing == []
