@@ -2,7 +2,7 @@
 
 A system names its body kind; the entry here says which checkpoints can be that body and how the body is made from
 them (``take``: Step 2 on a loaded checkpoint), and how it is cut from a model of the system's primary shape
-(``cut``: the benchmark and the FLOP cross-check build it from fresh weights). Nothing else compares body names.
+(``cut``: the benchmark builds it from fresh weights). Nothing else compares body names.
 """
 from __future__ import annotations
 

@@ -25,7 +25,7 @@ from ds_minimodel.data.streams import trim_padding
 from ds_minimodel.data.tokenizer import IGNORE_INDEX, AnyTokenizer
 from ds_minimodel.errors import InputError, require_file
 from ds_minimodel.model.encoder import POOLINGS, TaskModel
-from ds_minimodel.model.loading import load
+from ds_minimodel.model.loading import TaskHead, load
 from ds_minimodel.tasks import qa, readers
 from ds_minimodel.tasks.features import classification_features, token_classification_features
 from ds_minimodel.train import checkpoint
@@ -94,8 +94,13 @@ class TaskSpec:
         return KIND_OF_FORMAT[self.format]
 
     @property
+    def head(self) -> TaskHead:
+        """The head a model finetuned on this task has (what ``model.loading`` rebuilds from meta.json)."""
+        return TaskHead(self.kind, tuple(self.labels), self.pooling)
+
+    @property
     def num_labels(self) -> int:
-        return 2 if self.kind == "span" else len(self.labels)
+        return self.head.num_labels
 
     def to_dict(self) -> dict[str, Any]:
         """What a task model's meta.json records as ``task``; ``kind`` is how ``model.loading`` rebuilds its head."""
