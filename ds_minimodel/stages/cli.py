@@ -2,7 +2,8 @@
 from __future__ import annotations
 
 import argparse
-import datetime
+import dataclasses
+import functools
 import gc
 import json
 import logging
@@ -14,13 +15,11 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any, NoReturn
 
-from ds_minimodel.config import TrainConfig
-from ds_minimodel.ds_config import scheduler_total_steps
 from ds_minimodel.errors import InputError, TrainingError, report
 from ds_minimodel.folders import require_output
+from ds_minimodel.stages.specs import MLMSpec, RunSpec, help_of
 from ds_minimodel.train import checkpoint
 from ds_minimodel.train.distributed import DEFAULT_DIST_TIMEOUT
-from ds_minimodel.train.ds_validate import check_ds_config
 from ds_minimodel.train.faults import StopSignals
 
 
@@ -47,65 +46,77 @@ FRACTION = number(float, low=0, below=1)  # warm-up shares
 PROBABILITY = number(float, low=0, strict=True, below=1)  # mask rates
 
 
-def add_training_args(p: argparse.ArgumentParser, *, save_every: int = 1000) -> None:
-    p.add_argument("--ds-config", type=Path, required=True, help="DeepSpeed JSON (see ds_configs/)")
-    p.add_argument("--data", type=Path, required=True, help="folder made by `python -m ds_minimodel prepare`")
-    p.add_argument("--out", type=Path, required=True, help="run folder: checkpoints, metrics, TensorBoard logs")
-    p.add_argument("--steps", type=POSITIVE_INT, help="optimizer updates (default: the scheduler's total_num_steps)")
-    p.add_argument("--seq-len", type=POSITIVE_INT, default=TrainConfig.seq_len, help="tokens per training sequence")
-    p.add_argument("--mask-prob", type=PROBABILITY, default=TrainConfig.mask_prob, help="share of tokens masked")
-    p.add_argument("--seed", type=COUNT, default=TrainConfig.seed, help="seed of the weights, data order and masks")
-    p.add_argument("--save-every", type=POSITIVE_INT, default=save_every, help="updates between checkpoints")
-    p.add_argument("--log-every", type=POSITIVE_INT, default=TrainConfig.log_every, help="updates between log lines")
-    p.add_argument("--warmup-ratio", type=FRACTION, default=TrainConfig.warmup_ratio,
-                   help='warm-up share where the scheduler says "auto" (paper: 10,000 of 125,000 updates)')
-    p.add_argument("--keep-checkpoints", type=POSITIVE_INT, help="keep only the newest K checkpoints (default: all)")
-    p.add_argument("--resume", action="store_true", help="continue from the newest complete checkpoint in --out")
-    add_run_args(p)
-    add_allow_config_change(p)
+def add_training_args(p: argparse.ArgumentParser, spec: type[MLMSpec]) -> None:
+    """The options of every MLM stage (``stages.specs.MLMSpec``), their help texts the spec's field docs."""
+    doc = functools.partial(help_of, spec)
+    defaults = {f.name: f.default for f in dataclasses.fields(spec)}
+    p.add_argument("--ds-config", type=Path, required=True, help=doc("ds_config"))
+    p.add_argument("--data", type=Path, required=True, help=doc("data"))
+    p.add_argument("--out", type=Path, required=True, help=doc("out"))
+    p.add_argument("--steps", type=POSITIVE_INT, help=doc("steps"))
+    p.add_argument("--seq-len", type=POSITIVE_INT, default=defaults["seq_len"], help=doc("seq_len"))
+    p.add_argument("--mask-prob", type=PROBABILITY, default=defaults["mask_prob"], help=doc("mask_prob"))
+    p.add_argument("--seed", type=COUNT, default=defaults["seed"], help=doc("seed"))
+    p.add_argument("--save-every", type=POSITIVE_INT, default=defaults["save_every"], help=doc("save_every"))
+    p.add_argument("--log-every", type=POSITIVE_INT, default=defaults["log_every"], help=doc("log_every"))
+    p.add_argument("--warmup-ratio", type=FRACTION, default=defaults["warmup_ratio"], help=doc("warmup_ratio"))
+    p.add_argument("--keep-checkpoints", type=POSITIVE_INT, help=doc("keep_checkpoints"))
+    p.add_argument("--resume", action="store_true", help=doc("resume"))
+    add_run_args(p, spec)
+    add_allow_config_change(p, spec)
+    add_launcher_args(p)
+
+
+def add_launcher_args(p: argparse.ArgumentParser) -> None:
+    """What every entry script accepts besides its spec's options: a spec file, and the launcher's rank."""
+    p.add_argument("--config", type=Path, metavar="SPEC_JSON",
+                   help="a spec file (JSON, ds_minimodel.stages.specs; the pipeline writes one per job) holding "
+                        "every setting; no other option goes with it")
     p.add_argument("--local_rank", "--local-rank", type=int, default=0, help=argparse.SUPPRESS)  # deepspeed launcher
 
 
-def add_allow_config_change(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--allow-config-change", action="store_true",
-                   help="with --resume: continue although the DeepSpeed JSON or the warm-up share differs from the "
-                        "one run.json records (the change is recorded there); the model's settings never may")
+def add_allow_config_change(p: argparse.ArgumentParser, spec: type[RunSpec]) -> None:
+    p.add_argument("--allow-config-change", action="store_true", help=help_of(spec, "allow_config_change"))
 
 
-def add_run_args(p: argparse.ArgumentParser) -> None:
+def add_run_args(p: argparse.ArgumentParser, spec: type[RunSpec]) -> None:
     """Where a run logs and how long it waits for peers: options of every training entry point."""
-    p.add_argument("--log-root", type=Path,
-                   help="TensorBoard log root shared by several runs (default: <out>/tensorboard); this run logs to "
-                        "<log-root>/<run-name>")
-    p.add_argument("--run-name", help="this run's name under --log-root (default: stage, language and system)")
-    p.add_argument("--activation-checkpointing", action="store_true",
-                   help="recompute each layer in the backward pass: less activation memory, ~1 more forward pass")
-    p.add_argument("--compile", action="store_true",
-                   help="torch.compile the model: faster updates after a compilation of about a minute")
-    p.add_argument("--prefetch", type=COUNT, metavar="N",
-                   help="micro-batches built ahead on a background thread, pinned on a GPU (default: 2 on a GPU, "
-                        "0 on a CPU)")
+    doc = functools.partial(help_of, spec)
+    p.add_argument("--log-root", type=Path, help=doc("log_root"))
+    p.add_argument("--run-name", help=doc("run_name"))
+    p.add_argument("--activation-checkpointing", action="store_true", help=doc("activation_checkpointing"))
+    p.add_argument("--compile", action="store_true", help=doc("compile"))
+    p.add_argument("--prefetch", type=COUNT, metavar="N", help=doc("prefetch"))
     p.add_argument("--dist-timeout", type=POSITIVE, default=DEFAULT_DIST_TIMEOUT.total_seconds(), metavar="SECONDS",
-                   help="a collective that waits longer than this on a dead or hung peer ends the run with an error "
-                        "(every process group; default %(default)g)")
+                   help=doc("dist_timeout") + " (default %(default)g)")
 
 
-def train_config(args: argparse.Namespace, ds_config: dict[str, Any]) -> TrainConfig:
-    steps = args.steps or scheduler_total_steps(ds_config)
-    if steps is None:
-        raise InputError(f"{args.ds_config}: the scheduler's total_num_steps is not a number; pass --steps")
-    check_ds_config(ds_config, str(args.ds_config), steps=steps)  # the whole JSON, before anything starts
-    return TrainConfig(steps=steps, seq_len=args.seq_len, mask_prob=args.mask_prob, seed=args.seed,
-                       save_every=args.save_every, log_every=args.log_every, keep_checkpoints=args.keep_checkpoints,
-                       warmup_ratio=args.warmup_ratio, activation_checkpointing=args.activation_checkpointing,
-                       compile=args.compile, prefetch=args.prefetch)
+def spec_from_command_line(parser: argparse.ArgumentParser, spec: type[RunSpec], argv: list[str] | None = None
+                           ) -> RunSpec:
+    """The stage's spec: read from ``--config SPEC_JSON``, or built from the options. The command-line layer
+    ends here: below it, stages take specs."""
+    argv = sys.argv[1:] if argv is None else list(argv)
+    first = argparse.ArgumentParser(add_help=False)
+    first.add_argument("--config", type=Path, help=argparse.SUPPRESS)
+    first.add_argument("--local_rank", "--local-rank", type=int, help=argparse.SUPPRESS)
+    given, rest = first.parse_known_args(argv)
+    if given.config is None or "-h" in rest or "--help" in rest:
+        return spec_from_args(spec, parser.parse_args(argv))
+    if rest:
+        parser.error(f"--config {given.config} holds every setting; leave out {' '.join(rest)} (or --config)")
+    try:
+        return spec.from_file(given.config)
+    except InputError as err:
+        raise SystemExit(report(err)) from None
 
 
-def dist_timeout(args: argparse.Namespace) -> datetime.timedelta:
-    return datetime.timedelta(seconds=args.dist_timeout)
+def spec_from_args(spec: type[RunSpec], args: argparse.Namespace) -> RunSpec:
+    """A spec from parsed options named after its fields."""
+    values = vars(args)
+    return spec(**{f.name: values[f.name] for f in dataclasses.fields(spec)})
 
 
-def run_main(run: Callable[[argparse.Namespace], dict[str, Any]], args: argparse.Namespace) -> int:
+def run_main(run: Callable[[Any], dict[str, Any]], spec: RunSpec) -> int:
     """Run a stage; bad input exits 2 with one line naming the file and the problem, no traceback."""
     import torch.distributed as dist
 
@@ -117,12 +128,12 @@ def run_main(run: Callable[[argparse.Namespace], dict[str, Any]], args: argparse
         signal.signal(signal.SIGINT, signal.default_int_handler)
     try:
         # Before any work: a run writes only into a new or empty folder or its own earlier run (folders.py).
-        require_output(args.out, own=checkpoint.is_run_folder, what="a training run")
-        summary = run(args)
+        require_output(spec.out, own=checkpoint.is_run_folder, what="a training run")
+        summary = run(spec)
     except (InputError, TrainingError) as err:
         return report(err)
     except KeyboardInterrupt:  # a second Ctrl-C, or one before training began: stop now, no traceback
-        print(f"{Path(sys.argv[0]).name}: interrupted; nothing was saved after the newest checkpoint in {args.out}",
+        print(f"{Path(sys.argv[0]).name}: interrupted; nothing was saved after the newest checkpoint in {spec.out}",
               file=sys.stderr, flush=True)
         return 130
     if dist.is_initialized():

@@ -10,17 +10,16 @@ then derived from --epochs, the training set size and --warmup-ratio.
 from __future__ import annotations
 
 import argparse
+import functools
 from pathlib import Path
 from typing import Any
 
 import torch
-import torch.distributed as dist
 
 from ds_minimodel import flops
 from ds_minimodel.config import FinetuneConfig, TrainConfig, write_json
 from ds_minimodel.data.streams import ArrayStream
 from ds_minimodel.data.tokenizer import load_tokenizer
-from ds_minimodel.ds_config import load_ds_config, resolve_batch
 from ds_minimodel.errors import InputError
 from ds_minimodel.model.encoder import MAIN_HEAD, POOLINGS, TaskModel
 from ds_minimodel.model.loading import load_mlm
@@ -30,10 +29,13 @@ from ds_minimodel.stages.cli import (
     POSITIVE,
     POSITIVE_INT,
     add_allow_config_change,
+    add_launcher_args,
     add_run_args,
-    dist_timeout,
     run_main,
+    spec_from_command_line,
 )
+from ds_minimodel.stages.runner import Built, Context, run_stage
+from ds_minimodel.stages.specs import FinetuneSpec, help_of
 from ds_minimodel.tasks.formats import (
     KIND_OF_FORMAT,
     TaskSpec,
@@ -46,42 +48,34 @@ from ds_minimodel.tasks.formats import (
     task_loss,
 )
 from ds_minimodel.train import checkpoint
-from ds_minimodel.train.distributed import init_distributed
 from ds_minimodel.train.ds_validate import check_ds_config
-from ds_minimodel.train.engine import Stage, train
-from ds_minimodel.train.run_record import write_run_description
+from ds_minimodel.train.engine import Stage, TrainResult
 
 
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--model", type=Path, required=True, help="the primary model: a Step-1 checkpoint or model folder")
-    p.add_argument("--task", required=True, help="task name for run names and results, e.g. xnli, lohelp")
-    p.add_argument("--format", choices=sorted(KIND_OF_FORMAT), required=True, help="the task files' format")
-    p.add_argument("--train", type=Path, required=True, help="source-language training file")
-    p.add_argument("--dev", type=Path, help="source-language dev file, scored after training")
-    p.add_argument("--dev-format", choices=sorted(KIND_OF_FORMAT),
-                   help="format of --dev when it differs from --format (XNLI: train on multinli, dev in xnli)")
-    p.add_argument("--language", default="en", help="language of --train/--dev (XNLI files hold several)")
-    p.add_argument("--ds-config", type=Path, required=True, help="DeepSpeed JSON (see ds_configs/)")
-    p.add_argument("--out", type=Path, required=True, help="run folder: checkpoints, metrics, dev scores")
-    p.add_argument("--epochs", type=POSITIVE, default=FinetuneConfig.epochs,
-                   help="passes over --train (may be a fraction)")
-    p.add_argument("--warmup-ratio", type=FRACTION, default=FinetuneConfig.warmup_ratio,
-                   help="warm-up share of the updates where the scheduler says \"auto\"")
-    p.add_argument("--max-len", type=POSITIVE_INT, default=FinetuneConfig.max_len,
-                   help="tokens per input (paper QA: 384)")
-    p.add_argument("--doc-stride", type=POSITIVE_INT, default=FinetuneConfig.doc_stride,
-                   help="QA: overlap of context windows")
-    p.add_argument("--pooling", choices=POOLINGS, default=FinetuneConfig.pooling,
-                   help="sequence tasks: classify from the <s> position (RoBERTa) or the mean over real tokens")
-    p.add_argument("--seed", type=COUNT, default=TrainConfig.seed, help="seed of the head, data order and dropout")
-    p.add_argument("--log-every", type=POSITIVE_INT, default=TrainConfig.log_every, help="updates between log lines")
-    p.add_argument("--save-every", type=POSITIVE_INT, default=FinetuneConfig.save_every,
-                   help="updates between checkpoints (default: the end)")
-    p.add_argument("--resume", action="store_true", help="continue from the newest complete checkpoint in --out")
-    add_allow_config_change(p)
-    add_run_args(p)
-    p.add_argument("--local_rank", "--local-rank", type=int, default=0, help=argparse.SUPPRESS)
+    doc = functools.partial(help_of, FinetuneSpec)
+    p.add_argument("--model", type=Path, required=True, help=doc("model"))
+    p.add_argument("--task", required=True, help=doc("task"))
+    p.add_argument("--format", choices=sorted(KIND_OF_FORMAT), required=True, help=doc("format"))
+    p.add_argument("--train", type=Path, required=True, help=doc("train"))
+    p.add_argument("--dev", type=Path, help=doc("dev"))
+    p.add_argument("--dev-format", choices=sorted(KIND_OF_FORMAT), help=doc("dev_format"))
+    p.add_argument("--language", default="en", help=doc("language"))
+    p.add_argument("--ds-config", type=Path, required=True, help=doc("ds_config"))
+    p.add_argument("--out", type=Path, required=True, help=doc("out"))
+    p.add_argument("--epochs", type=POSITIVE, default=FinetuneConfig.epochs, help=doc("epochs"))
+    p.add_argument("--warmup-ratio", type=FRACTION, default=FinetuneConfig.warmup_ratio, help=doc("warmup_ratio"))
+    p.add_argument("--max-len", type=POSITIVE_INT, default=FinetuneConfig.max_len, help=doc("max_len"))
+    p.add_argument("--doc-stride", type=POSITIVE_INT, default=FinetuneConfig.doc_stride, help=doc("doc_stride"))
+    p.add_argument("--pooling", choices=POOLINGS, default=FinetuneConfig.pooling, help=doc("pooling"))
+    p.add_argument("--seed", type=COUNT, default=TrainConfig.seed, help=doc("seed"))
+    p.add_argument("--log-every", type=POSITIVE_INT, default=TrainConfig.log_every, help=doc("log_every"))
+    p.add_argument("--save-every", type=POSITIVE_INT, default=FinetuneConfig.save_every, help=doc("save_every"))
+    p.add_argument("--resume", action="store_true", help=doc("resume"))
+    add_allow_config_change(p, FinetuneSpec)
+    add_run_args(p, FinetuneSpec)
+    add_launcher_args(p)
     return p
 
 
@@ -102,63 +96,65 @@ def build_task_model(primary_folder: Path, spec: TaskSpec, seed: int) -> tuple[T
     return model, meta
 
 
-def run(args: argparse.Namespace) -> dict[str, Any]:
-    # Every input is read and checked before the process group starts and before anything is written.
-    ds_config = load_ds_config(args.ds_config)
-    primary_meta = checkpoint.load_meta(args.model)
+def build(spec: FinetuneSpec, ctx: Context) -> Built:
+    # Every input is read and checked before anything is written.
+    for name, value, allowed in (("format", spec.format, sorted(KIND_OF_FORMAT)),
+                                 ("dev_format", spec.dev_format or spec.format, sorted(KIND_OF_FORMAT)),
+                                 ("pooling", spec.pooling, POOLINGS)):
+        if value not in allowed:
+            raise InputError(f"{name} must be one of {', '.join(allowed)}, got {value!r}")
+    primary_meta = checkpoint.load_meta(spec.model)
     positions = (primary_meta.get("model_config") or {}).get("max_positions")
-    if isinstance(positions, int) and args.max_len > positions:
-        raise InputError(f"--max-len {args.max_len} exceeds the model's {positions} positions ({args.model})")
-    examples = read_examples(args.format, args.train, language=args.language, training=True)
-    spec = TaskSpec(name=args.task, format=args.format, labels=task_labels(args.format, examples),
-                    max_len=args.max_len, doc_stride=args.doc_stride, pooling=args.pooling)
+    if isinstance(positions, int) and spec.max_len > positions:
+        raise InputError(f"--max-len {spec.max_len} exceeds the model's {positions} positions ({spec.model})")
+    examples = read_examples(spec.format, spec.train, language=spec.language, training=True)
+    task = TaskSpec(name=spec.task, format=spec.format, labels=task_labels(spec.format, examples),
+                    max_len=spec.max_len, doc_stride=spec.doc_stride, pooling=spec.pooling)
     # The dev file is read now, so that a bad one is refused before training rather than after it.
-    dev = None if args.dev is None else read_eval_examples(spec, args.dev_format, args.dev, args.language)
-    tokenizer = load_tokenizer(primary_meta.get("tokenizer"), args.model)
-    info = init_distributed(dist_timeout(args))
-    batch = resolve_batch(ds_config, info.world_size, source=str(args.ds_config))
-    features = featurize(spec, examples, tokenizer)
+    dev = None if spec.dev is None else read_eval_examples(task, spec.dev_format, spec.dev, spec.language)
+    tokenizer = load_tokenizer(primary_meta.get("tokenizer"), spec.model)
+    info, batch = ctx.info, ctx.batch
+    features = featurize(task, examples, tokenizer)
     rows = len(features.arrays["input_ids"])
-    steps = max(1, int(args.epochs * (rows // batch.global_batch)))
-    train_cfg = TrainConfig(steps=steps, seq_len=args.max_len, seed=args.seed, save_every=args.save_every,
-                            log_every=args.log_every, warmup_ratio=args.warmup_ratio,
-                            activation_checkpointing=args.activation_checkpointing, compile=args.compile,
-                            prefetch=args.prefetch)
-    check_ds_config(ds_config, str(args.ds_config), steps=steps)
+    steps = max(1, int(spec.epochs * (rows // batch.global_batch)))
+    train_cfg = TrainConfig(steps=steps, seq_len=spec.max_len, seed=spec.seed, save_every=spec.save_every,
+                            log_every=spec.log_every, warmup_ratio=spec.warmup_ratio,
+                            activation_checkpointing=spec.activation_checkpointing, compile=spec.compile,
+                            prefetch=spec.prefetch)
+    check_ds_config(ctx.ds_config, str(spec.ds_config), steps=steps)
     stream = ArrayStream(features.arrays, micro_batch_size=batch.micro, world_size=info.world_size, rank=info.rank,
-                         seed=args.seed, source=str(args.train))  # refuses a file too small for one update
-    model, primary_meta = build_task_model(args.model, spec, args.seed)
-    description = {"stage": "finetune", "variant": spec.kind, "model": model.cfg.to_dict(),
-                   "data": str(Path(args.train).resolve()), "tokenizer_sha256": tokenizer.sha256, "seed": args.seed,
-                   "seq_len": args.max_len, "global_batch": batch.global_batch, "task": spec.to_dict(),
-                   "source": checkpoint.lineage(primary_meta), "ds_config": ds_config, "train": train_cfg.to_dict()}
-    if info.rank == 0:
-        write_run_description(args.out, description, resume=args.resume,
-                              allow_config_change=args.allow_config_change)
-        print(f"[finetune-{spec.name}] {len(examples):,} examples ({rows:,} model inputs), {len(spec.labels)} labels;"
-              f" {steps} updates of {batch.global_batch}; token embeddings frozen", flush=True)
-    dist.barrier()
-    info.seed_ranks_apart(args.seed)
+                         seed=spec.seed, source=str(spec.train))  # refuses a file too small for one update
+    model, primary_meta = build_task_model(spec.model, task, spec.seed)
     stage = Stage(
-        name=args.run_name or f"finetune-{spec.name}-seed{args.seed}", model=model, loss_fn=task_loss,
-        flops_per_update=flops.finetune_per_update(model.cfg, seq_len=args.max_len, batch=batch.global_batch),
-        meta={"kind": checkpoint.Kind.TASK_MODEL.value, "task": spec.to_dict(), "model_config": model.cfg.to_dict(),
+        name=spec.run_name or f"finetune-{task.name}-seed{spec.seed}", model=model, loss_fn=task_loss,
+        flops_per_update=flops.finetune_per_update(model.cfg, seq_len=spec.max_len, batch=batch.global_batch),
+        meta={"kind": checkpoint.Kind.TASK_MODEL.value, "task": task.to_dict(), "model_config": model.cfg.to_dict(),
               # where the tokenizer was found (a body copied from another machine records a path gone here)
               "tokenizer": {"path": str(Path(tokenizer.path).resolve()), "sha256": tokenizer.sha256},
               "primary_sha256": checkpoint.lineage(primary_meta),
-              "finetuned_from": str(Path(args.model).resolve()), "seed": args.seed},
+              "finetuned_from": str(Path(spec.model).resolve()), "seed": spec.seed},
     )
-    result = train(stage, stream, ds_config=ds_config, train_cfg=train_cfg,
-                   run_dir=args.out, log_root=args.log_root, resume=args.resume, batch=batch)
-    summary = {"step": result.step, "checkpoint": str(result.checkpoint), "stopped_by": result.stopped_by,
-               **result.last_metrics}
-    if dev is not None and info.rank == 0 and result.stopped_by is None:
-        dev_features = featurize(spec, dev, tokenizer)
-        scores = score(spec, dev, dev_features, predict(result.engine.module, dev_features.arrays), args.language)
-        write_json(Path(args.out) / "dev_scores.json", {"language": args.language, "file": str(args.dev), **scores})
-        summary["dev"] = scores
-    return summary
+
+    def dev_scores(result: TrainResult) -> dict[str, Any]:
+        if dev is None or info.rank != 0 or result.stopped_by is not None:
+            return {}
+        dev_features = featurize(task, dev, tokenizer)
+        scores = score(task, dev, dev_features, predict(result.engine.module, dev_features.arrays), spec.language)
+        write_json(Path(spec.out) / "dev_scores.json", {"language": spec.language, "file": str(spec.dev), **scores})
+        return {"dev": scores}
+
+    return Built(
+        stage=stage, stream=stream, train_cfg=train_cfg, summary=dev_scores,
+        record={"variant": task.kind, "model": model.cfg.to_dict(), "data": str(Path(spec.train).resolve()),
+                "tokenizer_sha256": tokenizer.sha256, "seq_len": spec.max_len, "task": task.to_dict(),
+                "source": checkpoint.lineage(primary_meta)},
+        banner=f"[finetune-{task.name}] {len(examples):,} examples ({rows:,} model inputs), {len(task.labels)} labels;"
+               f" {steps} updates of {batch.global_batch}; token embeddings frozen")
+
+
+def run(spec: FinetuneSpec) -> dict[str, Any]:
+    return run_stage(spec, build).summary
 
 
 def main(argv: list[str] | None = None) -> int:
-    return run_main(run, build_parser().parse_args(argv))
+    return run_main(run, spec_from_command_line(build_parser(), FinetuneSpec, argv))

@@ -134,14 +134,16 @@ def test_frozen_body_untouched_and_only_embeddings_in_optimizer(primaries, de_da
     """In process (1 rank): after Step 2 every frozen tensor is bitwise unchanged, the embeddings changed, and the
     optimizer holds exactly the trainable parameters."""
     from ds_minimodel.stages import adapt
+    from ds_minimodel.stages.runner import run_stage
+    from ds_minimodel.stages.specs import AdaptSpec
 
     monkeypatch.chdir(REPO)
-    args = adapt.build_parser().parse_args([
-        "--system", "bl_base", "--body", str(primaries["base"]), "--data", str(de_data), "--out", str(tmp_path / "a"),
-        "--ds-config", "ds_configs/cpu_fp32.json", "--seq-len", "64", "--steps", "4", "--save-every", "4",
-        "--log-every", "2"])
+    spec = AdaptSpec(system="bl_base", body=primaries["base"], data=de_data, out=tmp_path / "a",
+                     ds_config=Path("ds_configs/cpu_fp32.json"), seq_len=64, steps=4, save_every=4, log_every=2)
     body, _ = load_mlm(primaries["base"])
-    result, stage = adapt.train_embeddings(args)
+    outcome = run_stage(spec, adapt.build)  # from the spec object itself: no argv
+    result, stage = outcome.result, outcome.built.stage
+    assert outcome.summary["step"] == 4 and json.loads((tmp_path / "a/run.json").read_text())["spec"] == spec.to_dict()
     trained = stage.model.state_dict()
     trainable = {"embeddings.tokens.weight", "heads.main.bias"}
     for name, before in body.state_dict().items():
@@ -162,12 +164,19 @@ def test_focus_with_anchored_copies_over_two_bf16_zero2_ranks(primaries, de_data
     the checkpoint, the static vectors are the same in another process, and a resume with other options is refused."""
     from ds_minimodel.data.static_vectors import StaticSettings, train_static_vectors
     from ds_minimodel.data.tokenizer import Tokenizer
+    from ds_minimodel.stages import adapt
+    from ds_minimodel.stages.cli import spec_from_args
+    from ds_minimodel.stages.specs import AdaptSpec
 
     out = tmp_path / "focus"
     args = ["--system", "bl_base", "--body", str(primaries["base"]), "--data", str(de_data), "--init", "focus",
             "--new-rows", "source", "--freeze-copied", "--ds-config", str(REPO / "ds_configs/cpu_bf16_zero2.json"),
             "--out", str(out), "--seq-len", "64", "--steps", "8", "--save-every", "8", "--log-every", "4"]
-    run_cmd(torchrun_cmd(2, "run_adapt.py", *args))
+    # Launched from a spec file (what the options say, as the pipeline writes it), through the real launcher.
+    spec = spec_from_args(AdaptSpec, adapt.build_parser().parse_args(args))
+    spec.write(tmp_path / "spec.json")
+    run_cmd(torchrun_cmd(2, "run_adapt.py", "--config", str(tmp_path / "spec.json")))
+    assert json.loads((out / "run.json").read_text())["spec"] == spec.to_dict()
     assert (out / "tensorboard" / "adapt-de-bl_base").is_dir()  # the default log root and run name
     first, *_, last = checkpoint.complete_checkpoints(out)
     meta = checkpoint.load_meta(last)

@@ -13,6 +13,7 @@ from ds_minimodel.data.streams import MLMBatchStream, PackedDataset, TokenShards
 from ds_minimodel.model.loading import load_mlm
 from ds_minimodel.model.losses import mlm_step
 from ds_minimodel.model.transforms import build_minipost
+from ds_minimodel.stages.specs import PretrainSpec
 from tests.integration.conftest import REPO, deepspeed_cmd, run_cmd, torchrun_cmd
 
 TINY = ["--preset", "tiny", "--seq-len", "64", "--ds-config", "ds_configs/cpu_fp32.json"]
@@ -169,11 +170,8 @@ def test_active_forgetting_resets_embeddings_and_their_optimizer_state_at_multip
 
     monkeypatch.setattr(pretrain, "ActiveForgetting", Watched)
     monkeypatch.chdir(REPO)
-    args = pretrain.build_parser().parse_args([
-        "--variant", "minijoint", "--preset", "tiny", "--seq-len", "64", "--ds-config", f"ds_configs/{ds_config}",
-        "--data", str(en_data), "--out", str(tmp_path / "run"), "--steps", "8", "--save-every", "4",
-        "--forget-every", "3"])
-    pretrain.run(args)
+    pretrain.run(PretrainSpec(variant="minijoint", preset="tiny", seq_len=64, ds_config=Path(f"ds_configs/{ds_config}"),
+                              data=en_data, out=tmp_path / "run", steps=8, save_every=4, forget_every=3))
     bf16 = "bf16" in ds_config
     for step, s in seen.items():
         reset = step in (3, 6)
@@ -221,22 +219,20 @@ def test_a_refused_run_leaves_its_folder_as_it_was_and_a_changed_rate_needs_sayi
         return path
 
     out = tmp_path / "run"
-    common = ["--preset", "tiny", "--seq-len", "64", "--data", str(en_data), "--out", str(out), "--save-every", "2"]
+    spec = PretrainSpec(preset="tiny", seq_len=64, data=en_data, out=out, save_every=2, steps=2,
+                        ds_config=Path("ds_configs/cpu_fp32.json"))
     huge = ds_json("huge", train_batch_size=1 << 20, train_micro_batch_size_per_gpu=1 << 20)
     with pytest.raises(InputError, match=r"but one step needs micro_batch_size x world_size = 1048576"):
-        pretrain.run(pretrain.build_parser().parse_args([*common, "--ds-config", str(huge), "--steps", "2"]))
+        pretrain.run(spec.replace(ds_config=huge))
     assert not out.exists()
-    pretrain.run(pretrain.build_parser().parse_args([*common, "--ds-config", "ds_configs/cpu_fp32.json",
-                                                     "--steps", "2"]))
+    pretrain.run(spec)
     recorded = (out / "run.json").read_bytes()
     faster = ds_json("faster", optimizer={**config["optimizer"], "params": {**config["optimizer"]["params"],
                                                                              "lr": 2e-3}})
     with pytest.raises(InputError, match=r"ds_config.optimizer.params.lr 0.001 -> 0.002"):
-        pretrain.run(pretrain.build_parser().parse_args([*common, "--ds-config", str(faster), "--steps", "2",
-                                                         "--resume"]))
+        pretrain.run(spec.replace(ds_config=faster, resume=True))
     assert (out / "run.json").read_bytes() == recorded
-    pretrain.run(pretrain.build_parser().parse_args([*common, "--ds-config", str(faster), "--steps", "4",
-                                                     "--resume", "--allow-config-change"]))
+    pretrain.run(spec.replace(ds_config=faster, steps=4, resume=True, allow_config_change=True))
     record = json.loads((out / "run.json").read_text())
     assert record["ds_config"]["optimizer"]["params"]["lr"] == 2e-3
     assert record["changes"][0]["changed"]["ds_config.optimizer.params.lr"] == [1e-3, 2e-3]

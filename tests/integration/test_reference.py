@@ -8,7 +8,6 @@ config's), and the demo pipeline test runs all four systems. What is cut here fo
 each file) and the vocabulary (the prefixes are too small for 8,000 pieces)."""
 from __future__ import annotations
 
-import argparse
 import json
 import lzma
 import sys
@@ -18,6 +17,7 @@ import pytest
 
 from ds_minimodel.config import get_preset
 from ds_minimodel.stages.pretrain import model_config
+from ds_minimodel.stages.specs import PretrainSpec
 from tests.integration.conftest import REPO, run_cmd
 
 CORPUS_BYTES = {"en": 300_000, "target": 120_000}
@@ -57,9 +57,10 @@ def test_reference_configs_pass_the_preflight_check_and_plan_every_job(tmp_path,
                        for lang, path in task[split].items()}
     # Every system's Step-1 model is buildable from the config's shapes.
     for variant in ("base", "small", "minijoint"):
-        args = argparse.Namespace(preset=config["preset"], model_config=None, variant=variant,
-                                  small_layers=config["small_layers"], aux_layer=config["aux_layer"])
-        cfg = model_config(args, vocab_size=config["vocab_size"])
+        spec = PretrainSpec(preset=config["preset"], variant=variant, small_layers=config["small_layers"],
+                            aux_layer=config["aux_layer"], ds_config=Path("unused"), out=Path("unused"),
+                            data=Path("unused"))
+        cfg = model_config(spec, vocab_size=config["vocab_size"])
         assert cfg.pre_norm and config["seq_len"] <= cfg.max_positions
         if variant == "minijoint":
             assert cfg.aux_head_layer == config["aux_layer"] and cfg.num_layers == 3 * config["aux_layer"]

@@ -24,7 +24,7 @@ from ds_minimodel.model import surgery
 from ds_minimodel.model.encoder import MaskedLM
 from ds_minimodel.pipeline.plan import Pipeline
 from ds_minimodel.pipeline.settings import PipelineConfig
-from ds_minimodel.stages import finetune, pretrain
+from ds_minimodel.stages import finetune, pretrain, runner
 from ds_minimodel.tasks.readers import read_conllu
 from ds_minimodel.train import checkpoint
 
@@ -215,7 +215,7 @@ def test_every_deepspeed_json_mistake_is_one_line_before_any_work(name, tmp_path
     def started(*args, **kwargs):
         raise AssertionError("the process group was started before the DeepSpeed JSON was checked")
 
-    monkeypatch.setattr(pretrain, "init_distributed", started)
+    monkeypatch.setattr(runner, "init_distributed", started)
     change, message = DS_MISTAKES[name]
     path = deepspeed_json(tmp_path, name, change)
     out = tmp_path / "run"

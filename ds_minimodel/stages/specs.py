@@ -1,0 +1,288 @@
+"""What each training stage is asked to do, as typed values: one dataclass per stage, each field documented once.
+
+A spec is the stage's whole API below the command line. The entry scripts build one from their options (or read
+one from a file: ``run_adapt.py --config spec.json``), the pipeline writes one per job, tests construct them
+directly, and ``stages.runner.run_stage`` runs any of them. ``to_dict`` is what a run's ``run.json`` records under
+``spec`` and what a spec file holds; ``from_dict`` reads it back, each value checked against its annotation.
+
+The fields' docstrings are the options' help texts (``help_of``), so they are written once, here.
+"""
+from __future__ import annotations
+
+import ast
+import dataclasses
+import functools
+import inspect
+import json
+import typing
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Annotated, Any, ClassVar
+
+import pydantic
+
+from ds_minimodel.config import FinetuneConfig, TrainConfig, read_json
+from ds_minimodel.errors import InputError
+from ds_minimodel.systems import Depths
+
+Count = Annotated[int, pydantic.Field(ge=0)]
+PositiveInt = Annotated[int, pydantic.Field(ge=1)]
+Positive = Annotated[float, pydantic.Field(gt=0)]
+Fraction = Annotated[float, pydantic.Field(ge=0, lt=1)]
+Probability = Annotated[float, pydantic.Field(gt=0, lt=1)]
+
+DEFAULT_DIST_TIMEOUT_S = 300.0
+"""``train.distributed.DEFAULT_DIST_TIMEOUT`` in seconds (checked equal by a test; this layer imports no torch)."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class RunSpec:
+    """What every training stage takes: where it writes, how it saves, logs and resumes, how long it waits."""
+
+    STAGE: ClassVar[str] = ""
+    """The stage's name in ``run.json`` and in spec files."""
+
+    ds_config: Path
+    """DeepSpeed JSON (see ds_configs/)"""
+    out: Path
+    """run folder: checkpoints, metrics, TensorBoard logs"""
+    seed: Count = TrainConfig.seed
+    """seed of the weights, data order, masks and dropout"""
+    save_every: PositiveInt = TrainConfig.save_every
+    """updates between checkpoints"""
+    log_every: PositiveInt = TrainConfig.log_every
+    """updates between log lines"""
+    warmup_ratio: Fraction = TrainConfig.warmup_ratio
+    """warm-up share where the scheduler says "auto" (paper: 10,000 of 125,000 updates)"""
+    resume: bool = False
+    """continue from the newest complete checkpoint in --out"""
+    allow_config_change: bool = False
+    """with --resume: continue although the DeepSpeed JSON or the warm-up share differs from the one run.json
+    records (the change is recorded there); the model's settings never may"""
+    log_root: Path | None = None
+    """TensorBoard log root shared by several runs (default: <out>/tensorboard); this run logs to
+    <log-root>/<run-name>"""
+    run_name: str | None = None
+    """this run's name under --log-root (default: stage, language and system)"""
+    activation_checkpointing: bool = False
+    """recompute each layer in the backward pass: less activation memory, ~1 more forward pass"""
+    compile: bool = False
+    """torch.compile the model: faster updates after a compilation of about a minute"""
+    prefetch: Count | None = None
+    """micro-batches built ahead on a background thread, pinned on a GPU (default: 2 on a GPU, 0 on a CPU)"""
+    dist_timeout: Positive = DEFAULT_DIST_TIMEOUT_S
+    """a collective that waits longer than this many seconds on a dead or hung peer ends the run with an error
+    (every process group)"""
+
+    def to_dict(self) -> dict[str, Any]:
+        """The spec as JSON values (paths as strings), with its stage named."""
+        return {"stage": self.STAGE, **{f.name: _plain(getattr(self, f.name)) for f in dataclasses.fields(self)}}
+
+    @classmethod
+    def from_dict(cls, data: Any, source: str) -> RunSpec:
+        """A spec from JSON data, each value validated against its field's annotation; unknown keys, wrong types
+        and out-of-range values are refused with ``source`` and the field named."""
+        if not isinstance(data, dict):
+            raise InputError(f"{source}: expected a JSON object, got {type(data).__name__}")
+        data = dict(data)
+        stage = data.pop("stage", cls.STAGE)
+        if stage != cls.STAGE:
+            raise InputError(f"{source}: a spec for stage {stage!r}, not {cls.STAGE!r}")
+        known = {f.name: f for f in dataclasses.fields(cls)}
+        unknown = sorted(set(data) - set(known))
+        if unknown:
+            raise InputError(f"{source}: unknown key(s) {', '.join(unknown)}; known keys: {', '.join(known)}")
+        missing = sorted(name for name, f in known.items() if name not in data
+                         and f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING)
+        if missing:
+            raise InputError(f"{source}: missing key(s) {', '.join(missing)}")
+        hints = _hints(cls)
+        values = {}
+        for key, value in data.items():
+            try:  # JSON's own rules, strictly: no "3" for 3, no true for 1; a path is a string
+                values[key] = _adapter(hints[key]).validate_json(json.dumps(value), strict=True)
+            except pydantic.ValidationError as err:
+                problem = err.errors()[0]["msg"][0].lower() + err.errors()[0]["msg"][1:]
+                raise InputError(f"{source}: {key}: {problem} (got {value!r})") from None
+        return cls(**values)
+
+    @classmethod
+    def from_file(cls, path: Path) -> RunSpec:
+        return cls.from_dict(read_json(path), str(path))
+
+    def write(self, path: Path) -> None:
+        Path(path).write_text(json.dumps(self.to_dict(), indent=2, sort_keys=True) + "\n")
+
+    def replace(self, **changes: Any) -> RunSpec:
+        return dataclasses.replace(self, **changes)
+
+
+@dataclass(frozen=True, kw_only=True)
+class MLMSpec(RunSpec):
+    """A stage that trains with the masked-language-model loss on prepared token shards (Steps 1, 1b and 2)."""
+
+    data: Path
+    """folder made by `python -m ds_minimodel prepare`"""
+    steps: PositiveInt | None = None
+    """optimizer updates (default: the scheduler's total_num_steps)"""
+    seq_len: PositiveInt = TrainConfig.seq_len
+    """tokens per training sequence"""
+    mask_prob: Probability = TrainConfig.mask_prob
+    """share of tokens masked"""
+    keep_checkpoints: PositiveInt | None = None
+    """keep only the newest K checkpoints (default: all)"""
+
+
+@dataclass(frozen=True, kw_only=True)
+class PretrainSpec(MLMSpec):
+    """Step 1 (a registered primary) or Step 1b (MiniPost's mini-model over a pretrained primary)."""
+
+    STAGE: ClassVar[str] = "pretrain"
+
+    variant: str = "base"
+    """a primary (systems.PRIMARIES): base: BL_BASE's model; small: BL_SMALL (--small-layers deep); minijoint:
+    second MLM head after layer --aux-layer, loss = mean of both heads; minijoint@N: the same with the head after
+    layer N (the depth study). Or: minipost: Step 1b over --from; head: train only the MLM head of --from (a bare
+    encoder imported from Hugging Face)"""
+    aux_layer: PositiveInt = Depths.aux
+    """MiniJoint: layer N the second head reads (paper N=4)"""
+    small_layers: PositiveInt = Depths.small
+    """BL_SMALL's depth"""
+    preset: str = "base"
+    """model size preset: tiny, demo, base, small"""
+    model_config: Path | None = None
+    """JSON object of ModelConfig fields overriding the preset"""
+    from_: Path | None = None
+    """minipost, head: the pretrained primary model (checkpoint, model folder, or a Hugging Face BERT/RoBERTa
+    folder)"""
+    keep_layers: PositiveInt = Depths.keep
+    """MiniPost: bottom layers N copied from the primary"""
+    new_layers: PositiveInt = Depths.new
+    """MiniPost: new layers k trained on top (paper: 2)"""
+    forget_every: Count = 0
+    """active forgetting (Chen, Marchisio et al. 2023): draw the token embeddings afresh and clear their optimizer
+    state every K updates; 0: never (primaries only)"""
+
+
+@dataclass(frozen=True, kw_only=True)
+class AdaptSpec(MLMSpec):
+    """Step 2: a target language's embeddings over a system's frozen body."""
+
+    STAGE: ClassVar[str] = "adapt"
+
+    save_every: PositiveInt = 500
+    system: str
+    """a registered system (systems.SYSTEMS), or minijoint@N (the depth study: second head after layer N)"""
+    body: Path
+    """checkpoint or model folder of the body: the primary (bl_base; also a Hugging Face folder), the 4-layer model
+    (bl_small), the MiniJoint primary or its extracted mini-model (minijoint), the Step-1b output (minipost)"""
+    lang: str | None = None
+    """target language code for run names (default: the --data folder's name)"""
+    body_dropout: typing.Literal["on", "off"] = "on"
+    """dropout inside the frozen body during Step 2 (recorded in every checkpoint)"""
+    init: str = "overlap"
+    """overlap: pieces shared with the source vocabulary start from the source rows (the paper); specials: only the
+    5 special pieces do (the source-relearn control: Step 2 on the source language itself, from scratch); focus: as
+    overlap, and every other piece that occurs in --data is a sparsemax mixture of shared pieces' source rows, by
+    similarity in static vectors trained on --data (FOCUS, Dobler and de Melo 2023; needs gensim)"""
+    new_rows: str = "normal"
+    """rows that get no source row or mixture: normal = N(0, init_std) (the paper); source = N(mean, std) of the
+    source rows, per dimension"""
+    shared_with: Path | None = None
+    """copy (and, for focus, mix from) only the source rows of pieces that this tokenizer has too: with the source
+    corpus as --data, the anchored source-relearn control (English relearned with the rows German's initialisation
+    would take from English)"""
+    freeze_copied: bool = False
+    """keep the rows copied from source rows (and their output biases) unchanged: fixed anchors; sets Step 2's
+    weight decay to 0, so that they stay bit-identical"""
+    train_positions: bool = False
+    """also train the position embeddings"""
+    train_embedding_norm: bool = False
+    """also train the embedding LayerNorm"""
+
+
+@dataclass(frozen=True, kw_only=True)
+class FinetuneSpec(RunSpec):
+    """Step 3: the primary's body finetuned on a source-language task, its token embeddings frozen."""
+
+    STAGE: ClassVar[str] = "finetune"
+
+    out: Path
+    """run folder: checkpoints, metrics, dev scores"""
+    save_every: PositiveInt = FinetuneConfig.save_every
+    """updates between checkpoints (default: the end)"""
+    warmup_ratio: Fraction = FinetuneConfig.warmup_ratio
+    """warm-up share of the updates where the scheduler says "auto\""""
+    seed: Count = TrainConfig.seed
+    """seed of the head, data order and dropout"""
+    model: Path
+    """the primary model: a Step-1 checkpoint or model folder"""
+    task: str
+    """task name for run names and results, e.g. xnli, lohelp"""
+    format: str
+    """the task files' format"""
+    train: Path
+    """source-language training file"""
+    dev: Path | None = None
+    """source-language dev file, scored after training"""
+    dev_format: str | None = None
+    """format of --dev when it differs from --format (XNLI: train on multinli, dev in xnli)"""
+    language: str = "en"
+    """language of --train/--dev (XNLI files hold several)"""
+    epochs: Positive = FinetuneConfig.epochs
+    """passes over --train (may be a fraction)"""
+    max_len: PositiveInt = FinetuneConfig.max_len
+    """tokens per input (paper QA: 384)"""
+    doc_stride: PositiveInt = FinetuneConfig.doc_stride
+    """QA: overlap of context windows"""
+    pooling: str = FinetuneConfig.pooling
+    """sequence tasks: classify from the <s> position (RoBERTa) or the mean over real tokens"""
+
+
+SPECS: dict[str, type[RunSpec]] = {cls.STAGE: cls for cls in (PretrainSpec, AdaptSpec, FinetuneSpec)}
+
+
+def read_spec(path: Path) -> RunSpec:
+    """The spec a file holds, whichever stage it names."""
+    data = read_json(path)
+    stage = data.get("stage") if isinstance(data, dict) else None
+    if stage not in SPECS:
+        raise InputError(f"{path}: \"stage\" must be one of {', '.join(SPECS)}, got {stage!r}")
+    return SPECS[stage].from_dict(data, str(path))
+
+
+def help_of(cls: type, name: str) -> str:
+    """A field's docstring as one line: the help text of the option that sets it."""
+    for klass in cls.__mro__:
+        doc = _docstrings(klass).get(name)
+        if doc:
+            return " ".join(doc.split())
+    raise KeyError(f"{cls.__name__}.{name} has no docstring")
+
+
+@functools.cache
+def _docstrings(cls: type) -> dict[str, str]:
+    """{field: the string literal right after its annotated assignment} in ``cls``'s own source."""
+    if not dataclasses.is_dataclass(cls) or cls.__module__ != __name__:
+        return {}
+    body = ast.parse(inspect.getsource(cls)).body[0].body
+    docs = {}
+    for node, after in zip(body, body[1:]):
+        if (isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name) and isinstance(after, ast.Expr)
+                and isinstance(after.value, ast.Constant) and isinstance(after.value.value, str)):
+            docs[node.target.id] = after.value.value
+    return docs
+
+
+@functools.cache
+def _hints(cls: type) -> dict[str, Any]:
+    return typing.get_type_hints(cls, include_extras=True)
+
+
+@functools.cache
+def _adapter(annotation: Any) -> pydantic.TypeAdapter:
+    return pydantic.TypeAdapter(annotation)
+
+
+def _plain(value: Any) -> Any:
+    return str(value) if isinstance(value, Path) else value
