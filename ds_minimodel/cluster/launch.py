@@ -18,6 +18,7 @@ import sys
 from pathlib import Path
 
 from ds_minimodel.cluster.hostfile import check_batch, read_hostfile, valid_host
+from ds_minimodel.config import read_json
 from ds_minimodel.errors import InputError, report
 
 
@@ -85,9 +86,16 @@ def check(args: argparse.Namespace) -> dict[str, int]:
     if not Path(args.script).is_file():
         raise InputError(f"{args.script}: training script not found")
     ds_config = option_value(args.script_args, "--ds-config")
+    spec_file = option_value(args.script_args, "--config")
+    if ds_config is None and spec_file is not None and Path(args.script).name in ENTRY_SCRIPTS:
+        spec = read_json(spec_file)  # a stage spec (stages.specs): its DeepSpeed JSON; the stage checks the rest
+        ds_config = spec.get("ds_config") if isinstance(spec, dict) else None
+        if not isinstance(ds_config, str):
+            raise InputError(f"{spec_file}: a stage spec names its DeepSpeed JSON as \"ds_config\"; no rank was "
+                             "started")
     if ds_config is None and Path(args.script).name in ENTRY_SCRIPTS:
-        raise InputError(f"{args.script} needs --ds-config <DeepSpeed JSON> among its arguments (after the script "
-                         "name); no rank was started")
+        raise InputError(f"{args.script} needs --ds-config <DeepSpeed JSON> (or --config <spec JSON>) among its "
+                         "arguments (after the script name); no rank was started")
     if ds_config is not None:
         check_batch(args.hostfile, hosts, Path(ds_config))
     return hosts

@@ -35,10 +35,11 @@ from ds_minimodel.pipeline.settings import (
     FinetuneSettings,
     PipelineConfig,
     TaskSettings,
-    as_options,
+    as_values,
     check,
     task_finetuning,
 )
+from ds_minimodel.stages.specs import AdaptSpec, FinetuneSpec, PretrainSpec, RunSpec
 from ds_minimodel.systems import get_system
 from ds_minimodel.train import checkpoint
 
@@ -86,12 +87,16 @@ def finished(run_dir: Path) -> bool:
     return checkpoint.load_meta(latest).get("step") == read_json(run_file)["train"]["steps"]
 
 
-def train_step(script: str, run_dir: Path, args: list[str], ranks: int, launcher: str = "deepspeed") -> None:
+def train_step(spec: type[RunSpec], run_dir: Path, values: dict[str, Any], spec_file: Path, ranks: int,
+               launcher: str = "deepspeed") -> None:
+    """One training job: its spec (``values``; resumed where it holds a run) into ``spec_file``, then launched."""
     if finished(run_dir):
         print(f"[pipeline] {run_dir}: done, skipped", flush=True)
         return
-    resume = ["--resume"] if (run_dir / checkpoint.RUN).is_file() else []
-    launch(script, [*args, "--out", str(run_dir), *resume], ranks, launcher)
+    values = {**values, "out": str(run_dir), "resume": (run_dir / checkpoint.RUN).is_file()}
+    spec_file.parent.mkdir(parents=True, exist_ok=True)
+    spec.from_dict(values, f"{spec_file} (the pipeline's settings)").write(spec_file)
+    launch(spec.ENTRY, ["--config", str(spec_file)], ranks, launcher)
     if not finished(run_dir):
         raise StoppedEarly(f"pipeline: {run_dir} stopped before its last update; run the pipeline again to resume")
 
@@ -241,9 +246,10 @@ class Pipeline:
             run._step3(what)
         return {}
 
-    def _train(self, script: str, run_dir: Path, run_name: str, args: list[str]) -> None:
-        train_step(script, run_dir, [*args, "--log-root", str(self.log_root), "--run-name", run_name + self.suffix],
-                   self.cfg.ranks, self.launcher)
+    def _train(self, spec: type[RunSpec], run_dir: Path, run_name: str, values: dict[str, Any]) -> None:
+        name = run_name + self.suffix
+        train_step(spec, run_dir, {**values, "log_root": str(self.log_root), "run_name": name},
+                   self.root / "specs" / f"{name}.json", self.cfg.ranks, self.launcher)
 
     def _prepare(self) -> dict[str, Any]:
         for corpus in [self.sections["source"], *self.sections["targets"]]:
@@ -252,25 +258,22 @@ class Pipeline:
                     tokenizer=None if corpus.tokenizer is None else Path(corpus.tokenizer))
         return {}
 
-    def _common(self, needed_by: str) -> list[str]:
-        cfg = self.cfg
-        return ["--preset", cfg.preset, "--seq-len", str(cfg.seq_len), "--seed", str(self.seed),
-                "--data", str(self._data(self.sections["source"].lang, needed_by))]
+    def _common(self, needed_by: str) -> dict[str, Any]:
+        return {"preset": self.cfg.preset, "seq_len": self.cfg.seq_len, "seed": self.seed,
+                "data": str(self._data(self.sections["source"].lang, needed_by))}
 
     def _step1(self, variant: str) -> None:
-        cfg = self.cfg
-        self._train("run_pretrain.py", self.step1_dir(variant), f"step1-{variant}",
-                    ["--variant", variant, "--aux-layer", str(cfg.aux_layer), "--small-layers", str(cfg.small_layers),
-                     *self._common(f"step1-{variant}"), *as_options(self.sections["step1"])])
+        self._train(PretrainSpec, self.step1_dir(variant), f"step1-{variant}",
+                    {"variant": variant, "aux_layer": self.cfg.aux_layer, "small_layers": self.cfg.small_layers,
+                     **self._common(f"step1-{variant}"), **as_values(self.sections["step1"])})
 
     def _step1b(self, system: str) -> None:
         """Step 1b of ``system``: its primary's bottom layers, new layers trained on top (``--variant minipost``)."""
         job, primary = f"step1b-{system}", get_system(system).primary
         base = self._finished(self.step1_dir(primary), f"step1-{primary}", job)
-        self._train("run_pretrain.py", self.step1b_dir(system), job,
-                    ["--variant", "minipost", "--from", str(base), "--keep-layers", str(self.cfg.keep_layers),
-                     "--new-layers", str(self.cfg.new_layers), *self._common(job),
-                     *as_options(self.sections["step1b"])])
+        self._train(PretrainSpec, self.step1b_dir(system), job,
+                    {"variant": "minipost", "from_": str(base), "keep_layers": self.cfg.keep_layers,
+                     "new_layers": self.cfg.new_layers, **self._common(job), **as_values(self.sections["step1b"])})
 
     def _step2(self, system: str, lang: str) -> None:
         """Step 2 for one system and target language; every checkpoint is kept for Step 4."""
@@ -279,16 +282,15 @@ class Pipeline:
         relearn = lang == self.relearn_lang
         data = self._data(self.sections["source"].lang if relearn else lang, needed_by)
         init = self.sections["step2"].init
-        anchored: list[str] = []
+        anchored: dict[str, Any] = {}
         if relearn and self.cfg.relearn_anchor is not None:  # copies what the anchor language would copy
-            anchored = ["--shared-with", str(tokenizer_path(self._data(self.cfg.relearn_anchor, needed_by)))]
+            anchored = {"shared_with": str(tokenizer_path(self._data(self.cfg.relearn_anchor, needed_by)))}
         elif relearn:
             init = "specials"
-        self._train("run_adapt.py", self.step2_dir(lang, system), f"step2-{lang}-{system}",
-                    ["--system", system, "--body", str(body), "--data", str(data), *anchored,
-                     "--init", init, "--lang", lang,
-                     "--seq-len", str(self.cfg.seq_len), "--seed", str(self.seed),
-                     *as_options(self.sections["step2"], exclude=("init",))])
+        self._train(AdaptSpec, self.step2_dir(lang, system), f"step2-{lang}-{system}",
+                    {"system": system, "body": str(body), "data": str(data), **anchored, "init": init, "lang": lang,
+                     "seq_len": self.cfg.seq_len, "seed": self.seed,
+                     **as_values(self.sections["step2"], exclude=("init",))})
 
     def _mini_model(self, system: str) -> Path:
         """The model a ``source_minis`` system's Step 2 trains over: Step 1b's output, or (a ``mini`` body) the layers
@@ -314,13 +316,11 @@ class Pipeline:
         for task in self.sections["tasks"]:
             own = task_finetuning(self.cfg.step3, task, self.source_path)
             for seed in ft.seeds:
-                dev = task.dev.get(source)
-                self._train("run_finetune.py", self.step3_dir(task.name, variant, seed),
+                self._train(FinetuneSpec, self.step3_dir(task.name, variant, seed),
                             f"step3-{task.name}-{variant}-seed{seed}",
-                            ["--model", str(primary), "--task", task.name, "--format", task.format,
-                             "--train", task.train, *(["--dev", dev] if dev else []),
-                             *(["--dev-format", task.eval_format] if task.eval_format else []), "--language",
-                             source, *as_options(own, exclude=("seeds",)), "--seed", str(seed)])
+                            {"model": str(primary), "task": task.name, "format": task.format, "train": task.train,
+                             "dev": task.dev.get(source), "dev_format": task.eval_format, "language": source,
+                             **as_values(own, exclude=("seeds",)), "seed": seed})
 
     def _step4(self) -> dict[str, Any]:
         """Zero-shot: every Step-2 checkpoint of every system, with every seed's task model; the controls (each

@@ -305,14 +305,9 @@ def _check_ds_config(path: str, where: str, world_size: int | None, *, steps: in
         resolve_batch(config, world_size, source=path)
 
 
-def as_options(settings: Any, *, exclude: tuple[str, ...] = ()) -> list[str]:
-    """The entry-script options for the fields of a settings dataclass: each field is the option of the same name
-    (``max_len`` -> ``--max-len``; a true bool is a bare flag; None and false are left out). A setting is spelled
-    once, in its dataclass, and reaches the launched stage under that name."""
-    argv: list[str] = []
-    for f in dataclasses.fields(settings):
-        value = getattr(settings, f.name)
-        if f.name in exclude or value is None or value is False:
-            continue
-        argv += [f"--{f.name.replace('_', '-')}", *([] if value is True else [str(value)])]
-    return argv
+def as_values(settings: Any, *, exclude: tuple[str, ...] = ()) -> dict[str, Any]:
+    """The fields of a settings dataclass that are set, by name: each is the stage spec's field of the same name
+    (``stages.specs``; None and false are left out, so the spec's default holds). A setting is spelled once, in
+    its dataclass, and reaches the launched stage under that name."""
+    values = {f.name: getattr(settings, f.name) for f in dataclasses.fields(settings) if f.name not in exclude}
+    return {name: value for name, value in values.items() if value is not None and value is not False}

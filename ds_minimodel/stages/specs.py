@@ -41,6 +41,8 @@ class RunSpec:
 
     STAGE: ClassVar[str] = ""
     """The stage's name in ``run.json`` and in spec files."""
+    ENTRY: ClassVar[str] = ""
+    """The entry script that runs it (``--config SPEC_JSON``)."""
 
     ds_config: Path
     """DeepSpeed JSON (see ds_configs/)"""
@@ -100,7 +102,7 @@ class RunSpec:
         values = {}
         for key, value in data.items():
             try:  # JSON's own rules, strictly: no "3" for 3, no true for 1; a path is a string
-                values[key] = _adapter(hints[key]).validate_json(json.dumps(value), strict=True)
+                values[key] = _adapter(hints[key]).validate_json(json.dumps(value, default=str), strict=True)
             except pydantic.ValidationError as err:
                 problem = err.errors()[0]["msg"][0].lower() + err.errors()[0]["msg"][1:]
                 raise InputError(f"{source}: {key}: {problem} (got {value!r})") from None
@@ -138,6 +140,7 @@ class PretrainSpec(MLMSpec):
     """Step 1 (a registered primary) or Step 1b (MiniPost's mini-model over a pretrained primary)."""
 
     STAGE: ClassVar[str] = "pretrain"
+    ENTRY: ClassVar[str] = "run_pretrain.py"
 
     variant: str = "base"
     """a primary (systems.PRIMARIES): base: BL_BASE's model; small: BL_SMALL (--small-layers deep); minijoint:
@@ -169,6 +172,7 @@ class AdaptSpec(MLMSpec):
     """Step 2: a target language's embeddings over a system's frozen body."""
 
     STAGE: ClassVar[str] = "adapt"
+    ENTRY: ClassVar[str] = "run_adapt.py"
 
     save_every: PositiveInt = 500
     system: str
@@ -206,6 +210,7 @@ class FinetuneSpec(RunSpec):
     """Step 3: the primary's body finetuned on a source-language task, its token embeddings frozen."""
 
     STAGE: ClassVar[str] = "finetune"
+    ENTRY: ClassVar[str] = "run_finetune.py"
 
     out: Path
     """run folder: checkpoints, metrics, dev scores"""

@@ -2,6 +2,7 @@
 tests/integration/test_cluster.py)."""
 from __future__ import annotations
 
+import json
 import re
 import sys
 from pathlib import Path
@@ -54,8 +55,15 @@ def test_an_entry_script_without_its_ds_config_starts_no_rank(tmp_path, capsys, 
     hostfile.write_text("localhost slots=2\n")
     assert main(["--hostfile", str(hostfile), "run_pretrain.py", "--steps", "3"]) == 2
     err = capsys.readouterr().err.strip()
-    assert err == "error: run_pretrain.py needs --ds-config <DeepSpeed JSON> among its arguments (after the script " \
-                  "name); no rank was started"
+    assert err == "error: run_pretrain.py needs --ds-config <DeepSpeed JSON> (or --config <spec JSON>) among its " \
+                  "arguments (after the script name); no rank was started"
+    # A spec file names it: its batch is checked against the hostfile's slots as the option's would be.
+    spec = tmp_path / "spec.json"
+    spec.write_text(json.dumps({"stage": "pretrain", "ds_config": "ds_configs/cpu_fp32.json"}))
+    assert main(["--hostfile", str(hostfile), "--print", "run_pretrain.py", "--config", str(spec)]) == 0
+    spec.write_text(json.dumps({"stage": "pretrain"}))
+    assert main(["--hostfile", str(hostfile), "run_pretrain.py", "--config", str(spec)]) == 2
+    assert f"{spec}: a stage spec names its DeepSpeed JSON" in capsys.readouterr().err
 
 
 def test_local_command_for_each_single_machine_launcher() -> None:

@@ -227,27 +227,28 @@ def test_step1_forgetting_and_step2_initialiser_settings_reach_their_launches_an
     step1 = {**base["step1"], "forget_every": 50}
     pipeline = demo_pipeline(tmp_path, step1=step1, step2=step2, source_relearn=["bl_base"])
     launched = {}
+
+    def spec_of(spec, run_dir, name, values):  # the spec each launch gets, checked as train_step checks it
+        launched[name] = spec.from_dict({**values, "out": str(run_dir)}, name)
+
     monkeypatch.setattr(pipeline, "_finished", lambda *a: Path("body"))
     monkeypatch.setattr(pipeline, "_data", lambda *a: Path("data"))
-    monkeypatch.setattr(pipeline, "_train", lambda script, run_dir, name, argv, *a, **k: launched.update({name: argv}))
+    monkeypatch.setattr(pipeline, "_train", spec_of)
     pipeline._step1("minijoint")
-    assert launched["step1-minijoint"][-2:] == ["--forget-every", "50"]
+    assert launched["step1-minijoint"].forget_every == 50 and launched["step1-minijoint"].variant == "minijoint"
     pipeline._step2("bl_base", "de")
     pipeline._step2("bl_base", "en-relearn")
     for name, init in (("step2-de-bl_base", "focus"), ("step2-en-relearn-bl_base", "specials")):
-        argv = launched[name]
-        assert argv[argv.index("--init") + 1] == init and argv.count("--init") == 1
-        assert argv[argv.index("--new-rows") + 1] == "source" and "--freeze-copied" in argv
-        assert "--shared-with" not in argv
+        spec = launched[name]
+        assert spec.init == init and spec.new_rows == "source" and spec.freeze_copied and spec.shared_with is None
     # The anchored control: the relearn run starts as German's would, copying only what German shares.
     anchored = demo_pipeline(tmp_path, step2=step2, source_relearn=["bl_base"], relearn_anchor="de")
     monkeypatch.setattr(anchored, "_finished", lambda *a: Path("body"))
     monkeypatch.setattr(anchored, "_data", lambda lang, *a: Path(f"data/{lang}"))
-    monkeypatch.setattr(anchored, "_train", lambda script, run_dir, name, argv, *a, **k: launched.update({name: argv}))
+    monkeypatch.setattr(anchored, "_train", spec_of)
     anchored._step2("bl_base", "en-relearn")
-    argv = launched["step2-en-relearn-bl_base"]
-    assert argv[argv.index("--init") + 1] == "focus" and argv[argv.index("--shared-with") + 1] == "data/de/spm.model"
-    assert argv[argv.index("--data") + 1] == "data/en"
+    spec = launched["step2-en-relearn-bl_base"]
+    assert spec.init == "focus" and spec.shared_with == Path("data/de/spm.model") and spec.data == Path("data/en")
     with pytest.raises(InputError, match="relearn_anchor must be one of the target languages"):
         demo_pipeline(tmp_path, relearn_anchor="fr")
     path = tmp_path / "bad.json"
