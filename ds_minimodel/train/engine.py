@@ -25,7 +25,7 @@ from ds_minimodel.errors import TrainingError
 from ds_minimodel.flops import to_gpu_days
 from ds_minimodel.train import checkpoint
 from ds_minimodel.train.faults import LossScaleWatch, StopSignals, lost_a_peer, non_finite_loss, peer_lost
-from ds_minimodel.train.metrics import MetricsLogger, reduce_update
+from ds_minimodel.train.metrics import MetricsLogger, UpdateStats, reduce_update
 
 # ----------------------------------------------------------------------------------------------- the loop
 LossFn = Callable[[nn.Module, dict[str, torch.Tensor]], dict[str, torch.Tensor]]
@@ -108,10 +108,16 @@ def train(
     ``stream`` yields this rank's micro-batches (dicts with input tensors and ``num_tokens``) and has
     ``state_dict``/``load_state_dict`` so that a resumed run continues exactly where it stopped.
     """
+    engine = build_engine(stage, ds_config, train_cfg, batch)
+    loop = Loop(stage, stream, engine, train_cfg=train_cfg, batch=batch, run_dir=run_dir, fp16=uses_fp16(ds_config))
+    return loop.run(resume=resume, log_root=log_root)
+
+
+def build_engine(stage: Stage, ds_config: dict[str, Any], train_cfg: TrainConfig, batch: BatchSizes) -> Any:
+    """The DeepSpeed engine over the stage's trainable parameters, its schedule filled in for this run."""
     import deepspeed
 
-    rank = dist.get_rank()  # the DeepSpeed JSON was checked whole before (ds_validate.check_ds_config)
-    config = fill_schedule(ds_config, train_cfg.steps, train_cfg.warmup_ratio)
+    config = fill_schedule(ds_config, train_cfg.steps, train_cfg.warmup_ratio)  # the JSON was checked whole before
     if train_cfg.activation_checkpointing:
         stage.model.activation_checkpointing = True
     config.update(train_batch_size=batch.global_batch, train_micro_batch_size_per_gpu=batch.micro,
@@ -120,118 +126,140 @@ def train(
                                            model_parameters=stage.param_groups or stage.trainable_parameters())
     if train_cfg.compile:
         compile_model(engine)
-    prefetch = train_cfg.prefetch if train_cfg.prefetch is not None else (2 if engine.device.type == "cuda" else 0)
-    if prefetch:
-        stream = Prefetcher(stream, depth=prefetch, pin_for=engine.device)
+    return engine
 
-    step, samples, tokens = 0, 0, 0
-    say = print if rank == 0 else (lambda _: None)
-    latest = checkpoint.latest_valid_checkpoint(run_dir, say=say) if resume else None
-    if latest is not None:
-        meta = checkpoint.resume(engine, latest, trainable_only=stage.compact_checkpoints)
-        step, samples, tokens = meta["step"], meta["samples"], meta["tokens"]
-        stream.load_state_dict(meta["data_position"])
-        if rank == 0:
-            print(f"[{stage.name}] resumed from {latest} at update {step}", flush=True)
-    elif resume and rank == 0:
-        print(f"[{stage.name}] --resume: no complete checkpoint in {run_dir}, starting from scratch", flush=True)
 
-    # TensorBoard: <log_root>/<stage name>; several runs sharing a log root show side by side.
-    logger = MetricsLogger(run_dir / "metrics.jsonl", (log_root or run_dir / "tensorboard") / stage.name,
-                           enabled=rank == 0, resume_step=step)
-    fp16 = uses_fp16(ds_config)
-    scale_watch = LossScaleWatch(engine) if fp16 else None
-    last_ckpt = latest
-    metrics: dict[str, float] = {}
-    progress = _progress(stage.name, step, train_cfg.steps, enabled=rank == 0)
-    stopped_by = None
-    signals = StopSignals().install()
+class Loop:
+    """The training loop over a built engine: resume, update, log, save, stop. Any object with the DeepSpeed
+    engine's ``__call__``, ``backward``, ``step``, ``device``, ``get_lr`` and ``get_global_grad_norm`` drives it
+    (the unit test's does); what can go wrong is recognised in ``train.faults``, the step statistics reduced in
+    ``train.metrics``."""
 
-    saving: int | None = None  # the update whose checkpoint is being written, while it is (for the lost-peer error)
+    def __init__(self, stage: Stage, stream: Any, engine: Any, *, train_cfg: TrainConfig, batch: BatchSizes,
+                 run_dir: Path, fp16: bool = False):
+        self.stage, self.engine, self.cfg, self.batch, self.run_dir = stage, engine, train_cfg, batch, run_dir
+        prefetch = train_cfg.prefetch if train_cfg.prefetch is not None else (2 if engine.device.type == "cuda" else 0)
+        self.stream = Prefetcher(stream, depth=prefetch, pin_for=engine.device) if prefetch else stream
+        self.rank = dist.get_rank()
+        self.scale_watch = LossScaleWatch(engine) if fp16 else None
+        self.step = self.samples = self.tokens = 0
+        self.last_ckpt: Path | None = None
+        self.saving: int | None = None  # the update whose checkpoint is being written, while it is
 
-    def save(at: int) -> Path:
-        nonlocal saving
-        saving = at
-        path = checkpoint.save(
-            engine, run_dir, at,
-            {**stage.meta, "stage": stage.name, "samples": samples, "tokens": tokens,
-             "flops": at * stage.flops_per_update, "data_position": stream.state_dict(),
-             "global_batch": batch.global_batch},
-            keep=train_cfg.keep_checkpoints, trainable_only=stage.compact_checkpoints)
-        saving = None
-        return path
+    def say(self, line: str) -> None:
+        if self.rank == 0:
+            print(f"[{self.stage.name}] {line}", flush=True)
 
-    try:
-        if stage.save_initial and latest is None:
-            last_ckpt = save(0)
-        while step < train_cfg.steps:
-            started = time.perf_counter()
-            sums: dict[str, torch.Tensor] = {}
-            local_tokens = 0
-            for _ in range(batch.accumulation):
-                micro = batch_to(next(stream), engine.device)
-                local_tokens += int(micro["num_tokens"])
-                losses = stage.loss_fn(engine, micro)
-                engine.backward(losses["loss"])
-                try:
-                    engine.step()
-                except Exception as err:
-                    # DeepSpeed all-reduces the overflow flag, so every rank raises this at the same update.
-                    if scale_watch is None or not scale_watch.is_deepspeed_collapse(err):
-                        raise
-                    scale_watch.after_update()
-                    raise scale_watch.error(run_dir, stage.name, step + 1, last_ckpt) from None
-                for name, value in losses.items():
-                    sums[name] = sums.get(name, 0.0) + value.detach().float()
-            step += 1
-            if stage.after_update is not None:
-                stage.after_update(engine, step)
-            if scale_watch is not None:
-                scale_watch.after_update()
-            samples += batch.global_batch
-            update = reduce_update(sums, local_tokens, signals.stop_requested(), batch)
-            update_tokens, stop_requested = update.tokens, update.stop
-            tokens += update_tokens
-            elapsed = time.perf_counter() - started
-            loss = update.losses["loss"]
-            if not math.isfinite(loss) and not fp16:
-                raise non_finite_loss(run_dir, stage.name, loss, step, last_ckpt)
-            metrics = dict(update.losses)
-            if step % train_cfg.log_every == 0 or step == train_cfg.steps:
-                metrics.update(_engine_metrics(engine, scale_watch))
-                metrics.update(tokens_per_s=update_tokens / elapsed, samples=samples, tokens=tokens,
-                               flops=step * stage.flops_per_update,
-                               v100_days=to_gpu_days(step * stage.flops_per_update))
-                logger.log(metrics, step)
-                progress.update(step, loss)
-            if step % train_cfg.save_every == 0 or step == train_cfg.steps or stop_requested:
-                last_ckpt = save(step)
-            if stop_requested and step < train_cfg.steps:
-                stopped_by = signals.reason()
-                if rank == 0:
-                    print(f"[{stage.name}] {stopped_by}: saved {last_ckpt} at update {step} of {train_cfg.steps} "
-                          "and stopped; run again with --resume to continue", flush=True)
-                break
-    except checkpoint.CheckpointWriteError as err:
-        raise TrainingError(str(err)) from None
-    except RuntimeError as err:
-        if not lost_a_peer(err):
-            raise
-        where = f"while saving the checkpoint of update {saving}" if saving is not None else f"during update {step + 1}"
-        raise peer_lost(run_dir, stage.name, rank, where, err, last_ckpt) from None
-    finally:
-        signals.restore()
-        progress.close()
-        logger.close()
-        if isinstance(stream, Prefetcher):
-            stream.close()
-    skipped = scale_watch.skipped if scale_watch is not None else 0
-    if skipped and rank == 0:
-        print(f"[{stage.name}] fp16: the loss scaler skipped {skipped} updates of this run for overflowing gradients "
-              f"(loss scale now {scale_watch.scale():g})", flush=True)
-    return TrainResult(step=step, samples=samples, tokens=tokens, flops=step * stage.flops_per_update,
-                       last_metrics=metrics, checkpoint=last_ckpt, engine=engine, stopped_by=stopped_by,
-                       skipped_updates=skipped)
+    def save(self, at: int) -> Path:
+        stage = self.stage
+        self.saving = at
+        self.last_ckpt = checkpoint.save(
+            self.engine, self.run_dir, at,
+            {**stage.meta, "stage": stage.name, "samples": self.samples, "tokens": self.tokens,
+             "flops": at * stage.flops_per_update, "data_position": self.stream.state_dict(),
+             "global_batch": self.batch.global_batch},
+            keep=self.cfg.keep_checkpoints, trainable_only=stage.compact_checkpoints)
+        self.saving = None
+        return self.last_ckpt
+
+    def resume(self) -> Path | None:
+        """Continue from the newest complete checkpoint in the run folder, if there is one."""
+        latest = checkpoint.latest_valid_checkpoint(self.run_dir, say=print if self.rank == 0 else (lambda _: None))
+        if latest is None:
+            self.say(f"--resume: no complete checkpoint in {self.run_dir}, starting from scratch")
+            return None
+        meta = checkpoint.resume(self.engine, latest, trainable_only=self.stage.compact_checkpoints)
+        self.step, self.samples, self.tokens = meta["step"], meta["samples"], meta["tokens"]
+        self.stream.load_state_dict(meta["data_position"])
+        self.say(f"resumed from {latest} at update {self.step}")
+        self.last_ckpt = latest
+        return latest
+
+    def update(self, stop_requested: Callable[[], bool]) -> tuple[UpdateStats, float]:
+        """One optimizer update over the batch's micro-batches; its statistics, reduced over the ranks with whether
+        a stop was requested by its end, and its seconds."""
+        engine, stage, started = self.engine, self.stage, time.perf_counter()
+        sums: dict[str, torch.Tensor] = {}
+        local_tokens = 0
+        for _ in range(self.batch.accumulation):
+            micro = batch_to(next(self.stream), engine.device)
+            local_tokens += int(micro["num_tokens"])
+            losses = stage.loss_fn(engine, micro)
+            engine.backward(losses["loss"])
+            try:
+                engine.step()
+            except Exception as err:
+                # DeepSpeed all-reduces the overflow flag, so every rank raises this at the same update.
+                if self.scale_watch is None or not self.scale_watch.is_deepspeed_collapse(err):
+                    raise
+                self.scale_watch.after_update()
+                raise self.scale_watch.error(self.run_dir, stage.name, self.step + 1, self.last_ckpt) from None
+            for name, value in losses.items():
+                sums[name] = sums.get(name, 0.0) + value.detach().float()
+        self.step += 1
+        if stage.after_update is not None:
+            stage.after_update(engine, self.step)
+        if self.scale_watch is not None:
+            self.scale_watch.after_update()
+        self.samples += self.batch.global_batch
+        stats = reduce_update(sums, local_tokens, stop_requested(), self.batch)
+        self.tokens += stats.tokens
+        return stats, time.perf_counter() - started
+
+    def run(self, *, resume: bool, log_root: Path | None = None) -> TrainResult:
+        stage, cfg = self.stage, self.cfg
+        latest = self.resume() if resume else None
+        # TensorBoard: <log_root>/<stage name>; several runs sharing a log root show side by side.
+        logger = MetricsLogger(self.run_dir / "metrics.jsonl", (log_root or self.run_dir / "tensorboard") / stage.name,
+                               enabled=self.rank == 0, resume_step=self.step)
+        progress = _progress(stage.name, self.step, cfg.steps, enabled=self.rank == 0)
+        metrics: dict[str, float] = {}
+        stopped_by = None
+        signals = StopSignals().install()
+        try:
+            if stage.save_initial and latest is None:
+                self.save(0)
+            while self.step < cfg.steps:
+                stats, seconds = self.update(signals.stop_requested)
+                step, loss = self.step, stats.losses["loss"]
+                if not math.isfinite(loss) and self.scale_watch is None:
+                    raise non_finite_loss(self.run_dir, stage.name, loss, step, self.last_ckpt)
+                metrics = dict(stats.losses)
+                if step % cfg.log_every == 0 or step == cfg.steps:
+                    metrics.update(_engine_metrics(self.engine, self.scale_watch))
+                    metrics.update(tokens_per_s=stats.tokens / seconds, samples=self.samples, tokens=self.tokens,
+                                   flops=step * stage.flops_per_update,
+                                   v100_days=to_gpu_days(step * stage.flops_per_update))
+                    logger.log(metrics, step)
+                    progress.update(step, loss)
+                if step % cfg.save_every == 0 or step == cfg.steps or stats.stop:
+                    self.save(step)
+                if stats.stop and step < cfg.steps:
+                    stopped_by = signals.reason()
+                    self.say(f"{stopped_by}: saved {self.last_ckpt} at update {step} of {cfg.steps} and stopped; "
+                             "run again with --resume to continue")
+                    break
+        except checkpoint.CheckpointWriteError as err:
+            raise TrainingError(str(err)) from None
+        except RuntimeError as err:
+            if not lost_a_peer(err):
+                raise
+            where = (f"while saving the checkpoint of update {self.saving}" if self.saving is not None
+                     else f"during update {self.step + 1}")
+            raise peer_lost(self.run_dir, stage.name, self.rank, where, err, self.last_ckpt) from None
+        finally:
+            signals.restore()
+            progress.close()
+            logger.close()
+            if isinstance(self.stream, Prefetcher):
+                self.stream.close()
+        skipped = self.scale_watch.skipped if self.scale_watch is not None else 0
+        if skipped:
+            self.say(f"fp16: the loss scaler skipped {skipped} updates of this run for overflowing gradients "
+                     f"(loss scale now {self.scale_watch.scale():g})")
+        return TrainResult(step=self.step, samples=self.samples, tokens=self.tokens,
+                           flops=self.step * stage.flops_per_update, last_metrics=metrics, checkpoint=self.last_ckpt,
+                           engine=self.engine, stopped_by=stopped_by, skipped_updates=skipped)
 
 
 def _engine_metrics(engine: Any, scale_watch: LossScaleWatch | None) -> dict[str, float]:

@@ -10,6 +10,7 @@ import pytest
 import torch
 
 from ds_minimodel.model.loading import load_mlm
+from ds_minimodel.stages.specs import AdaptSpec
 from ds_minimodel.train import checkpoint
 from tests.integration.conftest import REPO, run_cmd, torchrun_cmd
 
@@ -48,12 +49,14 @@ def adapted(demo_pipeline) -> dict[str, Path]:
     return {system: demo_pipeline["out"] / "step2" / "de" / system for system in SYSTEMS}
 
 
-def launched_args(demo_pipeline, script: str, out: Path) -> list[str]:
-    """The arguments the pipeline launched ``script`` with for the run in ``out`` (its "$ ..." line)."""
+def launched_spec(demo_pipeline, script: str, out: Path) -> AdaptSpec:
+    """The spec the pipeline launched ``script`` with (``--config``, on its "$ ..." line) for the run in ``out``."""
     for line in demo_pipeline["stdout"].splitlines():
         words = line.split()
-        if line.startswith("$ ") and script in words and words[-1] == str(out):
-            return words[words.index(script) + 1:]
+        if line.startswith("$ ") and script in words and "--config" in words:
+            spec = AdaptSpec.from_file(Path(words[words.index("--config") + 1]))
+            if spec.out == out:
+                return spec
     raise AssertionError(f"the pipeline's output has no launch of {script} for {out}")
 
 
@@ -107,9 +110,9 @@ def test_step2_update_0_holds_the_initial_rows_and_resumes_exactly(adapted, prim
     assert all(torch.equal(v, initial_weights[k]) for k, v in minipost_initial.items())
     for ckpt in later:
         shutil.rmtree(ckpt)
-    args = launched_args(demo_pipeline, "run_adapt.py", adapted["bl_base"])
-    args[args.index("--log-root") + 1] = str(tmp_path / "tensorboard")
-    run_cmd(torchrun_cmd(2, "run_adapt.py", *args[:-1], str(run_dir), "--resume"))
+    spec = launched_spec(demo_pipeline, "run_adapt.py", adapted["bl_base"])
+    spec.replace(out=run_dir, resume=True, log_root=tmp_path / "tensorboard").write(tmp_path / "resume.json")
+    run_cmd(torchrun_cmd(2, "run_adapt.py", "--config", str(tmp_path / "resume.json")))
     final = checkpoint.load_weights(checkpoint.latest_checkpoint(run_dir))
     want = checkpoint.load_weights(checkpoint.latest_checkpoint(adapted["bl_base"]))
     assert all(torch.equal(final[k], want[k]) for k in want)
@@ -135,7 +138,6 @@ def test_frozen_body_untouched_and_only_embeddings_in_optimizer(primaries, de_da
     optimizer holds exactly the trainable parameters."""
     from ds_minimodel.stages import adapt
     from ds_minimodel.stages.runner import run_stage
-    from ds_minimodel.stages.specs import AdaptSpec
 
     monkeypatch.chdir(REPO)
     spec = AdaptSpec(system="bl_base", body=primaries["base"], data=de_data, out=tmp_path / "a",
@@ -166,7 +168,6 @@ def test_focus_with_anchored_copies_over_two_bf16_zero2_ranks(primaries, de_data
     from ds_minimodel.data.tokenizer import Tokenizer
     from ds_minimodel.stages import adapt
     from ds_minimodel.stages.cli import spec_from_args
-    from ds_minimodel.stages.specs import AdaptSpec
 
     out = tmp_path / "focus"
     args = ["--system", "bl_base", "--body", str(primaries["base"]), "--data", str(de_data), "--init", "focus",

@@ -1,0 +1,131 @@
+"""The training loop (train.engine.Loop) in this process, over a stand-in for the DeepSpeed engine: no launcher, no
+DeepSpeed, one rank of a Gloo group. What it checks is the loop's own logic: counts, logging and saving cadence,
+resume, a stop request, a non-finite loss."""
+from __future__ import annotations
+
+import json
+import os
+import signal
+from pathlib import Path
+
+import pytest
+import torch
+import torch.distributed as dist
+
+from ds_minimodel.config import TrainConfig
+from ds_minimodel.ds_config import BatchSizes
+from ds_minimodel.errors import TrainingError
+from ds_minimodel.train import checkpoint
+from ds_minimodel.train.engine import Loop, Stage
+
+
+class Engine:
+    """What the loop asks of a DeepSpeed engine, over a plain module and torch's SGD (one micro-batch per update)."""
+
+    def __init__(self, model: torch.nn.Module):
+        self.module, self.device = model, torch.device("cpu")
+        self.optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+
+    def __call__(self, x: torch.Tensor) -> torch.Tensor:
+        return self.module(x)
+
+    def backward(self, loss: torch.Tensor) -> None:
+        loss.backward()
+
+    def step(self) -> None:
+        self.optimizer.step()
+        self.optimizer.zero_grad()
+
+    def get_lr(self) -> list[float]:
+        return [0.1]
+
+    def get_global_grad_norm(self) -> None:
+        return None
+
+
+class Stream:
+    """Micro-batches of a fixed regression problem; ``events`` maps a batch index to what happens when it is drawn."""
+
+    def __init__(self, events: dict[int, str] | None = None):
+        self.position, self.events, self.loaded = 0, events or {}, None
+
+    def __next__(self) -> dict:
+        self.position += 1
+        event = self.events.get(self.position)
+        if event == "stop":
+            os.kill(os.getpid(), signal.SIGTERM)  # what a scheduler's preemption sends
+        x = torch.full((4, 2), float("nan") if event == "nan" else 1.0)
+        return {"x": x, "y": torch.zeros(4, 1), "num_tokens": 4}
+
+    def state_dict(self) -> dict:
+        return {"position": self.position}
+
+    def load_state_dict(self, state: dict) -> None:
+        self.position, self.loaded = state["position"], state
+
+
+def mse(engine: Engine, batch: dict) -> dict[str, torch.Tensor]:
+    return {"loss": ((engine(batch["x"]) - batch["y"]) ** 2).mean()}
+
+
+@pytest.fixture
+def one_rank(tmp_path):
+    if dist.is_initialized():  # pragma: no cover - another test's group in this worker
+        pytest.skip("a process group is already running in this process")
+    dist.init_process_group("gloo", init_method=f"file://{tmp_path / 'store'}", rank=0, world_size=1)
+    yield
+    dist.destroy_process_group()
+
+
+@pytest.fixture
+def saves(monkeypatch, tmp_path):
+    """checkpoint.save and resume recorded instead of written: {step: meta}."""
+    saved: dict[int, dict] = {}
+
+    def save(engine, run_dir, step, meta, *, keep=None, trainable_only=False):
+        saved[step] = {**meta, "step": step, "weights": engine.module.weight.detach().clone()}
+        return Path(run_dir) / checkpoint.tag_for(step)
+
+    def resume(engine, ckpt_dir, *, trainable_only=False):
+        meta = saved[int(Path(ckpt_dir).name.split("_")[1])]
+        with torch.no_grad():
+            engine.module.weight.copy_(meta["weights"])
+        return meta
+
+    monkeypatch.setattr(checkpoint, "save", save)
+    monkeypatch.setattr(checkpoint, "resume", resume)
+    monkeypatch.setattr(checkpoint, "latest_valid_checkpoint",
+                        lambda run_dir, say=print: Path(run_dir) / checkpoint.tag_for(max(saved)) if saved else None)
+    return saved
+
+
+def loop(tmp_path, stream, steps=6, **stage_options) -> Loop:
+    torch.manual_seed(0)
+    model = torch.nn.Linear(2, 1, bias=False)
+    stage = Stage(name="toy", model=model, loss_fn=mse, flops_per_update=10.0, meta={"kind": "toy"}, **stage_options)
+    cfg = TrainConfig(steps=steps, log_every=2, save_every=4, prefetch=0)
+    return Loop(stage, stream, Engine(model), train_cfg=cfg, batch=BatchSizes(micro=4, accumulation=1, world_size=1),
+                run_dir=tmp_path / "run")
+
+
+def test_the_loop_counts_logs_and_saves_on_its_cadence_and_resumes_where_it_saved(one_rank, saves, tmp_path):
+    result = loop(tmp_path, Stream(), save_initial=True).run(resume=False)
+    assert (result.step, result.samples, result.tokens, result.flops) == (6, 24, 24, 60.0)
+    assert sorted(saves) == [0, 4, 6] and result.checkpoint == tmp_path / "run" / checkpoint.tag_for(6)
+    assert saves[4]["data_position"] == {"position": 4} and saves[4]["tokens"] == 16 and saves[4]["flops"] == 40.0
+    logged = [json.loads(line) for line in (tmp_path / "run/metrics.jsonl").read_text().splitlines()]
+    assert [r["step"] for r in logged] == [2, 4, 6] and logged[-1]["loss"] < logged[0]["loss"]
+    final = saves.pop(6)["weights"]
+    # From update 4's checkpoint, the same data position and weights: the same final weights.
+    stream = Stream()
+    again = loop(tmp_path, stream).run(resume=True)
+    assert stream.loaded == {"position": 4} and again.step == 6 and again.samples == 24
+    assert torch.equal(saves[6]["weights"], final)
+
+
+def test_a_stop_request_saves_that_update_and_stops_and_a_nan_names_the_last_checkpoint(one_rank, saves, tmp_path):
+    result = loop(tmp_path, Stream({3: "stop"})).run(resume=False)
+    assert result.stopped_by == "SIGTERM" and result.step == 3 and sorted(saves) == [3]
+    with pytest.raises(TrainingError, match=r"non-finite loss nan at update 5; .* the last good checkpoint is "
+                                            r".*step_00000004"):
+        loop(tmp_path / "other", Stream({5: "nan"})).run(resume=False)
