@@ -395,7 +395,7 @@ class Pipeline:
         cache = self.out / "step4" / task.name / as_lang / f"{where}.json"
         record = scored(cache, task_model, ckpt, Path(task.test[lang]), lang, task.eval_format)
         record["lang"] = as_lang
-        what = f"{system} update {record['step2_update']}" if ckpt is not None else "own embeddings"
+        what = f"{system} update {record['step2_update']}" if ckpt is not None else f"primary {own_of}, own embeddings"
         print(f"[step4] {task.name} {as_lang} {what} seed {seed}: "
               + ", ".join(f"{k} {record[k]:.1f}" for k in ("accuracy", "macro_f1", "f1") if k in record), flush=True)
         return record
