@@ -217,7 +217,7 @@ def dataclass_from_dict(cls: type, data: Any, source: str) -> Any:
     hints = typing.get_type_hints(cls)
     for key, value in data.items():
         try:  # JSON's own rules, strictly: no "3" for 3, no true for 1, a whole number is a float too
-            _validator(hints[key]).validate_json(json.dumps(value), strict=True)
+            type_adapter(hints[key]).validate_json(json.dumps(value), strict=True)
         except pydantic.ValidationError:
             raise InputError(f"{source}: {key} must be {fields[key].type}, got {value!r}") from None
     try:
@@ -229,7 +229,7 @@ def dataclass_from_dict(cls: type, data: Any, source: str) -> Any:
 
 
 @functools.lru_cache(maxsize=None)
-def _validator(annotation: Any) -> pydantic.TypeAdapter:
+def type_adapter(annotation: Any) -> pydantic.TypeAdapter:
     """pydantic's validator for a field's annotation (built once per annotation)."""
     return pydantic.TypeAdapter(annotation)
 

@@ -43,7 +43,7 @@ from ds_minimodel.model.transforms import (
 )
 from ds_minimodel.stages.cli import add_training_args, run_main, spec_from_command_line
 from ds_minimodel.stages.runner import Built, Context, run_stage
-from ds_minimodel.stages.specs import AdaptSpec, help_of
+from ds_minimodel.stages.specs import AdaptSpec, help_of, require_one_of
 from ds_minimodel.systems import get_system
 from ds_minimodel.train import checkpoint
 from ds_minimodel.train.engine import Stage
@@ -95,9 +95,8 @@ def build(spec: AdaptSpec, ctx: Context) -> Built:
     """The Step-2 stage: the body frozen, the target's rows initialised, the stream of target text."""
     # Every input is checked before anything is written: a refused run leaves --out as it was.
     get_system(spec.system)  # a spec file's unknown system, refused by name
-    for name, value, allowed in (("init", spec.init, INITS), ("new_rows", spec.new_rows, NEW_ROWS)):
-        if value not in allowed:
-            raise InputError(f"{name} must be one of {', '.join(allowed)}, got {value!r}")
+    require_one_of("init", spec.init, INITS)
+    require_one_of("new_rows", spec.new_rows, NEW_ROWS)
     ds_config = ctx.ds_config
     train_cfg = ctx.train_cfg
     info, batch = ctx.info, ctx.batch

@@ -19,7 +19,6 @@ from ds_minimodel.errors import InputError, TrainingError, report
 from ds_minimodel.folders import require_output
 from ds_minimodel.stages.specs import MLMSpec, RunSpec, help_of
 from ds_minimodel.train import checkpoint
-from ds_minimodel.train.distributed import DEFAULT_DIST_TIMEOUT
 from ds_minimodel.train.faults import StopSignals
 
 
@@ -47,48 +46,43 @@ PROBABILITY = number(float, low=0, strict=True, below=1)  # mask rates
 
 
 def add_training_args(p: argparse.ArgumentParser, spec: type[MLMSpec]) -> None:
-    """The options of every MLM stage (``stages.specs.MLMSpec``), their help texts the spec's field docs."""
-    doc = functools.partial(help_of, spec)
-    defaults = {f.name: f.default for f in dataclasses.fields(spec)}
-    p.add_argument("--ds-config", type=Path, required=True, help=doc("ds_config"))
+    """The options of every MLM stage (``stages.specs.MLMSpec``) and of every stage (``add_run_spec_args``)."""
+    doc, default = _docs_and_defaults(spec)
     p.add_argument("--data", type=Path, required=True, help=doc("data"))
-    p.add_argument("--out", type=Path, required=True, help=doc("out"))
     p.add_argument("--steps", type=POSITIVE_INT, help=doc("steps"))
-    p.add_argument("--seq-len", type=POSITIVE_INT, default=defaults["seq_len"], help=doc("seq_len"))
-    p.add_argument("--mask-prob", type=PROBABILITY, default=defaults["mask_prob"], help=doc("mask_prob"))
-    p.add_argument("--seed", type=COUNT, default=defaults["seed"], help=doc("seed"))
-    p.add_argument("--save-every", type=POSITIVE_INT, default=defaults["save_every"], help=doc("save_every"))
-    p.add_argument("--log-every", type=POSITIVE_INT, default=defaults["log_every"], help=doc("log_every"))
-    p.add_argument("--warmup-ratio", type=FRACTION, default=defaults["warmup_ratio"], help=doc("warmup_ratio"))
+    p.add_argument("--seq-len", type=POSITIVE_INT, default=default["seq_len"], help=doc("seq_len"))
+    p.add_argument("--mask-prob", type=PROBABILITY, default=default["mask_prob"], help=doc("mask_prob"))
     p.add_argument("--keep-checkpoints", type=POSITIVE_INT, help=doc("keep_checkpoints"))
+    add_run_spec_args(p, spec)
+
+
+def add_run_spec_args(p: argparse.ArgumentParser, spec: type[RunSpec]) -> None:
+    """The options of every training stage (``stages.specs.RunSpec``), their defaults and help texts the spec's, and
+    the entry scripts' own: a spec file instead of options, and the launcher's rank."""
+    doc, default = _docs_and_defaults(spec)
+    p.add_argument("--ds-config", type=Path, required=True, help=doc("ds_config"))
+    p.add_argument("--out", type=Path, required=True, help=doc("out"))
+    p.add_argument("--seed", type=COUNT, default=default["seed"], help=doc("seed"))
+    p.add_argument("--save-every", type=POSITIVE_INT, default=default["save_every"], help=doc("save_every"))
+    p.add_argument("--log-every", type=POSITIVE_INT, default=default["log_every"], help=doc("log_every"))
+    p.add_argument("--warmup-ratio", type=FRACTION, default=default["warmup_ratio"], help=doc("warmup_ratio"))
     p.add_argument("--resume", action="store_true", help=doc("resume"))
-    add_run_args(p, spec)
-    add_allow_config_change(p, spec)
-    add_launcher_args(p)
-
-
-def add_launcher_args(p: argparse.ArgumentParser) -> None:
-    """What every entry script accepts besides its spec's options: a spec file, and the launcher's rank."""
+    p.add_argument("--allow-config-change", action="store_true", help=doc("allow_config_change"))
+    p.add_argument("--log-root", type=Path, help=doc("log_root"))
+    p.add_argument("--run-name", help=doc("run_name"))
+    p.add_argument("--activation-checkpointing", action="store_true", help=doc("activation_checkpointing"))
+    p.add_argument("--compile", action="store_true", help=doc("compile"))
+    p.add_argument("--prefetch", type=COUNT, metavar="N", help=doc("prefetch"))
+    p.add_argument("--dist-timeout", type=POSITIVE, default=default["dist_timeout"], metavar="SECONDS",
+                   help=doc("dist_timeout") + " (default %(default)g)")
     p.add_argument("--config", type=Path, metavar="SPEC_JSON",
                    help="a spec file (JSON, ds_minimodel.stages.specs; the pipeline writes one per job) holding "
                         "every setting; no other option goes with it")
     p.add_argument("--local_rank", "--local-rank", type=int, default=0, help=argparse.SUPPRESS)  # deepspeed launcher
 
 
-def add_allow_config_change(p: argparse.ArgumentParser, spec: type[RunSpec]) -> None:
-    p.add_argument("--allow-config-change", action="store_true", help=help_of(spec, "allow_config_change"))
-
-
-def add_run_args(p: argparse.ArgumentParser, spec: type[RunSpec]) -> None:
-    """Where a run logs and how long it waits for peers: options of every training entry point."""
-    doc = functools.partial(help_of, spec)
-    p.add_argument("--log-root", type=Path, help=doc("log_root"))
-    p.add_argument("--run-name", help=doc("run_name"))
-    p.add_argument("--activation-checkpointing", action="store_true", help=doc("activation_checkpointing"))
-    p.add_argument("--compile", action="store_true", help=doc("compile"))
-    p.add_argument("--prefetch", type=COUNT, metavar="N", help=doc("prefetch"))
-    p.add_argument("--dist-timeout", type=POSITIVE, default=DEFAULT_DIST_TIMEOUT.total_seconds(), metavar="SECONDS",
-                   help=doc("dist_timeout") + " (default %(default)g)")
+def _docs_and_defaults(spec: type[RunSpec]) -> tuple[Callable[[str], str], dict[str, Any]]:
+    return functools.partial(help_of, spec), {f.name: f.default for f in dataclasses.fields(spec)}
 
 
 def spec_from_command_line(parser: argparse.ArgumentParser, spec: type[RunSpec], argv: list[str] | None = None

@@ -17,25 +17,21 @@ from typing import Any
 import torch
 
 from ds_minimodel import flops
-from ds_minimodel.config import FinetuneConfig, TrainConfig, write_json
+from ds_minimodel.config import FinetuneConfig, write_json
 from ds_minimodel.data.streams import ArrayStream
 from ds_minimodel.data.tokenizer import load_tokenizer
 from ds_minimodel.errors import InputError
 from ds_minimodel.model.encoder import MAIN_HEAD, POOLINGS, TaskModel
 from ds_minimodel.model.loading import load_mlm
 from ds_minimodel.stages.cli import (
-    COUNT,
-    FRACTION,
     POSITIVE,
     POSITIVE_INT,
-    add_allow_config_change,
-    add_launcher_args,
-    add_run_args,
+    add_run_spec_args,
     run_main,
     spec_from_command_line,
 )
-from ds_minimodel.stages.runner import Built, Context, run_stage
-from ds_minimodel.stages.specs import FinetuneSpec, help_of
+from ds_minimodel.stages.runner import Built, Context, run_stage, train_config
+from ds_minimodel.stages.specs import FinetuneSpec, help_of, require_one_of
 from ds_minimodel.tasks.formats import (
     KIND_OF_FORMAT,
     TaskSpec,
@@ -48,7 +44,6 @@ from ds_minimodel.tasks.formats import (
     task_loss,
 )
 from ds_minimodel.train import checkpoint
-from ds_minimodel.train.ds_validate import check_ds_config
 from ds_minimodel.train.engine import Stage, TrainResult
 
 
@@ -62,20 +57,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--dev", type=Path, help=doc("dev"))
     p.add_argument("--dev-format", choices=sorted(KIND_OF_FORMAT), help=doc("dev_format"))
     p.add_argument("--language", default="en", help=doc("language"))
-    p.add_argument("--ds-config", type=Path, required=True, help=doc("ds_config"))
-    p.add_argument("--out", type=Path, required=True, help=doc("out"))
     p.add_argument("--epochs", type=POSITIVE, default=FinetuneConfig.epochs, help=doc("epochs"))
-    p.add_argument("--warmup-ratio", type=FRACTION, default=FinetuneConfig.warmup_ratio, help=doc("warmup_ratio"))
     p.add_argument("--max-len", type=POSITIVE_INT, default=FinetuneConfig.max_len, help=doc("max_len"))
     p.add_argument("--doc-stride", type=POSITIVE_INT, default=FinetuneConfig.doc_stride, help=doc("doc_stride"))
     p.add_argument("--pooling", choices=POOLINGS, default=FinetuneConfig.pooling, help=doc("pooling"))
-    p.add_argument("--seed", type=COUNT, default=TrainConfig.seed, help=doc("seed"))
-    p.add_argument("--log-every", type=POSITIVE_INT, default=TrainConfig.log_every, help=doc("log_every"))
-    p.add_argument("--save-every", type=POSITIVE_INT, default=FinetuneConfig.save_every, help=doc("save_every"))
-    p.add_argument("--resume", action="store_true", help=doc("resume"))
-    add_allow_config_change(p, FinetuneSpec)
-    add_run_args(p, FinetuneSpec)
-    add_launcher_args(p)
+    add_run_spec_args(p, FinetuneSpec)
     return p
 
 
@@ -98,11 +84,9 @@ def build_task_model(primary_folder: Path, spec: TaskSpec, seed: int) -> tuple[T
 
 def build(spec: FinetuneSpec, ctx: Context) -> Built:
     # Every input is read and checked before anything is written.
-    for name, value, allowed in (("format", spec.format, sorted(KIND_OF_FORMAT)),
-                                 ("dev_format", spec.dev_format or spec.format, sorted(KIND_OF_FORMAT)),
-                                 ("pooling", spec.pooling, POOLINGS)):
-        if value not in allowed:
-            raise InputError(f"{name} must be one of {', '.join(allowed)}, got {value!r}")
+    require_one_of("format", spec.format, sorted(KIND_OF_FORMAT))
+    require_one_of("dev_format", spec.dev_format or spec.format, sorted(KIND_OF_FORMAT))
+    require_one_of("pooling", spec.pooling, POOLINGS)
     primary_meta = checkpoint.load_meta(spec.model)
     positions = (primary_meta.get("model_config") or {}).get("max_positions")
     if isinstance(positions, int) and spec.max_len > positions:
@@ -117,11 +101,7 @@ def build(spec: FinetuneSpec, ctx: Context) -> Built:
     features = featurize(task, examples, tokenizer)
     rows = len(features.arrays["input_ids"])
     steps = max(1, int(spec.epochs * (rows // batch.global_batch)))
-    train_cfg = TrainConfig(steps=steps, seq_len=spec.max_len, seed=spec.seed, save_every=spec.save_every,
-                            log_every=spec.log_every, warmup_ratio=spec.warmup_ratio,
-                            activation_checkpointing=spec.activation_checkpointing, compile=spec.compile,
-                            prefetch=spec.prefetch)
-    check_ds_config(ctx.ds_config, str(spec.ds_config), steps=steps)
+    train_cfg = train_config(spec, ctx.ds_config, steps, seq_len=spec.max_len)
     stream = ArrayStream(features.arrays, micro_batch_size=batch.micro, world_size=info.world_size, rank=info.rank,
                          seed=spec.seed, source=str(spec.train))  # refuses a file too small for one update
     model, primary_meta = build_task_model(spec.model, task, spec.seed)

@@ -67,16 +67,19 @@ class Outcome:
     result: TrainResult
 
 
-def train_config(spec: MLMSpec, ds_config: dict[str, Any]) -> TrainConfig:
-    """An MLM stage's training settings; the whole DeepSpeed JSON is checked against them first."""
-    steps = spec.steps or scheduler_total_steps(ds_config)
-    if steps is None:
-        raise InputError(f"{spec.ds_config}: the scheduler's total_num_steps is not a number; pass --steps")
+def train_config(spec: RunSpec, ds_config: dict[str, Any], steps: int | None = None, **shape: Any) -> TrainConfig:
+    """A stage's training settings from its spec, after the whole DeepSpeed JSON is checked against them. An MLM
+    stage's update count and shape come from its spec (``steps``: the scheduler's when it gives none); another
+    stage passes ``steps`` and its ``shape`` (``seq_len``...)."""
+    if isinstance(spec, MLMSpec):
+        steps = spec.steps or scheduler_total_steps(ds_config)
+        if steps is None:
+            raise InputError(f"{spec.ds_config}: the scheduler's total_num_steps is not a number; pass --steps")
+        shape = {"seq_len": spec.seq_len, "mask_prob": spec.mask_prob, "keep_checkpoints": spec.keep_checkpoints}
     check_ds_config(ds_config, str(spec.ds_config), steps=steps)
-    return TrainConfig(steps=steps, seq_len=spec.seq_len, mask_prob=spec.mask_prob, seed=spec.seed,
-                       save_every=spec.save_every, log_every=spec.log_every, keep_checkpoints=spec.keep_checkpoints,
+    return TrainConfig(steps=steps, seed=spec.seed, save_every=spec.save_every, log_every=spec.log_every,
                        warmup_ratio=spec.warmup_ratio, activation_checkpointing=spec.activation_checkpointing,
-                       compile=spec.compile, prefetch=spec.prefetch)
+                       compile=spec.compile, prefetch=spec.prefetch, **shape)
 
 
 def run_stage(spec: RunSpec, build: Builder) -> Outcome:

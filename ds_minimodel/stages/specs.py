@@ -15,13 +15,14 @@ import functools
 import inspect
 import json
 import typing
+from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated, Any, ClassVar
 
 import pydantic
 
-from ds_minimodel.config import FinetuneConfig, TrainConfig, read_json
+from ds_minimodel.config import FinetuneConfig, TrainConfig, read_json, type_adapter
 from ds_minimodel.errors import InputError
 from ds_minimodel.systems import Depths
 
@@ -102,7 +103,7 @@ class RunSpec:
         values = {}
         for key, value in data.items():
             try:  # JSON's own rules, strictly: no "3" for 3, no true for 1; a path is a string
-                values[key] = _adapter(hints[key]).validate_json(json.dumps(value, default=str), strict=True)
+                values[key] = type_adapter(hints[key]).validate_json(json.dumps(value, default=str), strict=True)
             except pydantic.ValidationError as err:
                 problem = err.errors()[0]["msg"][0].lower() + err.errors()[0]["msg"][1:]
                 raise InputError(f"{source}: {key}: {problem} (got {value!r})") from None
@@ -256,6 +257,13 @@ def read_spec(path: Path) -> RunSpec:
     return SPECS[stage].from_dict(data, str(path))
 
 
+def require_one_of(field: str, value: Any, allowed: Iterable[str]) -> None:
+    """A field with a fixed set of values (its option's ``choices``): a spec file's other value is refused by name."""
+    allowed = list(allowed)
+    if value not in allowed:
+        raise InputError(f"{field} must be one of {', '.join(allowed)}, got {value!r}")
+
+
 def help_of(cls: type, name: str) -> str:
     """A field's docstring as one line: the help text of the option that sets it."""
     for klass in cls.__mro__:
@@ -282,11 +290,6 @@ def _docstrings(cls: type) -> dict[str, str]:
 @functools.cache
 def _hints(cls: type) -> dict[str, Any]:
     return typing.get_type_hints(cls, include_extras=True)
-
-
-@functools.cache
-def _adapter(annotation: Any) -> pydantic.TypeAdapter:
-    return pydantic.TypeAdapter(annotation)
 
 
 def _plain(value: Any) -> Any:
