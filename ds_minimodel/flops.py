@@ -15,7 +15,7 @@ from typing import Any
 
 from ds_minimodel.config import ModelConfig
 from ds_minimodel.errors import InputError
-from ds_minimodel.systems import SYSTEMS, Depths, get_primary, system_names
+from ds_minimodel.systems import SYSTEMS, Depths, Step, get_primary, system_names
 
 V100_TFLOPS = 30.0
 """Sustained V100 throughput the paper assumes (section 3), TFLOP/s."""
@@ -25,8 +25,9 @@ SECONDS_PER_DAY = 86_400
 V100_DAY_FLOPS = V100_TFLOPS * 1e12 * SECONDS_PER_DAY
 """FLOPs in one V100-day: 2.592e18 = 2.592 EFLOPs (paper section 3)."""
 
-STAGES = ("pretrain", "pretrain_dual", "adapt", "minipost")
-"""Step 1 (A1), MiniJoint's dual-head Step 1, Step 2 over a frozen body (A3), MiniPost's Step 1b (A4)."""
+STEPS = (Step.PRETRAIN, Step.MINIPOST, Step.ADAPT, Step.FINETUNE)
+"""The steps that train: Step 1 (A1; with MiniJoint's second head where the model has one), MiniPost's Step 1b
+(A4), Step 2 over a frozen body (A3), Step 3 (``finetune_per_update``)."""
 
 # Section 3: every stage runs 125,000 updates of 2,048 sequences of 512 tokens; RoBERTa-base (h=768, 12 layers);
 # SentencePiece vocabularies of 50,000; RoBERTa's 15% masking; N=4 bottom layers; MiniPost adds 2 layers.
@@ -199,39 +200,38 @@ def to_gpu_days(flops: float, tflops: float = V100_TFLOPS) -> float:
 # From a ModelConfig: what the training logs use.
 # ---------------------------------------------------------------------------------------------------------------
 
-def per_update_flops(stage: str, cfg: ModelConfig, *, seq_len: int, batch: int, mask_prob: float,
+def per_update_flops(step: Step | str, cfg: ModelConfig, *, seq_len: int, batch: int, mask_prob: float = 0.15,
                      trainable_layers: int = PAPER_NEW_LAYERS) -> float:
     """FLOPs of one optimizer update of ``batch`` sequences of ``seq_len`` tokens (the formulas with U = 1).
 
-    ``cfg`` is the model the stage trains: the full model for "pretrain"/"pretrain_dual", the model whose embeddings
-    are learned for "adapt" (the mini-model for MiniJoint/MiniPost), and the mini-model being built (N copied
-    layers + ``trainable_layers`` new ones) for "minipost".
+    ``cfg`` is the model the step trains: the primary for Step 1 (A1, or A1 + 3 FLOP_lm where ``cfg`` has a second
+    head), the mini-model being built (N copied layers + ``trainable_layers`` new ones) for Step 1b, the body whose
+    embeddings are learned for Step 2 (the mini-model for MiniJoint and MiniPost), the finetuned model for Step 3.
     """
-    if stage not in STAGES:
-        raise InputError(f"unknown stage {stage!r}; known stages: {', '.join(STAGES)}")
+    if step not in STEPS:
+        raise InputError(f"unknown step {step!r}; the steps that train: {', '.join(STEPS)}")
     _check_positive_int("seq_len", seq_len)
     _check_positive_int("batch", batch)
     if not 0.0 < mask_prob < 1.0:
         raise InputError(f"mask_prob must be in (0, 1), got {mask_prob!r}")
     shape = {"h": cfg.hidden_size, "V": cfg.vocab_size, "l": cfg.num_layers, "s": seq_len, "p": mask_prob,
              "B": batch, "U": 1, "ffn": cfg.ffn_size}
-    if stage == "pretrain":
-        return pretrain_flops(**shape)
-    if stage == "pretrain_dual":
-        if cfg.num_layers < 2:
-            raise InputError("pretrain_dual needs at least 2 layers")
-        aux = cfg.aux_head_layer if cfg.aux_head_layer is not None else min(PAPER_MINI_LAYERS, cfg.num_layers - 1)
-        return dual_head_pretrain_flops(**shape, aux_layer=aux)
-    if stage == "adapt":
+    if step == Step.PRETRAIN:
+        if cfg.aux_head_layer is None:
+            return pretrain_flops(**shape)
+        return dual_head_pretrain_flops(**shape, aux_layer=cfg.aux_head_layer)
+    if step == Step.ADAPT:
         return adapt_flops(**shape)
+    if step == Step.FINETUNE:
+        return finetune_per_update(cfg, seq_len=seq_len, batch=batch)
     return minipost_flops(**shape, l_t=trainable_layers)
 
 
-def total_flops(stage: str, cfg: ModelConfig, *, seq_len: int, batch: int, mask_prob: float, updates: int,
+def total_flops(step: Step | str, cfg: ModelConfig, *, seq_len: int, batch: int, mask_prob: float, updates: int,
                 trainable_layers: int = PAPER_NEW_LAYERS) -> float:
-    """``per_update_flops`` x ``updates``: every update of a stage costs the same."""
+    """``per_update_flops`` x ``updates``: every update of a step costs the same."""
     _check_positive_int("updates", updates)
-    return updates * per_update_flops(stage, cfg, seq_len=seq_len, batch=batch, mask_prob=mask_prob,
+    return updates * per_update_flops(step, cfg, seq_len=seq_len, batch=batch, mask_prob=mask_prob,
                                       trainable_layers=trainable_layers)
 
 

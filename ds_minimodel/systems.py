@@ -14,6 +14,7 @@ whichever process looks it up). Nothing here imports torch.
 """
 from __future__ import annotations
 
+import enum
 import importlib
 import os
 from collections.abc import Callable
@@ -27,6 +28,24 @@ and that head (MiniJoint). step1b: the model Step 1b builds from the primary (Mi
 frozen, with ``new`` layers trained on top under its frozen head)."""
 
 PLUGINS_ENV = "DS_MINIMODEL_PLUGINS"
+
+
+class Step(enum.StrEnum):
+    """The method's steps, one name each: the FLOP formulas (``flops.per_update_flops``), the benchmark's cases, the
+    pipeline's jobs and output folders, and the training runs' names all spell a step this way."""
+
+    PREPARE = "prepare"
+    """Tokenizers trained and corpora tokenized (the pipeline's first job; no training)."""
+    PRETRAIN = "step1"
+    """A primary pretrained with MLM (two heads where it has a second one: MiniJoint)."""
+    MINIPOST = "step1b"
+    """MiniPost's mini-model: the primary's bottom layers copied and frozen, new layers trained on top."""
+    ADAPT = "step2"
+    """New embeddings learned over a frozen body."""
+    FINETUNE = "step3"
+    """The primary (or a mini-model) finetuned on a source-language task, embeddings frozen."""
+    TRANSFER = "step4"
+    """Zero-shot: the target embeddings swapped into the finetuned model and scored."""
 
 
 @dataclass(frozen=True)
@@ -74,6 +93,11 @@ class System:
     def step1b(self) -> bool:
         """Whether it needs Step 1b (``run_pretrain.py --variant minipost`` over its primary)."""
         return self.body == "step1b"
+
+    @property
+    def body_step(self) -> Step:
+        """The step whose output Step 2 trains over: Step 1 (the primary, or its mini-model) or Step 1b."""
+        return Step.MINIPOST if self.step1b else Step.PRETRAIN
 
     @property
     def whole_primary(self) -> bool:

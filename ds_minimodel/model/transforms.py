@@ -153,6 +153,12 @@ def freeze_for_adaptation(model: MaskedLM, *, train_positions: bool = False,
     return names
 
 
+def freeze_for_finetuning(model: torch.nn.Module) -> None:
+    """Step 3 (section 2.1): the token embeddings stay as Step 1 left them, so that Step 4 can swap a target
+    language's in; the body and the task head train."""
+    model.embeddings.tokens.weight.requires_grad_(False)
+
+
 def freeze_for_head_training(model: MaskedLM) -> list[str]:
     """A pretrained encoder imported without an MLM head (``ds_minimodel.model.hf``): train the new head's dense layer,
     LayerNorm and output bias only. The body and the token embeddings (the head's tied projection) stay frozen, so

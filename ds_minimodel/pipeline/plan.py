@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import os
 import subprocess
 import sys
 from dataclasses import dataclass
@@ -21,13 +20,13 @@ from pathlib import Path
 from typing import Any
 
 from ds_minimodel.cluster import slurm
-from ds_minimodel.cluster.launch import free_port, local_command
 from ds_minimodel.config import read_json
 from ds_minimodel.data.prepare import prepare, tokenizer_path
 from ds_minimodel.data.shards import META_FILE
 from ds_minimodel.errors import InputError, report
 from ds_minimodel.folders import claim, require_output
 from ds_minimodel.model.surgery import extract_minijoint_folder
+from ds_minimodel.pipeline.launching import LAUNCHERS, StoppedEarly, finished, train_step
 from ds_minimodel.pipeline.results import scored, task_baselines, write_results
 from ds_minimodel.pipeline.settings import (
     MINI_PREFIX,
@@ -40,77 +39,37 @@ from ds_minimodel.pipeline.settings import (
     task_finetuning,
 )
 from ds_minimodel.stages.specs import AdaptSpec, FinetuneSpec, PretrainSpec, RunSpec
-from ds_minimodel.systems import get_system
+from ds_minimodel.systems import Step, get_system
 from ds_minimodel.train import checkpoint
-
-# ----------------------------------------------------------------------------------------------- running steps
-LAUNCHERS = ("deepspeed", "torchrun", "srun")
-
-
-def launch(script: str, args: list[str], ranks: int, launcher: str = "deepspeed") -> None:
-    """Run a training entry point; a failure stops the pipeline with its exit code.
-
-    ``deepspeed`` or ``torchrun``: ``ranks`` processes on this machine (``launch.local_command``; one process when
-    ``ranks`` is 1). ``srun``: one task per rank of the enclosing batch job's allocation (its nodes x tasks per
-    node); ranks find each other from the SLURM_* variables (``ds_minimodel.cluster.slurm.rank_env``), and the job's
-    pre-timeout SIGUSR1 reaches every rank.
-    """
-    if launcher == "srun":
-        cmd = ["srun", "--kill-on-bad-exit=1", sys.executable, script, *args]
-    elif ranks == 1:
-        cmd = [sys.executable, script, *args]
-    else:
-        cmd = local_command(launcher, ranks, free_port(), script, args)
-    print("$ " + " ".join(cmd), flush=True)
-    env = {k: v for k, v in os.environ.items()
-           if k not in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT")}
-    proc = subprocess.run(cmd, env=env)
-    if proc.returncode:
-        raise SystemExit(f"pipeline: {script} exited with {proc.returncode}")
-
 
 PRETRAIN_RUN, PRETRAIN_FOLDER = ".seed", "pretrain-seed"
 """A further pretraining run (``pretrain_seeds``): its job names end ``.seed<k>`` (``step1-base.seed2``), its
 outputs are in ``<out>/pretrain-seed<k>/``."""
 
 
-class StoppedEarly(Exception):
-    """A step saved a checkpoint and stopped before its last update (SIGTERM/SIGUSR1): later steps need its
-    output, so the pipeline stops too, with ``slurm.EXIT_REQUEUE``; running it again resumes the step."""
-
-
-def finished(run_dir: Path) -> bool:
-    """A run is done when its newest complete checkpoint is at the step count its run.json asked for."""
-    run_file, latest = run_dir / checkpoint.RUN, checkpoint.latest_checkpoint(run_dir)
-    if not run_file.is_file() or latest is None:
-        return False
-    return checkpoint.load_meta(latest).get("step") == read_json(run_file)["train"]["steps"]
-
-
-def train_step(spec: type[RunSpec], run_dir: Path, values: dict[str, Any], spec_file: Path, ranks: int,
-               launcher: str = "deepspeed") -> None:
-    """One training job: its spec (``values``; resumed where it holds a run) into ``spec_file``, then launched."""
-    if finished(run_dir):
-        print(f"[pipeline] {run_dir}: done, skipped", flush=True)
-        return
-    values = {**values, "out": str(run_dir), "resume": (run_dir / checkpoint.RUN).is_file()}
-    spec_file.parent.mkdir(parents=True, exist_ok=True)
-    spec.from_dict(values, f"{spec_file} (the pipeline's settings)").write(spec_file)
-    launch(spec.ENTRY, ["--config", str(spec_file)], ranks, launcher)
-    if not finished(run_dir):
-        raise StoppedEarly(f"pipeline: {run_dir} stopped before its last update; run the pipeline again to resume")
-
-
 @dataclass(frozen=True)
 class Job:
     """One unit of the pipeline that can run on its own (one batch job under Slurm), after the jobs it needs."""
 
-    name: str
+    step: Step
+    what: str = ""
+    """The primary (Steps 1 and 3), the system (Steps 1b and 2), or ``mini-<system>`` (Step 3) it is for."""
+    pretrain_seed: int | None = None
+    """A further pretraining run's seed (``pretrain_seeds``), None for the main run."""
     after: tuple[str, ...] = ()
     array: tuple[str, ...] = ()
     """Step 2 only: the target languages, one run each (one task of a Slurm job array)."""
-    trains: bool = True
-    """False for data preparation and Step 4 (no training ranks: one process)."""
+
+    @property
+    def name(self) -> str:
+        """``step2-minijoint``, ``step1-base.seed2``, ``prepare``: the name ``--only`` and Slurm know it by."""
+        seed = "" if self.pretrain_seed is None else f"{PRETRAIN_RUN}{self.pretrain_seed}"
+        return f"{self.step}{'-' if self.what else ''}{self.what}{seed}"
+
+    @property
+    def trains(self) -> bool:
+        """False for data preparation and Step 4 (no training ranks: one process)."""
+        return self.step not in (Step.PREPARE, Step.TRANSFER)
 
 
 class Pipeline:
@@ -132,6 +91,7 @@ class Pipeline:
         self.root = Path(cfg.out)
         """The pipeline's output folder: the main run's, and where the shared data and the results are."""
         self.seed = cfg.seed if pretrain_seed is None else pretrain_seed
+        self.pretrain_seed = pretrain_seed
         self.suffix = "" if pretrain_seed is None else f"{PRETRAIN_RUN}{pretrain_seed}"
         self.out = self.root if pretrain_seed is None else self.root / f"{PRETRAIN_FOLDER}{pretrain_seed}"
         self.log_root = self.root / "tensorboard"
@@ -143,30 +103,37 @@ class Pipeline:
         """The source-relearn control's name where a target language's would stand (runs, results)."""
 
     # -- the plan
+    def _job(self, step: Step, what: str = "", **kw: Any) -> Job:
+        return Job(step, what, self.pretrain_seed, **kw)
+
+    def _name(self, step: Step, what: str) -> str:
+        """The name of this run's job of ``step`` for ``what``."""
+        return self._job(step, what).name
+
     def body_job(self, system: str) -> str:
         entry = get_system(system)
-        return (f"step1b-{system}" if entry.step1b else f"step1-{entry.primary}") + self.suffix
+        return self._name(entry.body_step, system if entry.step1b else entry.primary)
 
     def jobs(self) -> list[Job]:
-        jobs = [Job("prepare", trains=False), *self._training_jobs()]
+        jobs = [Job(Step.PREPARE), *self._training_jobs()]
         for run in self.extra_runs.values():
             jobs += run._training_jobs()
-        jobs.append(Job("step4", after=tuple(j.name for j in jobs if j.name.startswith(("step2-", "step3-"))),
-                        trains=False))
+        jobs.append(Job(Step.TRANSFER, after=tuple(j.name for j in jobs if j.step in (Step.ADAPT, Step.FINETUNE))))
         return jobs
 
     def _training_jobs(self) -> list[Job]:
         """Steps 1-3 of this pretraining run (job names end with its suffix: none for the main run)."""
-        targets, sfx = tuple(t.lang for t in self.sections["targets"]), self.suffix
-        jobs = [Job(f"step1-{v}{sfx}", after=("prepare",)) for v in self.primaries]
-        jobs += [Job(f"step1b-{s}{sfx}", after=(f"step1-{get_system(s).primary}{sfx}",))
+        targets, main = tuple(t.lang for t in self.sections["targets"]), self.pretrain_seed is None
+        step1 = {v: self._job(Step.PRETRAIN, v, after=(Job(Step.PREPARE).name,)) for v in self.primaries}
+        jobs = list(step1.values())
+        jobs += [self._job(Step.MINIPOST, s, after=(step1[get_system(s).primary].name,))
                  for s in self.cfg.systems if get_system(s).step1b]
-        relearn = (self.relearn_lang,) if not sfx else ()  # the controls: the main run only
-        jobs += [Job(f"step2-{s}{sfx}", after=(self.body_job(s),),
-                     array=targets + (relearn if s in self.cfg.source_relearn else ())) for s in self.cfg.systems]
-        jobs += [Job(f"step3-{v}{sfx}", after=(f"step1-{v}{sfx}",)) for v in self.primaries]
-        jobs += [Job(f"step3-{MINI_PREFIX}{s}{sfx}", after=(self.body_job(s),))
-                 for s in (self.cfg.source_minis if not sfx else ())]
+        relearn = (self.relearn_lang,) if main else ()  # the controls: the main run only
+        jobs += [self._job(Step.ADAPT, s, after=(self.body_job(s),),
+                           array=targets + (relearn if s in self.cfg.source_relearn else ())) for s in self.cfg.systems]
+        jobs += [self._job(Step.FINETUNE, v, after=(step1[v].name,)) for v in self.primaries]
+        jobs += [self._job(Step.FINETUNE, f"{MINI_PREFIX}{s}", after=(self.body_job(s),))
+                 for s in (self.cfg.source_minis if main else ())]
         return jobs
 
     def job(self, name: str) -> Job:
@@ -185,16 +152,16 @@ class Pipeline:
         return self.root / "data" / lang
 
     def step1_dir(self, variant: str) -> Path:
-        return self.out / "step1" / variant
+        return self.out / Step.PRETRAIN / variant
 
     def step1b_dir(self, system: str) -> Path:
-        return self.out / "step1b" / system
+        return self.out / Step.MINIPOST / system
 
     def step2_dir(self, lang: str, system: str) -> Path:
-        return self.out / "step2" / lang / system
+        return self.out / Step.ADAPT / lang / system
 
     def step3_dir(self, task: str, variant: str, seed: int) -> Path:
-        return self.out / "step3" / task / variant / f"seed{seed}"
+        return self.out / Step.FINETUNE / task / variant / f"seed{seed}"
 
     def mini_dir(self, system: str) -> Path:
         """Where the mini-model of a system with a ``mini`` body is cut out of its primary, for ``source_minis``."""
@@ -212,7 +179,7 @@ class Pipeline:
 
     def _finished(self, run_dir: Path, job: str, needed_by: str) -> Path:
         if not finished(run_dir):
-            raise InputError(f"{needed_by} needs the finished run in {run_dir}; run the {job}{self.suffix} job first")
+            raise InputError(f"{needed_by} needs the finished run in {run_dir}; run the {job} job first")
         return checkpoint.latest_checkpoint(run_dir)
 
     # -- running
@@ -228,22 +195,20 @@ class Pipeline:
         job = self.job(name)
         if job.array and value is not None and value not in job.array:
             raise InputError(f"{self.source_path}: {name} runs for {', '.join(job.array)}; not for {value!r}")
-        if name == "prepare":
+        if job.step == Step.PREPARE:
             return self._prepare()
-        if name == "step4":
+        if job.step == Step.TRANSFER:
             return self._step4()
-        base, _, seed = name.partition(PRETRAIN_RUN)
-        run = self.extra_runs[int(seed)] if seed else self
-        kind, what = base.split("-", 1)
-        if kind == "step1":
-            run._step1(what)
-        elif kind == "step1b":
-            run._step1b(what)
-        elif kind == "step2":
+        run = self if job.pretrain_seed is None else self.extra_runs[job.pretrain_seed]
+        if job.step == Step.PRETRAIN:
+            run._step1(job.what)
+        elif job.step == Step.MINIPOST:
+            run._step1b(job.what)
+        elif job.step == Step.ADAPT:
             for lang in [value] if value is not None else job.array:
-                run._step2(what, lang)
+                run._step2(job.what, lang)
         else:
-            run._step3(what)
+            run._step3(job.what)
         return {}
 
     def _train(self, spec: type[RunSpec], run_dir: Path, run_name: str, values: dict[str, Any]) -> None:
@@ -263,21 +228,21 @@ class Pipeline:
                 "data": str(self._data(self.sections["source"].lang, needed_by))}
 
     def _step1(self, variant: str) -> None:
-        self._train(PretrainSpec, self.step1_dir(variant), f"step1-{variant}",
+        self._train(PretrainSpec, self.step1_dir(variant), f"{Step.PRETRAIN}-{variant}",
                     {"variant": variant, "aux_layer": self.cfg.aux_layer, "small_layers": self.cfg.small_layers,
-                     **self._common(f"step1-{variant}"), **as_values(self.sections["step1"])})
+                     **self._common(self._name(Step.PRETRAIN, variant)), **as_values(self.sections["step1"])})
 
     def _step1b(self, system: str) -> None:
         """Step 1b of ``system``: its primary's bottom layers, new layers trained on top (``--variant minipost``)."""
-        job, primary = f"step1b-{system}", get_system(system).primary
-        base = self._finished(self.step1_dir(primary), f"step1-{primary}", job)
+        job, primary = f"{Step.MINIPOST}-{system}", get_system(system).primary
+        base = self._finished(self.step1_dir(primary), self._name(Step.PRETRAIN, primary), job)
         self._train(PretrainSpec, self.step1b_dir(system), job,
                     {"variant": "minipost", "from_": str(base), "keep_layers": self.cfg.keep_layers,
                      "new_layers": self.cfg.new_layers, **self._common(job), **as_values(self.sections["step1b"])})
 
     def _step2(self, system: str, lang: str) -> None:
         """Step 2 for one system and target language; every checkpoint is kept for Step 4."""
-        needed_by = f"step2-{system} ({lang})"
+        needed_by = f"{self._name(Step.ADAPT, system)} ({lang})"
         body = self._finished(self.body_dir(system), self.body_job(system), needed_by)
         relearn = lang == self.relearn_lang
         data = self._data(self.sections["source"].lang if relearn else lang, needed_by)
@@ -287,7 +252,7 @@ class Pipeline:
             anchored = {"shared_with": str(tokenizer_path(self._data(self.cfg.relearn_anchor, needed_by)))}
         elif relearn:
             init = "specials"
-        self._train(AdaptSpec, self.step2_dir(lang, system), f"step2-{lang}-{system}",
+        self._train(AdaptSpec, self.step2_dir(lang, system), f"{Step.ADAPT}-{lang}-{system}",
                     {"system": system, "body": str(body), "data": str(data), **anchored, "init": init, "lang": lang,
                      "seq_len": self.cfg.seq_len, "seed": self.seed,
                      **as_values(self.sections["step2"], exclude=("init",))})
@@ -295,7 +260,7 @@ class Pipeline:
     def _mini_model(self, system: str) -> Path:
         """The model a ``source_minis`` system's Step 2 trains over: Step 1b's output, or (a ``mini`` body) the layers
         below its primary's second head and that head, cut out once into ``mini_dir``."""
-        job = f"step3-{MINI_PREFIX}{system}"
+        job = self._name(Step.FINETUNE, f"{MINI_PREFIX}{system}")
         body = self._finished(self.body_dir(system), self.body_job(system), job)
         if get_system(system).step1b:
             return body
@@ -312,12 +277,13 @@ class Pipeline:
         if variant.startswith(MINI_PREFIX):
             primary = self._mini_model(variant[len(MINI_PREFIX):])
         else:
-            primary = self._finished(self.step1_dir(variant), f"step1-{variant}", f"step3-{variant}")
+            primary = self._finished(self.step1_dir(variant), self._name(Step.PRETRAIN, variant),
+                                     self._name(Step.FINETUNE, variant))
         for task in self.sections["tasks"]:
             own = task_finetuning(self.cfg.step3, task, self.source_path)
             for seed in ft.seeds:
                 self._train(FinetuneSpec, self.step3_dir(task.name, variant, seed),
-                            f"step3-{task.name}-{variant}-seed{seed}",
+                            f"{Step.FINETUNE}-{task.name}-{variant}-seed{seed}",
                             {"model": str(primary), "task": task.name, "format": task.format, "train": task.train,
                              "dev": task.dev.get(source), "dev_format": task.eval_format, "language": source,
                              **as_values(own, exclude=("seeds",)), "seed": seed})
@@ -333,7 +299,8 @@ class Pipeline:
             for variant in self.finetuned():
                 for seed in ft.seeds:
                     run_dir = self.step3_dir(task.name, variant, seed)
-                    task_models[(task.name, variant, seed)] = self._finished(run_dir, f"step3-{variant}", "step4")
+                    task_models[(task.name, variant, seed)] = self._finished(
+                        run_dir, self._name(Step.FINETUNE, variant), Step.TRANSFER)
                     if (run_dir / "dev_scores.json").is_file():
                         dev_scores.append({"task": task.name, "primary": variant, "seed": seed,
                                            **read_json(run_dir / "dev_scores.json")})
@@ -348,7 +315,7 @@ class Pipeline:
                             own_of=variant)})
                 for system in self.cfg.source_relearn:
                     run_dir = self.step2_dir(self.relearn_lang, system)
-                    self._finished(run_dir, f"step2-{system}", "step4")
+                    self._finished(run_dir, self._name(Step.ADAPT, system), Step.TRANSFER)
                     for ckpt in checkpoint.complete_checkpoints(run_dir):
                         for seed in ft.seeds:
                             relearned.append(self._score(task, source, system, ckpt, seed,
@@ -357,7 +324,7 @@ class Pipeline:
             for target in self.sections["targets"]:
                 for system in self.cfg.systems:
                     run_dir = self.step2_dir(target.lang, system)
-                    self._finished(run_dir, f"step2-{system}", "step4")
+                    self._finished(run_dir, self._name(Step.ADAPT, system), Step.TRANSFER)
                     if target.lang not in task.test:
                         continue
                     for ckpt in checkpoint.complete_checkpoints(run_dir):
@@ -379,9 +346,11 @@ class Pipeline:
                     continue
                 for system in self.cfg.systems:
                     primary = get_system(system).primary
-                    final = self._finished(self.step2_dir(target.lang, system), f"step2-{system}", "step4")
+                    final = self._finished(self.step2_dir(target.lang, system), self._name(Step.ADAPT, system),
+                                           Step.TRANSFER)
                     for seed in self.sections["step3"].seeds:
-                        model = self._finished(self.step3_dir(task.name, primary, seed), f"step3-{primary}", "step4")
+                        model = self._finished(self.step3_dir(task.name, primary, seed),
+                                               self._name(Step.FINETUNE, primary), Step.TRANSFER)
                         records.append({**self._score(task, target.lang, system, final, seed, model),
                                         "pretrain_seed": self.seed})
         return records
@@ -392,16 +361,16 @@ class Pipeline:
         ``own_of``) on ``lang``'s test file, recorded under ``as_lang`` (default ``lang``)."""
         as_lang = as_lang or lang
         where = f"{system}/seed{seed}/{ckpt.name}" if ckpt is not None else f"own-{own_of}/seed{seed}"
-        cache = self.out / "step4" / task.name / as_lang / f"{where}.json"
+        cache = self.out / Step.TRANSFER / task.name / as_lang / f"{where}.json"
         record = scored(cache, task_model, ckpt, Path(task.test[lang]), lang, task.eval_format)
         record["lang"] = as_lang
         what = f"{system} update {record['step2_update']}" if ckpt is not None else f"primary {own_of}, own embeddings"
-        print(f"[step4] {task.name} {as_lang} {what} seed {seed}: "
+        print(f"[{Step.TRANSFER}] {task.name} {as_lang} {what} seed {seed}: "
               + ", ".join(f"{k} {record[k]:.1f}" for k in ("accuracy", "macro_f1", "f1") if k in record), flush=True)
         return record
 
 
-PIPELINE_FOLDERS = ("data", "step1", "step1b", "minis", "step2", "step3", "step4", "tensorboard", "analysis",
+PIPELINE_FOLDERS = ("data", *(s for s in Step if s != Step.PREPARE), "minis", "tensorboard", "analysis",
                     "slurm")
 
 
@@ -472,7 +441,7 @@ def main(argv: list[str] | None = None) -> int:
                 print(f"{job.name:<20} after: {', '.join(job.after) or '-'}"
                       + (f"; one run per language: {', '.join(job.array)}" if job.array else ""))
             return 0
-        if args.lang is not None and not (args.only or "").startswith("step2-"):
+        if args.lang is not None and not (args.only or "").startswith(f"{Step.ADAPT}-"):
             raise InputError("--lang goes with --only step2-<system>")
         own_output(pipeline, args.config)
         if args.only is None:  # one pipeline per folder; single jobs (batch jobs, Step-2 arrays) claim their runs
@@ -485,7 +454,7 @@ def main(argv: list[str] | None = None) -> int:
     except StoppedEarly as stop:
         print(stop, file=sys.stderr, flush=True)
         return slurm.EXIT_REQUEUE
-    if args.only not in (None, "step4"):
+    if args.only not in (None, Step.TRANSFER):
         return 0
     # The analysis (tables shaped like the paper's Tables 2 and 3, Figures 1 and 3) reads only results.json.
     if not summary["has_results"]:

@@ -59,7 +59,7 @@ class SlurmSettings:
     def for_job(self, job: Job, source: str) -> SlurmSettings:
         """These settings with the overrides for ``job``'s step, then for ``job`` itself, applied."""
         settings = self
-        for key in (job.name.split("-", 1)[0], job.name):
+        for key in (job.step, job.name):
             override = self.jobs.get(key)
             if override is None:
                 continue

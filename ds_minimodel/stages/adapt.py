@@ -35,7 +35,6 @@ from ds_minimodel.model.bodies import body_of
 from ds_minimodel.model.embedding_init import INITS, NEW_ROWS, anchor_copied_rows, initial_rows
 from ds_minimodel.model.encoder import MaskedLM
 from ds_minimodel.model.loading import load_mlm
-from ds_minimodel.model.losses import mlm_step
 from ds_minimodel.model.transforms import (
     extract_embeddings,
     freeze_for_adaptation,
@@ -44,7 +43,8 @@ from ds_minimodel.model.transforms import (
 from ds_minimodel.stages.cli import add_training_args, run_main, spec_from_command_line
 from ds_minimodel.stages.runner import Built, Context, run_stage
 from ds_minimodel.stages.specs import AdaptSpec, help_of, require_one_of
-from ds_minimodel.systems import get_system
+from ds_minimodel.stages.steps import LOSSES
+from ds_minimodel.systems import Step, get_system
 from ds_minimodel.train import checkpoint
 from ds_minimodel.train.engine import Stage
 
@@ -147,16 +147,17 @@ def build(spec: AdaptSpec, ctx: Context) -> Built:
         "source": body_sha256, "body": str(Path(spec.body).resolve()), "body_dropout": spec.body_dropout,
         "init": spec.init, "init_options": init_options, "trainable": trainable,
     }
-    banner = (f"[adapt-{lang}-{spec.system}] vocabulary overlap with the source: {overlap['overlap']:,} of "
+    name = spec.run_name or f"{Step.ADAPT}-{lang}-{spec.system}"
+    banner = (f"[{name}] vocabulary overlap with the source: {overlap['overlap']:,} of "
               f"{overlap['target_vocab']:,} target pieces ({overlap['ratio']:.1%}) start from source rows"
               + (f", {rows.record['mixed']:,} from mixtures of them ({spec.init})" if "mixed" in rows.record else "")
               + f", {rows.record['drawn']:,} drawn ({spec.new_rows}); "
               f"trainable: {', '.join(trainable)}; body dropout {spec.body_dropout}")
     stage = Stage(
-        name=spec.run_name or f"adapt-{lang}-{spec.system}",
+        name=name,
         model=model,
-        loss_fn=mlm_step,
-        flops_per_update=flops.per_update_flops("adapt", cfg, seq_len=train_cfg.seq_len, batch=batch.global_batch,
+        loss_fn=LOSSES[Step.ADAPT],
+        flops_per_update=flops.per_update_flops(Step.ADAPT, cfg, seq_len=train_cfg.seq_len, batch=batch.global_batch,
                                                 mask_prob=train_cfg.mask_prob),
         meta={"kind": checkpoint.Kind.EMBEDDINGS.value, "system": spec.system, "lang": lang,
               "primary_sha256": checkpoint.lineage(body_meta), "body_sha256": body_sha256,

@@ -23,6 +23,7 @@ from ds_minimodel.data.tokenizer import load_tokenizer
 from ds_minimodel.errors import InputError
 from ds_minimodel.model.encoder import MAIN_HEAD, POOLINGS, TaskModel
 from ds_minimodel.model.loading import load_mlm
+from ds_minimodel.model.transforms import freeze_for_finetuning
 from ds_minimodel.stages.cli import (
     POSITIVE,
     POSITIVE_INT,
@@ -32,6 +33,8 @@ from ds_minimodel.stages.cli import (
 )
 from ds_minimodel.stages.runner import Built, Context, run_stage, train_config
 from ds_minimodel.stages.specs import FinetuneSpec, help_of, require_one_of
+from ds_minimodel.stages.steps import LOSSES
+from ds_minimodel.systems import Step
 from ds_minimodel.tasks.formats import (
     KIND_OF_FORMAT,
     TaskSpec,
@@ -41,7 +44,6 @@ from ds_minimodel.tasks.formats import (
     read_examples,
     score,
     task_labels,
-    task_loss,
 )
 from ds_minimodel.train import checkpoint
 from ds_minimodel.train.engine import Stage, TrainResult
@@ -78,7 +80,7 @@ def build_task_model(primary_folder: Path, spec: TaskSpec, seed: int) -> tuple[T
         body.update({f"final_norm.{k}": state[f"heads.{MAIN_HEAD}.input_norm.{k}"] for k in ("weight", "bias")})
     missing = model.load_state_dict(body, strict=False).missing_keys
     assert all(not k.startswith(("embeddings.", "layers.", "final_norm.")) for k in missing), missing
-    model.embeddings.tokens.weight.requires_grad_(False)
+    freeze_for_finetuning(model)
     return model, meta
 
 
@@ -106,8 +108,10 @@ def build(spec: FinetuneSpec, ctx: Context) -> Built:
                          seed=spec.seed, source=str(spec.train))  # refuses a file too small for one update
     model, primary_meta = build_task_model(spec.model, task, spec.seed)
     stage = Stage(
-        name=spec.run_name or f"finetune-{task.name}-seed{spec.seed}", model=model, loss_fn=task_loss,
-        flops_per_update=flops.finetune_per_update(model.cfg, seq_len=spec.max_len, batch=batch.global_batch),
+        name=spec.run_name or f"{Step.FINETUNE}-{task.name}-seed{spec.seed}", model=model,
+        loss_fn=LOSSES[Step.FINETUNE],
+        flops_per_update=flops.per_update_flops(Step.FINETUNE, model.cfg, seq_len=spec.max_len,
+                                                batch=batch.global_batch),
         meta={"kind": checkpoint.Kind.TASK_MODEL.value, "task": task.to_dict(), "model_config": model.cfg.to_dict(),
               # where the tokenizer was found (a body copied from another machine records a path gone here)
               "tokenizer": {"path": str(Path(tokenizer.path).resolve()), "sha256": tokenizer.sha256},
@@ -128,8 +132,8 @@ def build(spec: FinetuneSpec, ctx: Context) -> Built:
         record={"variant": task.kind, "model": model.cfg.to_dict(), "data": str(Path(spec.train).resolve()),
                 "tokenizer_sha256": tokenizer.sha256, "seq_len": spec.max_len, "task": task.to_dict(),
                 "source": checkpoint.lineage(primary_meta)},
-        banner=f"[finetune-{task.name}] {len(examples):,} examples ({rows:,} model inputs), {len(task.labels)} labels;"
-               f" {steps} updates of {batch.global_batch}; token embeddings frozen")
+        banner=f"[{Step.FINETUNE}-{task.name}] {len(examples):,} examples ({rows:,} model inputs), "
+               f"{len(task.labels)} labels; {steps} updates of {batch.global_batch}; token embeddings frozen")
 
 
 def run(spec: FinetuneSpec) -> dict[str, Any]:

@@ -22,12 +22,12 @@ from ds_minimodel.errors import InputError
 from ds_minimodel.model import hf
 from ds_minimodel.model.encoder import MaskedLM
 from ds_minimodel.model.loading import load_mlm
-from ds_minimodel.model.losses import mlm_step
 from ds_minimodel.model.transforms import build_minipost, freeze_for_head_training
 from ds_minimodel.stages.cli import COUNT, POSITIVE_INT, add_training_args, run_main, spec_from_command_line
 from ds_minimodel.stages.runner import Built, Context, run_stage
 from ds_minimodel.stages.specs import PretrainSpec, help_of
-from ds_minimodel.systems import Depths, get_primary
+from ds_minimodel.stages.steps import LOSSES
+from ds_minimodel.systems import Depths, Step, get_primary
 from ds_minimodel.train import checkpoint
 from ds_minimodel.train.engine import Stage
 from ds_minimodel.train.forgetting import ActiveForgetting, param_groups
@@ -135,21 +135,17 @@ def build(spec: PretrainSpec, ctx: Context) -> Built:
     stream = MLMBatchStream(dataset, micro_batch_size=batch.micro, world_size=info.world_size, rank=info.rank,
                             seed=spec.seed, vocab_size=cfg.vocab_size, seq_len=train_cfg.seq_len,
                             mask_prob=train_cfg.mask_prob)
+    step = Step.MINIPOST if spec.variant in STEP1B_VARIANTS else Step.PRETRAIN
     if spec.variant == "head":  # frozen body and embeddings
         flops_per_update = flops.head_training_per_update(cfg, seq_len=train_cfg.seq_len, batch=batch.global_batch,
                                                           mask_prob=train_cfg.mask_prob)
-    else:
-        if spec.variant == "minipost":  # A4: frozen copied layers and head, l_t trainable layers
-            flop_stage, trainable_layers = "minipost", spec.new_layers
-        else:
-            flop_stage, trainable_layers = ("pretrain_dual" if cfg.aux_head_layer is not None else "pretrain"), 0
-        flops_per_update = flops.per_update_flops(flop_stage, cfg, seq_len=train_cfg.seq_len,
-                                                  batch=batch.global_batch, mask_prob=train_cfg.mask_prob,
-                                                  trainable_layers=trainable_layers)
+    else:  # A1 (with the second head's 3 FLOP_lm where cfg has one), or A4 over l_t new layers
+        flops_per_update = flops.per_update_flops(step, cfg, seq_len=train_cfg.seq_len, batch=batch.global_batch,
+                                                  mask_prob=train_cfg.mask_prob, trainable_layers=spec.new_layers)
     stage = Stage(
-        name=spec.run_name or f"pretrain-{spec.variant}",
+        name=spec.run_name or f"{step}-{spec.variant}",
         model=model,
-        loss_fn=mlm_step,
+        loss_fn=LOSSES[step],
         flops_per_update=flops_per_update,
         meta={"variant": spec.variant, "model_config": cfg.to_dict(), "num_parameters": model.num_parameters(),
               **provenance, **({"forget_every": spec.forget_every} if forgetting else {})},

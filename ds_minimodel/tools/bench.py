@@ -30,18 +30,20 @@ from typing import Any, Callable
 
 import torch
 
-from ds_minimodel import flops
 from ds_minimodel.config import ModelConfig, get_preset
 from ds_minimodel.data.tokenizer import IGNORE_INDEX, MASK_ID, NUM_SPECIAL
-from ds_minimodel.model.bodies import body_of
-from ds_minimodel.model.encoder import MaskedLM, TaskModel
+from ds_minimodel.model.encoder import MaskedLM
 from ds_minimodel.model.losses import mlm_step
-from ds_minimodel.model.transforms import build_minipost, freeze_for_adaptation
-from ds_minimodel.systems import Depths, get_primary, get_system, system_names
+from ds_minimodel.stages import steps
+from ds_minimodel.systems import Depths, Step, system_names
 from ds_minimodel.tools import bench_data
 from ds_minimodel.tools.machine import GPU_PEAK_TFLOPS, environment
 
-STAGES = ("step1", "step1-dual", "step1b", *(f"step2-{name}" for name in system_names()), "step3")
+DUAL = "dual"
+STAGES = (Step.PRETRAIN, f"{Step.PRETRAIN}-{DUAL}", Step.MINIPOST,
+          *(f"{Step.ADAPT}-{name}" for name in system_names()), Step.FINETUNE)
+"""The benchmark's cases: each training step (``systems.Step``), Step 1 also with MiniJoint's second head, Step 2
+over each system's body."""
 
 
 def synthetic_batch(batch: int, seq_len: int, vocab: int, mask_prob: float, generator: torch.Generator
@@ -61,42 +63,34 @@ def precision_of(ds_config: dict[str, Any]) -> str:
 
 
 # ----------------------------------------------------------------------------------------------- one stage
+def bench_case(stage: str) -> tuple[Step, str | None]:
+    """A benchmark case's step, and its system (Step 2) or ``dual`` (Step 1 with MiniJoint's second head)."""
+    step, _, what = stage.partition("-")
+    return Step(step), what or None
+
+
 def stage_setup(stage: str, args: argparse.Namespace) -> tuple[torch.nn.Module, Callable, float, ModelConfig]:
-    """(model with the stage's trainable parameters, loss function, analytic FLOPs per update, config timed)."""
+    """(model with the stage's trainable parameters, loss function, analytic FLOPs per update, config timed), built
+    as the step's stage builds them (``stages.steps.fresh``)."""
     cfg = get_preset(args.preset).replace(vocab_size=args.vocab, num_layers=args.layers, dropout=0.0,
                                           attention_dropout=0.0)
-    shape = {"seq_len": args.seq_len, "batch": args.micro_batch, "mask_prob": args.mask_prob}
-    torch.manual_seed(0)
-    if stage == "step1":
-        return MaskedLM(cfg), mlm_step, flops.per_update_flops("pretrain", cfg, **shape), cfg
-    if stage == "step1-dual":
+    step, what = bench_case(stage)
+    if what == DUAL:
         cfg = cfg.replace(aux_head_layer=args.mini_layers)
-        return MaskedLM(cfg), mlm_step, flops.per_update_flops("pretrain_dual", cfg, **shape), cfg
-    if stage == "step1b":
-        mini = build_minipost(MaskedLM(cfg), keep_layers=args.mini_layers, new_layers=args.new_layers)
-        return mini, mlm_step, flops.per_update_flops("minipost", mini.cfg, trainable_layers=args.new_layers,
-                                                      **shape), mini.cfg
-    if stage == "step3":
-        from ds_minimodel.tasks.formats import task_loss
-
-        model = TaskModel(cfg, "sequence", 3)
-        model.embeddings.tokens.weight.requires_grad_(False)
-
-        def loss(m: torch.nn.Module, batch: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
-            return task_loss(m, {"input_ids": batch["input_ids"], "attention_mask": batch["attention_mask"],
-                                 "labels": batch["input_ids"][:, 0] % 3})
-        return model, loss, flops.finetune_per_update(cfg, seq_len=args.seq_len, batch=args.micro_batch), cfg
-    # Step 2 of a registered system, over a randomly initialised primary: N = --mini-layers for every depth
-    # (BL_SMALL's, MiniJoint's head, MiniPost's kept layers), as in the paper.
-    system = get_system(stage.split("-", 1)[1])
+    # Step 2 over a randomly initialised primary: N = --mini-layers for every depth (BL_SMALL's, MiniJoint's
+    # head, MiniPost's kept layers), as in the paper.
     depths = Depths(layers=cfg.num_layers, small=args.mini_layers, aux=args.mini_layers, keep=args.mini_layers,
                     new=args.new_layers)
-    primary = get_primary(system.primary)
-    model = MaskedLM(cfg.replace(num_layers=primary.num_layers(depths),
-                                 aux_head_layer=primary.aux_head_layer(depths)))
-    model = body_of(system).cut(model, depths)
-    freeze_for_adaptation(model)
-    return model, mlm_step, flops.per_update_flops("adapt", model.cfg, **shape), model.cfg
+    built = steps.fresh(step, cfg, depths, system=what if step == Step.ADAPT else None)
+    analytic = built.flops_per_update(seq_len=args.seq_len, batch=args.micro_batch, mask_prob=args.mask_prob)
+    if step != Step.FINETUNE:
+        return built.model, built.loss_fn, analytic, built.cfg
+
+    def loss(m: torch.nn.Module, batch: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+        # synthetic labels for the synthetic batch: the sequence head's 3 classes
+        return built.loss_fn(m, {"input_ids": batch["input_ids"], "attention_mask": batch["attention_mask"],
+                                 "labels": batch["input_ids"][:, 0] % 3})
+    return built.model, loss, analytic, built.cfg
 
 
 def peak_tflops(precision: str, threads: int) -> tuple[float | None, str]:
@@ -242,13 +236,14 @@ def summarise(rows: list[dict[str, Any]], precision: str, threads: int) -> dict[
         row["mfu"] = row["achieved_tflops"] / peak if peak else None
     by_stage = {r["stage"]: r for r in rows}
     ratios = {}
-    if {"step2-bl_base", "step2-minijoint"} <= set(by_stage):
-        full, mini = by_stage["step2-bl_base"], by_stage["step2-minijoint"]
+    body, mini_body = f"{Step.ADAPT}-bl_base", f"{Step.ADAPT}-minijoint"
+    if {body, mini_body} <= set(by_stage):
+        full, mini = by_stage[body], by_stage[mini_body]
         measured, analytic = full["median_s"] / mini["median_s"], full["analytic_flops"] / mini["analytic_flops"]
         ratios["step2_body_over_mini"] = {"measured": measured, "analytic": analytic,
                                           "measured_over_analytic": measured / analytic, "target": ">= 0.90"}
-    if {"step1", "step1-dual"} <= set(by_stage):
-        plain, dual = by_stage["step1"], by_stage["step1-dual"]
+    if {Step.PRETRAIN, f"{Step.PRETRAIN}-{DUAL}"} <= set(by_stage):
+        plain, dual = by_stage[Step.PRETRAIN], by_stage[f"{Step.PRETRAIN}-{DUAL}"]
         measured, analytic = dual["median_s"] / plain["median_s"], dual["analytic_flops"] / plain["analytic_flops"]
         ratios["dual_head_over_plain"] = {"measured": measured, "analytic": analytic,
                                           "excess_over_analytic": measured / analytic - 1, "target": "<= 0.05"}

@@ -14,6 +14,7 @@ import torch
 
 from ds_minimodel import flops
 from ds_minimodel.config import get_preset
+from ds_minimodel.systems import Step
 from ds_minimodel.tools.machine import GPU_PEAK_TFLOPS, environment
 
 
@@ -58,7 +59,7 @@ def loader(args: argparse.Namespace) -> dict[str, Any]:
     shape = {"seq_len": args.seq_len, "batch": args.micro_batch, "mask_prob": args.mask_prob}
     gpu_peak = GPU_PEAK_TFLOPS["H100"]["bf16"] * 1e12
     compute_s = (args.compute_ms / 1e3 if args.compute_ms is not None
-                 else flops.per_update_flops("pretrain", cfg, **shape) / (0.45 * gpu_peak))
+                 else flops.per_update_flops(Step.PRETRAIN, cfg, **shape) / (0.45 * gpu_peak))
     device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
     with tempfile.TemporaryDirectory() as tmp:
         data = args.data

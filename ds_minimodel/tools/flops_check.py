@@ -29,7 +29,6 @@ from ds_minimodel.flops import (
     PAPER_NEW_LAYERS,
     PAPER_SMALL_LAYERS,
     SECONDS_PER_DAY,
-    STAGES,
     V100_DAY_FLOPS,
     adapt_flops,
     dual_head_pretrain_flops,
@@ -43,7 +42,7 @@ from ds_minimodel.flops import (
     system_costs,
     to_gpu_days,
 )
-from ds_minimodel.systems import get_system
+from ds_minimodel.systems import Depths, Step, get_system
 
 # ---------------------------------------------------------------------------------------------------------------
 # What A2 leaves out, analytically (forward, one batch).
@@ -162,14 +161,16 @@ def _flop_counter(*args, **kwargs):
     return FlopCounterMode(*args, display=False, custom_mapping=mapping, **kwargs)
 
 
-def measure_update(stage: str, cfg: ModelConfig, *, seq_len: int, batch: int, mask_prob: float = 0.15,
+def measure_update(step: Step | str, cfg: ModelConfig, *, seq_len: int, batch: int, mask_prob: float = 0.15,
                    seed: int = 0, trainable_layers: int = PAPER_NEW_LAYERS, model: Any = None) -> dict[str, Any]:
     """Forward + backward of one update, counted by torch.utils.flop_counter (matmuls only), next to the formula.
 
-    stage "pretrain": everything trainable, vs A1 with U=1 (3 x A2 x batch).
-    stage "pretrain_dual": ``cfg`` with aux_head_layer set, everything trainable, loss = mean of the two heads.
-    stage "adapt": Step 2, only ``embeddings.tokens.weight`` (tied) and ``heads["main"].bias`` trainable, vs A3.
-    stage "minipost": Step 1b, the top ``trainable_layers`` layers trainable, the rest frozen, vs A4.
+    The model, its trainable parameters and its loss are the step's stage's (``stages.steps.fresh``):
+    Step 1: ``cfg`` all trainable, vs A1 with U=1 (3 x A2 x batch); with ``cfg.aux_head_layer`` set, MiniJoint's
+    two heads and the mean of their losses, vs A1 + 3 FLOP_lm. Step 2: ``cfg`` frozen for adaptation (the tied
+    token rows and the output bias train), vs A3. Step 1b: ``cfg.num_layers - trainable_layers`` layers copied and
+    frozen under ``trainable_layers`` new ones (``build_minipost``), vs A4. ``model``: a model of ``cfg`` to use
+    instead of a fresh one (Steps 1 and 2).
 
     Returns the formula, the count, and "analytic_exact": the formula plus the terms it leaves out (see A3/A4's
     comments), which must equal the count exactly: matmul FLOPs are integers independent of the data.
@@ -177,31 +178,34 @@ def measure_update(stage: str, cfg: ModelConfig, *, seq_len: int, batch: int, ma
     import torch
 
     from ds_minimodel.data.special import IGNORE_INDEX
-    from ds_minimodel.model.losses import mlm_losses
     from ds_minimodel.model.transforms import freeze_for_adaptation
+    from ds_minimodel.stages import steps
 
-    if stage not in STAGES:
-        raise InputError(f"unknown stage {stage!r}; known stages: {', '.join(STAGES)}")
-    if stage == "pretrain_dual" and cfg.aux_head_layer is None:
-        cfg = cfg.replace(aux_head_layer=min(PAPER_MINI_LAYERS, cfg.num_layers - 1))
-    model = _build(cfg, seed) if model is None else model.train()
+    if step not in (Step.PRETRAIN, Step.MINIPOST, Step.ADAPT):
+        raise InputError(f"unknown step {step!r}; the MLM steps: {Step.PRETRAIN}, {Step.MINIPOST}, {Step.ADAPT}")
+    step = Step(step)
+    if step == Step.MINIPOST and not 1 <= trainable_layers < cfg.num_layers:
+        raise InputError(f"trainable_layers must be between 1 and {cfg.num_layers - 1}, got {trainable_layers}")
+    depths = Depths(layers=cfg.num_layers, keep=cfg.num_layers - trainable_layers, new=trainable_layers)
+    if model is not None and step == Step.MINIPOST:
+        raise InputError(f"{Step.MINIPOST} builds its own model (build_minipost); pass no model")
+    if model is None:
+        built = steps.fresh(step, cfg, depths, system="bl_base", seed=seed)  # bl_base: Step 2 over all of cfg
+        model = built.model.train()
+    else:  # the given model, made trainable as the step's stage makes it
+        built = steps.StepModel(step, model.train())
+        if step == Step.ADAPT:
+            freeze_for_adaptation(model)
+        else:
+            model.requires_grad_(True)
     ids, masked, targets, p_eff = _batch(cfg, seq_len=seq_len, batch=batch, mask_prob=mask_prob, seed=seed)
     labels = torch.full_like(ids, IGNORE_INDEX)
     labels[masked] = targets  # row-major, the order the model returns masked positions in
-    if stage == "adapt":
-        freeze_for_adaptation(model)  # what Step 2 trains: the tied token rows and the output bias
-    else:
-        model.requires_grad_(stage in ("pretrain", "pretrain_dual"))
-    if stage == "minipost":  # what build_minipost leaves trainable: the new layers on top
-        if not 1 <= trainable_layers <= cfg.num_layers:
-            raise InputError(f"trainable_layers must be between 1 and {cfg.num_layers}, got {trainable_layers}")
-        for layer in model.layers[cfg.num_layers - trainable_layers:]:
-            layer.requires_grad_(True)
+    training_batch = {"input_ids": ids, "attention_mask": torch.ones_like(ids, dtype=torch.bool), "labels": labels}
 
     counter = _flop_counter()
     with counter:
-        logits = model(ids, masked_positions=masked)
-        mlm_losses(logits, labels)["loss"].backward()  # the loss training takes: the mean of the heads' losses
+        built.loss_fn(model, training_batch)["loss"].backward()  # the loss training takes (two heads: their mean)
     model.zero_grad(set_to_none=True)
     measured = counter.get_total_flops()
     ops = {str(op): n for op, n in counter.get_flop_counts().get("Global", {}).items()}
@@ -213,13 +217,13 @@ def measure_update(stage: str, cfg: ModelConfig, *, seq_len: int, batch: int, ma
     h, s, l, f = cfg.hidden_size, seq_len, cfg.num_layers, cfg.ffn_size
     shape = {"h": h, "V": cfg.vocab_size, "l": l, "s": s, "p": p_eff, "B": batch, "U": 1, "ffn": f}
     core = matmul_flops(s, h, s) + matmul_flops(s, s, h)  # 4hs^2, the attention core's forward
-    if stage == "pretrain":
+    if step == Step.PRETRAIN and cfg.aux_head_layer is None:
         formula = pretrain_flops(**shape)
         left_out = batch * l * (bwd_core_factor - 2) * core
-    elif stage == "pretrain_dual":
+    elif step == Step.PRETRAIN:
         formula = dual_head_pretrain_flops(**shape, aux_layer=cfg.aux_head_layer)
         left_out = batch * l * (bwd_core_factor - 2) * core
-    elif stage == "adapt":
+    elif step == Step.ADAPT:
         formula = adapt_flops(**shape)
         # A3 charges each frozen layer's backward 1 x forward; the weightless attention core costs 2 x (A3's
         # comment 4): + l x 4hs^2 per sequence (more with a recomputing kernel).
@@ -230,7 +234,7 @@ def measure_update(stage: str, cfg: ModelConfig, *, seq_len: int, batch: int, ma
         # (A4's comment 5). And the trainable layers' attention cores at the kernel's backward factor.
         lowest = layer_forward(h=h, s=s, ffn=f) - 3 * matmul_flops(s, h, h)
         left_out = batch * (lowest + trainable_layers * (bwd_core_factor - 2) * core)
-    return {"stage": stage, "formula": formula, "measured": measured, "analytic_exact": formula + left_out,
+    return {"step": step, "formula": formula, "measured": measured, "analytic_exact": formula + left_out,
             "left_out": left_out, "math_attention": math_attention, "ops": ops, "p_eff": p_eff}
 
 
@@ -270,25 +274,27 @@ def run_check(cfg: ModelConfig, *, seq_len: int, batch: int, mask_prob: float = 
     print("\n(b) one update, torch.utils.flop_counter (matmul FLOPs, forward + backward)", file=out)
     results = {"forward": fwd}
     mini_cfg = cfg.replace(num_layers=min(mini_layers, cfg.num_layers - 1) + trainable_layers)
-    runs = [("pretrain", cfg, model, "A1, U=1 (3 x A2 x B)"),
-            ("adapt", cfg, model, "A3, U=1"),
-            ("pretrain_dual", cfg, None, "A1 + 3 FLOP_lm x B"),
-            ("minipost", mini_cfg, None, f"A4, U=1, l={mini_cfg.num_layers}, l_t={trainable_layers}")]
-    for stage, stage_cfg, stage_model, label in runs:
-        r = measure_update(stage, stage_cfg, seq_len=seq_len, batch=batch, mask_prob=mask_prob, seed=seed,
-                           trainable_layers=trainable_layers, model=stage_model)
-        results[stage] = r
-        print(f"  {stage:13s} formula {label:32s} {r['formula']:.6e}  measured {r['measured']:.6e}  "
+    dual_cfg = cfg.replace(aux_head_layer=min(mini_layers, cfg.num_layers - 1))
+    # named as the benchmark names its cases (tools.bench.STAGES)
+    runs = [(Step.PRETRAIN, Step.PRETRAIN, cfg, model, "A1, U=1 (3 x A2 x B)"),
+            (Step.ADAPT, Step.ADAPT, cfg, model, "A3, U=1"),
+            (f"{Step.PRETRAIN}-dual", Step.PRETRAIN, dual_cfg, None, "A1 + 3 FLOP_lm x B"),
+            (Step.MINIPOST, Step.MINIPOST, mini_cfg, None, f"A4, U=1, l={mini_cfg.num_layers}, l_t={trainable_layers}")]
+    for name, step, step_cfg, step_model, label in runs:
+        r = measure_update(step, step_cfg, seq_len=seq_len, batch=batch, mask_prob=mask_prob, seed=seed,
+                           trainable_layers=trainable_layers, model=step_model)
+        results[str(name)] = r
+        print(f"  {name:13s} formula {label:32s} {r['formula']:.6e}  measured {r['measured']:.6e}  "
               f"measured/formula {r['measured'] / r['formula']:.4f}  "
               f"measured/(formula + left out) {r['measured'] / r['analytic_exact']:.6f}", file=out)
     print("  left out by the formulas (see the comments of adapt_flops and minipost_flops):", file=out)
-    print("   adapt:    a frozen layer's backward still runs the weightless attention core twice "
-          f"(+l x 4hs^2 x B = {results['adapt']['left_out']:.4e}); the embedding gradient is a scatter-add "
+    print(f"   {Step.ADAPT}:  a frozen layer's backward still runs the weightless attention core twice "
+          f"(+l x 4hs^2 x B = {results[Step.ADAPT]['left_out']:.4e}); the embedding gradient is a scatter-add "
           "(no matmul); the only weight gradient is the tied output projection's", file=out)
-    print("   minipost: the lowest trainable layer needs the error through its FFN, W_o and attention core for its "
-          f"W_q, W_k, W_v gradients: 2 FLOP_layer - 6sh^2, not 1 FLOP_layer "
-          f"(+{results['minipost']['left_out']:.4e})", file=out)
-    if not results["adapt"]["math_attention"]:
+    print(f"   {Step.MINIPOST}: the lowest trainable layer needs the error through its FFN, W_o and attention core for "
+          f"its W_q, W_k, W_v gradients: 2 FLOP_layer - 6sh^2, not 1 FLOP_layer "
+          f"(+{results[Step.MINIPOST]['left_out']:.4e})", file=out)
+    if not results[Step.ADAPT]["math_attention"]:
         print("   attention ran the CPU flash kernel (no dropout): its backward is counted with recomputed scores",
               file=out)
     return results
@@ -389,16 +395,17 @@ def _print_model(args, out) -> None:
     cfg = _model_cfg(args)
     print(f"preset {args.preset}: l={cfg.num_layers} h={cfg.hidden_size} V={cfg.vocab_size} ffn={cfg.ffn_size}; "
           f"s={args.seq_len} B={args.batch} p={args.mask_prob} U={args.updates:,}", file=out)
-    print(f"{'stage':14s} {'FLOPs/update':>14s} {'total EFLOPs':>13s} {'V100-days':>10s}", file=out)
-    for stage in STAGES:
-        if stage == "pretrain_dual" and cfg.num_layers < 2:
-            continue
-        one = per_update_flops(stage, cfg, seq_len=args.seq_len, batch=args.batch, mask_prob=args.mask_prob,
+    print(f"{'step':14s} {'FLOPs/update':>14s} {'total EFLOPs':>13s} {'V100-days':>10s}", file=out)
+    rows = [(Step.PRETRAIN, cfg), (f"{Step.PRETRAIN}-dual", cfg.replace(aux_head_layer=cfg.num_layers)),
+            (Step.MINIPOST, cfg), (Step.ADAPT, cfg)]
+    for name, step_cfg in rows:
+        step = Step(str(name).split("-")[0])
+        one = per_update_flops(step, step_cfg, seq_len=args.seq_len, batch=args.batch, mask_prob=args.mask_prob,
                                trainable_layers=args.trainable_layers)
         total = one * args.updates
-        print(f"{stage:14s} {one:14.4e} {total / EFLOP:13.3f} {to_gpu_days(total):10.2f}", file=out)
-    print("pretrain_dual: second head at any layer N (cost independent of N); "
-          f"minipost: this model as a mini-model whose top {args.trainable_layers} layers train", file=out)
+        print(f"{name:14s} {one:14.4e} {total / EFLOP:13.3f} {to_gpu_days(total):10.2f}", file=out)
+    print(f"{Step.PRETRAIN}-dual: MiniJoint's second head at any layer N (cost independent of N); "
+          f"{Step.MINIPOST}: this model as a mini-model whose top {args.trainable_layers} layers train", file=out)
 
 
 def _print_plan(args, out) -> None:

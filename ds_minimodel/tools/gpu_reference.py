@@ -14,7 +14,7 @@ from typing import Any
 
 from ds_minimodel import flops
 from ds_minimodel.config import get_preset, read_json, write_json
-from ds_minimodel.systems import get_system
+from ds_minimodel.systems import Step, get_system
 from ds_minimodel.tools.gpu_common import REPO, Run, bench_cmd, ds_config, skipped
 
 PART_PIECE = 15 * 2**20
@@ -174,8 +174,8 @@ def plan_reference(run: Run, config: dict[str, Any], sizing: dict[str, Any], *, 
     shape = {"seq_len": config["seq_len"], "batch": 1, "mask_prob": 0.15}
     # BL_SMALL's Step 1 is not timed: the plain update scaled by the analytic FLOPs of 4 layers against 12.
     small = beside + (t["step1"] - beside) * (
-        flops.per_update_flops("pretrain", preset.replace(num_layers=config["small_layers"]), **shape)
-        / flops.per_update_flops("pretrain", preset, **shape))
+        flops.per_update_flops(Step.PRETRAIN, preset.replace(num_layers=config["small_layers"]), **shape)
+        / flops.per_update_flops(Step.PRETRAIN, preset, **shape))
     langs, systems, seeds = len(config["targets"]), config["systems"], config["step3"]["seeds"]
     primaries = len({get_system(name).primary for name in systems})
     launches = (primaries + ("minipost" in systems) + len(systems) * langs + len(config["source_relearn"])

@@ -178,7 +178,7 @@ def test_focus_with_anchored_copies_over_two_bf16_zero2_ranks(primaries, de_data
     spec.write(tmp_path / "spec.json")
     run_cmd(torchrun_cmd(2, "run_adapt.py", "--config", str(tmp_path / "spec.json")))
     assert json.loads((out / "run.json").read_text())["spec"] == spec.to_dict()
-    assert (out / "tensorboard" / "adapt-de-bl_base").is_dir()  # the default log root and run name
+    assert (out / "tensorboard" / "step2-de-bl_base").is_dir()  # the default log root and run name
     first, *_, last = checkpoint.complete_checkpoints(out)
     meta = checkpoint.load_meta(last)
     record = meta["initialisation"]

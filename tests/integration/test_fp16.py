@@ -81,7 +81,7 @@ def test_a_collapsed_loss_scale_stops_with_a_clear_error_and_the_last_good_check
     proc = pretrain(device, en_data, out, ds, 40, "--save-every", "1")
     assert proc.returncode == 1 and "Traceback" not in proc.stderr, proc.stderr[-3000:]
     error = proc.stderr.strip().splitlines()[-1]
-    assert error.startswith(f"error: {out}: [pretrain-base] the fp16 loss scale collapsed"), error
+    assert error.startswith(f"error: {out}: [step1-base] the fp16 loss scale collapsed"), error
     assert "minimum (1, fp16.min_loss_scale)" in error
     bad_update = int(error.split("the gradients of update ")[1].split()[0])
     assert bad_update < 40

@@ -53,7 +53,7 @@ def test_minijoint_two_ranks_both_heads_learn(en_data, tmp_path):
     # TensorBoard event files hold both heads' curves
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
-    events = EventAccumulator(str(out / "tensorboard" / "pretrain-minijoint"))
+    events = EventAccumulator(str(out / "tensorboard" / "step1-minijoint"))
     events.Reload()
     tags = set(events.Tags()["scalars"])
     assert {"loss_main", "loss_aux", "loss", "lr", "tokens_per_s", "flops"} <= tags

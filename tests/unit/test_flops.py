@@ -17,7 +17,7 @@ import pytest
 from ds_minimodel import flops
 from ds_minimodel.config import get_preset
 from ds_minimodel.errors import InputError
-from ds_minimodel.systems import SYSTEMS
+from ds_minimodel.systems import SYSTEMS, Step
 from ds_minimodel.tools import flops_check
 
 PAPER = flops.PAPER
@@ -100,22 +100,24 @@ def test_per_update_flops_derives_the_shape_from_a_config() -> None:
     base = get_preset("base")
     kw = dict(seq_len=512, batch=2048, mask_prob=0.15)
     U = PAPER["U"]
-    assert flops.per_update_flops("pretrain", base, **kw) * U == pytest.approx(flops.pretrain_flops(l=12, **PAPER))
+    assert flops.per_update_flops(Step.PRETRAIN, base, **kw) * U == pytest.approx(flops.pretrain_flops(l=12, **PAPER))
     small = get_preset("small")
-    assert flops.per_update_flops("adapt", small, **kw) * U / flops.EFLOP == pytest.approx(21.07, abs=5e-3)
-    assert flops.per_update_flops("minipost", base.replace(num_layers=6), **kw) * U / flops.EFLOP == pytest.approx(
+    assert flops.per_update_flops(Step.ADAPT, small, **kw) * U / flops.EFLOP == pytest.approx(21.07, abs=5e-3)
+    assert flops.per_update_flops(Step.MINIPOST, base.replace(num_layers=6), **kw) * U / flops.EFLOP == pytest.approx(
         21.62, abs=5e-3)
-    dual = flops.per_update_flops("pretrain_dual", base.replace(aux_head_layer=4), **kw)
+    dual = flops.per_update_flops(Step.PRETRAIN, base.replace(aux_head_layer=4), **kw)  # the second head
     assert flops.to_gpu_days(dual * U) == pytest.approx(32.18, abs=5e-3)
-    assert flops.total_flops("adapt", base, updates=10, **kw) == pytest.approx(
-        10 * flops.per_update_flops("adapt", base, **kw), rel=REL)
+    assert flops.total_flops(Step.ADAPT, base, updates=10, **kw) == pytest.approx(
+        10 * flops.per_update_flops(Step.ADAPT, base, **kw), rel=REL)
+    assert flops.per_update_flops("step3", base, **kw) == flops.finetune_per_update(base, seq_len=512, batch=2048)
 
 
 @pytest.mark.parametrize("call", [
     lambda: flops.per_update_flops("finetune", get_preset("tiny"), seq_len=8, batch=1, mask_prob=0.15),
-    lambda: flops.per_update_flops("adapt", get_preset("tiny"), seq_len=0, batch=1, mask_prob=0.15),
-    lambda: flops.per_update_flops("adapt", get_preset("tiny"), seq_len=8, batch=1, mask_prob=1.5),
-    lambda: flops.per_update_flops("minipost", get_preset("tiny"), seq_len=8, batch=1, mask_prob=0.15,
+    lambda: flops.per_update_flops(Step.TRANSFER, get_preset("tiny"), seq_len=8, batch=1, mask_prob=0.15),
+    lambda: flops.per_update_flops(Step.ADAPT, get_preset("tiny"), seq_len=0, batch=1, mask_prob=0.15),
+    lambda: flops.per_update_flops(Step.ADAPT, get_preset("tiny"), seq_len=8, batch=1, mask_prob=1.5),
+    lambda: flops.per_update_flops(Step.MINIPOST, get_preset("tiny"), seq_len=8, batch=1, mask_prob=0.15,
                                    trainable_layers=13),
     lambda: flops.dual_head_pretrain_flops(l=12, aux_layer=13, **PAPER),
 ])
@@ -206,16 +208,16 @@ def test_profiler_forward_is_a2_plus_layernorm_and_gelu() -> None:
     assert 0 < gap < sum(r["extras"].values()) / r["a2"] < 0.05
 
 
-@pytest.mark.parametrize("stage", ["pretrain", "pretrain_dual", "adapt", "minipost"])
+@pytest.mark.parametrize("stage", ["step1", "step1-dual", "step2", "step1b"])
 def test_measured_update_equals_formula_plus_its_omissions(stage: str) -> None:
-    cfg = TINY.replace(num_layers=6) if stage == "minipost" else TINY
-    r = flops_check.measure_update(stage, cfg, seq_len=32, batch=2)
+    cfg = {"step1b": TINY.replace(num_layers=6), "step1-dual": TINY.replace(aux_head_layer=2)}.get(stage, TINY)
+    r = flops_check.measure_update(stage.removesuffix("-dual"), cfg, seq_len=32, batch=2)
     assert r["math_attention"]  # train mode with dropout: CPU SDPA runs the math path
     assert r["measured"] == pytest.approx(r["analytic_exact"], rel=REL)
     h, s, l = cfg.hidden_size, 32, cfg.num_layers
-    if stage in ("pretrain", "pretrain_dual"):
+    if stage in ("step1", "step1-dual"):
         assert r["measured"] == pytest.approx(r["formula"], rel=REL)  # A1 (+3 FLOP_lm) is exact for matmuls
-    elif stage == "adapt":
+    elif stage == "step2":
         assert r["measured"] - r["formula"] == pytest.approx(2 * l * 4 * h * s**2, rel=REL)
     else:
         assert r["measured"] - r["formula"] == pytest.approx(2 * (18 * s * h**2 + 4 * h * s**2), rel=REL)
@@ -224,7 +226,7 @@ def test_measured_update_equals_formula_plus_its_omissions(stage: str) -> None:
 def test_flash_attention_kernel_is_counted_too() -> None:
     # Without dropout, CPU SDPA runs the flash kernel that FlopCounterMode alone would count as 0 FLOPs.
     cfg = TINY.replace(attention_dropout=0.0)
-    r = flops_check.measure_update("adapt", cfg, seq_len=32, batch=1)
+    r = flops_check.measure_update(Step.ADAPT, cfg, seq_len=32, batch=1)
     assert not r["math_attention"]
     assert any("flash" in op and n > 0 for op, n in r["ops"].items())
     assert r["measured"] == pytest.approx(r["analytic_exact"], rel=REL)
@@ -239,7 +241,7 @@ def test_check_on_the_base_preset_at_a_short_sequence() -> None:
     fwd = flops_check.measure_forward(base, seq_len=128, batch=1, model=model)
     assert fwd["measured"] == pytest.approx(fwd["analytic_profiler_convention"], rel=REL)
     assert fwd["measured"] / fwd["a2"] == pytest.approx(1.0, abs=2e-3)
-    r = flops_check.measure_update("adapt", base, seq_len=128, batch=1, model=model)
+    r = flops_check.measure_update(Step.ADAPT, base, seq_len=128, batch=1, model=model)
     assert r["measured"] == pytest.approx(r["analytic_exact"], rel=REL)
     assert 1.0 < r["measured"] / r["formula"] < 1.02
 

@@ -53,11 +53,12 @@ def test_the_plan_fits_the_time_left_after_every_launch_start(tmp_path):
 def plan_small_ratio() -> float:
     from ds_minimodel import flops
     from ds_minimodel.config import get_preset
+    from ds_minimodel.systems import Step
 
     cfg = get_preset("reference_gpu").replace(vocab_size=8000)
     shape = {"seq_len": 128, "batch": 1, "mask_prob": 0.15}
-    return (flops.per_update_flops("pretrain", cfg.replace(num_layers=4), **shape)
-            / flops.per_update_flops("pretrain", cfg, **shape))
+    return (flops.per_update_flops(Step.PRETRAIN, cfg.replace(num_layers=4), **shape)
+            / flops.per_update_flops(Step.PRETRAIN, cfg, **shape))
 
 
 def test_a_subset_of_systems_plans_only_their_launches_and_caps_hold(tmp_path):

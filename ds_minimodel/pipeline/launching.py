@@ -1,0 +1,67 @@
+"""How the pipeline runs one training job: its spec written to a file, then the stage's entry script launched on
+this machine's ranks (or the batch job's), and whether a run is finished."""
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+from ds_minimodel.cluster.launch import free_port, local_command
+from ds_minimodel.config import read_json
+from ds_minimodel.stages.specs import RunSpec
+from ds_minimodel.train import checkpoint
+
+LAUNCHERS = ("deepspeed", "torchrun", "srun")
+
+
+def launch(script: str, args: list[str], ranks: int, launcher: str = "deepspeed") -> None:
+    """Run a training entry point; a failure stops the pipeline with its exit code.
+
+    ``deepspeed`` or ``torchrun``: ``ranks`` processes on this machine (``launch.local_command``; one process when
+    ``ranks`` is 1). ``srun``: one task per rank of the enclosing batch job's allocation (its nodes x tasks per
+    node); ranks find each other from the SLURM_* variables (``ds_minimodel.cluster.slurm.rank_env``), and the job's
+    pre-timeout SIGUSR1 reaches every rank.
+    """
+    if launcher == "srun":
+        cmd = ["srun", "--kill-on-bad-exit=1", sys.executable, script, *args]
+    elif ranks == 1:
+        cmd = [sys.executable, script, *args]
+    else:
+        cmd = local_command(launcher, ranks, free_port(), script, args)
+    print("$ " + " ".join(cmd), flush=True)
+    env = {k: v for k, v in os.environ.items()
+           if k not in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT")}
+    proc = subprocess.run(cmd, env=env)
+    if proc.returncode:
+        raise SystemExit(f"pipeline: {script} exited with {proc.returncode}")
+
+
+class StoppedEarly(Exception):
+    """A step saved a checkpoint and stopped before its last update (SIGTERM/SIGUSR1): later steps need its
+    output, so the pipeline stops too, with ``slurm.EXIT_REQUEUE``; running it again resumes the step."""
+
+
+def finished(run_dir: Path) -> bool:
+    """A run is done when its newest complete checkpoint is at the step count its run.json asked for."""
+    run_file, latest = run_dir / checkpoint.RUN, checkpoint.latest_checkpoint(run_dir)
+    if not run_file.is_file() or latest is None:
+        return False
+    return checkpoint.load_meta(latest).get("step") == read_json(run_file)["train"]["steps"]
+
+
+def train_step(spec: type[RunSpec], run_dir: Path, values: dict[str, Any], spec_file: Path, ranks: int,
+               launcher: str = "deepspeed") -> None:
+    """One training job: its spec (``values``; resumed where it holds a run) into ``spec_file``, then launched."""
+    if finished(run_dir):
+        print(f"[pipeline] {run_dir}: done, skipped", flush=True)
+        return
+    values = {**values, "out": str(run_dir), "resume": (run_dir / checkpoint.RUN).is_file()}
+    spec_file.parent.mkdir(parents=True, exist_ok=True)
+    spec.from_dict(values, f"{spec_file} (the pipeline's settings)").write(spec_file)
+    launch(spec.ENTRY, ["--config", str(spec_file)], ranks, launcher)
+    if not finished(run_dir):
+        raise StoppedEarly(f"pipeline: {run_dir} stopped before its last update; run the pipeline again to resume")
+
+
