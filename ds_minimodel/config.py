@@ -11,6 +11,7 @@ import functools
 import hashlib
 import json
 import os
+import types
 import typing
 from dataclasses import dataclass
 from pathlib import Path
@@ -207,25 +208,70 @@ class FinetuneConfig:
 
 
 def dataclass_from_dict(cls: type, data: Any, source: str) -> Any:
-    """Build a dataclass from JSON data, refusing unknown keys and wrong types with the file named."""
+    """Build a dataclass, nested dataclasses included, from JSON data, validated by its annotations (pydantic, JSON's
+    own rules strictly: no "3" for 3, no true for 1, a whole number is a float too). Unknown keys, missing ones,
+    wrong types and the dataclasses' own checks are each one InputError naming the file and the key's path."""
     if not isinstance(data, dict):
         raise InputError(f"{source}: expected a JSON object, got {type(data).__name__}")
-    fields = {f.name: f for f in dataclasses.fields(cls)}
-    unknown = sorted(set(data) - set(fields))
-    if unknown:
-        raise InputError(f"{source}: unknown key(s) {', '.join(unknown)}; known keys: {', '.join(fields)}")
-    hints = typing.get_type_hints(cls)
-    for key, value in data.items():
-        try:  # JSON's own rules, strictly: no "3" for 3, no true for 1, a whole number is a float too
-            type_adapter(hints[key]).validate_json(json.dumps(value), strict=True)
-        except pydantic.ValidationError:
-            raise InputError(f"{source}: {key} must be {fields[key].type}, got {value!r}") from None
+    _refuse_unknown_keys(cls)
     try:
-        return cls(**data)
-    except TypeError as err:  # a required key is missing
-        raise InputError(f"{source}: {err}") from None
-    except InputError as err:
-        raise InputError(f"{source}: {err}") from None
+        return type_adapter(cls).validate_json(json.dumps(data), strict=True)
+    except pydantic.ValidationError as err:
+        raise InputError(_explain(cls, err.errors(), source)) from None
+
+
+def _refuse_unknown_keys(cls: type) -> None:
+    """Every dataclass reachable from ``cls``'s annotations refuses keys it has no field for (pydantic's default for
+    a plain dataclass is to drop them silently)."""
+    if not dataclasses.is_dataclass(cls) or "__pydantic_config__" in vars(cls):
+        return
+    cls.__pydantic_config__ = pydantic.ConfigDict(extra="forbid")
+    for hint in typing.get_type_hints(cls).values():
+        for inner in (hint, *_arguments(hint)):
+            _refuse_unknown_keys(inner)
+
+
+def _arguments(hint: Any) -> list[Any]:
+    """The types inside an annotation, at any depth: ``list[CorpusSettings] | None`` -> list, CorpusSettings, None."""
+    found = []
+    for arg in typing.get_args(hint):
+        found += [arg, *_arguments(arg)]
+    return found
+
+
+def _explain(cls: type, errors: list[dict[str, Any]], source: str) -> str:
+    """pydantic's first error (all unknown keys of one object together) as one sentence naming where it is."""
+    first = errors[0]
+    *parent, key = first["loc"] or ("",)
+    where = source + "".join(f"[{p}]" if isinstance(p, int) else (": " if i == 0 else ".") + p
+                             for i, p in enumerate(parent))
+    owner = _dataclass_at(cls, parent)
+    if first["type"] in ("unexpected_keyword_argument", "extra_forbidden"):
+        unknown = [e["loc"][-1] for e in errors if e["type"] == first["type"] and list(e["loc"][:-1]) == parent]
+        known = [f.name for f in dataclasses.fields(owner)] if owner else []
+        return f"{where}: unknown key(s) {', '.join(sorted(map(str, unknown)))}; known keys: {', '.join(known)}"
+    if first["type"] == "missing":
+        return f"{where}: {key} is required"
+    if first["type"] == "value_error" and isinstance((first.get("ctx") or {}).get("error"), InputError):
+        return f"{where}.{key}: {first['ctx']['error']}" if key else f"{where}: {first['ctx']['error']}"
+    fields = {f.name: f for f in dataclasses.fields(owner)} if owner else {}
+    expected = fields[key].type if key in fields else first["msg"].removeprefix("Input should be ")
+    what = f"{where}[{key}]" if isinstance(key, int) else f"{where}: {key}"
+    return f"{what} must be {expected}, got {first.get('input')!r}"
+
+
+def _dataclass_at(cls: type, path: list[Any]) -> type | None:
+    """The dataclass whose field the last element of ``path`` names, following the annotations from ``cls``."""
+    hint: Any = cls
+    for step in path:
+        if dataclasses.is_dataclass(hint) and isinstance(step, str):
+            hint = typing.get_type_hints(hint).get(step)
+        else:  # a list's item or a dict's value
+            args = [a for a in typing.get_args(hint) if a is not type(None)]
+            hint = args[-1] if args else None
+        while typing.get_origin(hint) in (typing.Union, types.UnionType):  # X | None: the X
+            hint = next(a for a in typing.get_args(hint) if a is not type(None))
+    return hint if dataclasses.is_dataclass(hint) else None
 
 
 @functools.lru_cache(maxsize=None)

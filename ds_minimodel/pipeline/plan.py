@@ -85,9 +85,10 @@ class Pipeline:
         """``pretrain_seed``: one of the config's ``pretrain_seeds``, a further pretraining run, planned by the main
         pipeline (which checks the config once) in ``<out>/pretrain-seed<k>/`` with job names ending ``.seed<k>``."""
         self.cfg, self.source_path, self.launcher = cfg, source_path, launcher
-        self.sections = cfg.parsed(source_path)
+        self.finetuning = cfg.finetuning(source_path)
+        """Step 3's settings (each task's own: ``task_finetuning``)."""
         if pretrain_seed is None:
-            check(cfg, self.sections, source_path, world_size=None if launcher == "srun" else cfg.ranks)
+            check(cfg, source_path, world_size=None if launcher == "srun" else cfg.ranks)
         self.root = Path(cfg.out)
         """The pipeline's output folder: the main run's, and where the shared data and the results are."""
         self.seed = cfg.seed if pretrain_seed is None else pretrain_seed
@@ -97,9 +98,9 @@ class Pipeline:
         self.log_root = self.root / "tensorboard"
         self.extra_runs = {} if pretrain_seed is not None else {
             k: Pipeline(cfg, source_path, launcher=launcher, pretrain_seed=k) for k in cfg.pretrain_seeds}
-        self.languages = [c.lang for c in [self.sections["source"], *self.sections["targets"]]]
+        self.languages = [c.lang for c in [self.cfg.source, *self.cfg.targets]]
         self.primaries = cfg.primaries()
-        self.relearn_lang = f"{self.sections['source'].lang}{RELEARN_SUFFIX}"
+        self.relearn_lang = f"{self.cfg.source.lang}{RELEARN_SUFFIX}"
         """The source-relearn control's name where a target language's would stand (runs, results)."""
 
     # -- the plan
@@ -123,7 +124,7 @@ class Pipeline:
 
     def _training_jobs(self) -> list[Job]:
         """Steps 1-3 of this pretraining run (job names end with its suffix: none for the main run)."""
-        targets, main = tuple(t.lang for t in self.sections["targets"]), self.pretrain_seed is None
+        targets, main = tuple(t.lang for t in self.cfg.targets), self.pretrain_seed is None
         step1 = {v: self._job(Step.PRETRAIN, v, after=(Job(Step.PREPARE).name,)) for v in self.primaries}
         jobs = list(step1.values())
         jobs += [self._job(Step.MINIPOST, s, after=(step1[get_system(s).primary].name,))
@@ -217,7 +218,7 @@ class Pipeline:
                    self.root / "specs" / f"{name}.json", self.cfg.ranks, self.launcher)
 
     def _prepare(self) -> dict[str, Any]:
-        for corpus in [self.sections["source"], *self.sections["targets"]]:
+        for corpus in [self.cfg.source, *self.cfg.targets]:
             prepare(Path(corpus.corpus), self.data_dir(corpus.lang),
                     vocab_size=corpus.vocab_size or self.cfg.vocab_size, character_coverage=corpus.character_coverage,
                     tokenizer=None if corpus.tokenizer is None else Path(corpus.tokenizer))
@@ -225,12 +226,12 @@ class Pipeline:
 
     def _common(self, needed_by: str) -> dict[str, Any]:
         return {"preset": self.cfg.preset, "seq_len": self.cfg.seq_len, "seed": self.seed,
-                "data": str(self._data(self.sections["source"].lang, needed_by))}
+                "data": str(self._data(self.cfg.source.lang, needed_by))}
 
     def _step1(self, variant: str) -> None:
         self._train(PretrainSpec, self.step1_dir(variant), f"{Step.PRETRAIN}-{variant}",
                     {"variant": variant, "aux_layer": self.cfg.aux_layer, "small_layers": self.cfg.small_layers,
-                     **self._common(self._name(Step.PRETRAIN, variant)), **as_values(self.sections["step1"])})
+                     **self._common(self._name(Step.PRETRAIN, variant)), **as_values(self.cfg.step1)})
 
     def _step1b(self, system: str) -> None:
         """Step 1b of ``system``: its primary's bottom layers, new layers trained on top (``--variant minipost``)."""
@@ -238,15 +239,15 @@ class Pipeline:
         base = self._finished(self.step1_dir(primary), self._name(Step.PRETRAIN, primary), job)
         self._train(PretrainSpec, self.step1b_dir(system), job,
                     {"variant": "minipost", "from_": str(base), "keep_layers": self.cfg.keep_layers,
-                     "new_layers": self.cfg.new_layers, **self._common(job), **as_values(self.sections["step1b"])})
+                     "new_layers": self.cfg.new_layers, **self._common(job), **as_values(self.cfg.step1b)})
 
     def _step2(self, system: str, lang: str) -> None:
         """Step 2 for one system and target language; every checkpoint is kept for Step 4."""
         needed_by = f"{self._name(Step.ADAPT, system)} ({lang})"
         body = self._finished(self.body_dir(system), self.body_job(system), needed_by)
         relearn = lang == self.relearn_lang
-        data = self._data(self.sections["source"].lang if relearn else lang, needed_by)
-        init = self.sections["step2"].init
+        data = self._data(self.cfg.source.lang if relearn else lang, needed_by)
+        init = self.cfg.step2.init
         anchored: dict[str, Any] = {}
         if relearn and self.cfg.relearn_anchor is not None:  # copies what the anchor language would copy
             anchored = {"shared_with": str(tokenizer_path(self._data(self.cfg.relearn_anchor, needed_by)))}
@@ -255,7 +256,7 @@ class Pipeline:
         self._train(AdaptSpec, self.step2_dir(lang, system), f"{Step.ADAPT}-{lang}-{system}",
                     {"system": system, "body": str(body), "data": str(data), **anchored, "init": init, "lang": lang,
                      "seq_len": self.cfg.seq_len, "seed": self.seed,
-                     **as_values(self.sections["step2"], exclude=("init",))})
+                     **as_values(self.cfg.step2, exclude=("init",))})
 
     def _mini_model(self, system: str) -> Path:
         """The model a ``source_minis`` system's Step 2 trains over: Step 1b's output, or (a ``mini`` body) the layers
@@ -272,14 +273,14 @@ class Pipeline:
     def _step3(self, variant: str) -> None:
         """Step 3 for one primary (or, ``mini-<system>``, for a system's mini-model): every task and seed, English
         embeddings frozen."""
-        ft: FinetuneSettings = self.sections["step3"]
-        source = self.sections["source"].lang
+        ft: FinetuneSettings = self.finetuning
+        source = self.cfg.source.lang
         if variant.startswith(MINI_PREFIX):
             primary = self._mini_model(variant[len(MINI_PREFIX):])
         else:
             primary = self._finished(self.step1_dir(variant), self._name(Step.PRETRAIN, variant),
                                      self._name(Step.FINETUNE, variant))
-        for task in self.sections["tasks"]:
+        for task in self.cfg.tasks:
             own = task_finetuning(self.cfg.step3, task, self.source_path)
             for seed in ft.seeds:
                 self._train(FinetuneSpec, self.step3_dir(task.name, variant, seed),
@@ -292,10 +293,10 @@ class Pipeline:
         """Zero-shot: every Step-2 checkpoint of every system, with every seed's task model; the controls (each
         primary with its own embeddings and the source-relearn runs on the source test files) and the trivial
         baselines of every test file; then the results."""
-        ft: FinetuneSettings = self.sections["step3"]
-        source = self.sections["source"].lang
+        ft: FinetuneSettings = self.finetuning
+        source = self.cfg.source.lang
         task_models, dev_scores = {}, []
-        for task in self.sections["tasks"]:
+        for task in self.cfg.tasks:
             for variant in self.finetuned():
                 for seed in ft.seeds:
                     run_dir = self.step3_dir(task.name, variant, seed)
@@ -305,7 +306,7 @@ class Pipeline:
                         dev_scores.append({"task": task.name, "primary": variant, "seed": seed,
                                            **read_json(run_dir / "dev_scores.json")})
         results, own, relearned, trivial = [], [], [], []
-        for task in self.sections["tasks"]:
+        for task in self.cfg.tasks:
             trivial += task_baselines(task, source)
             if source in task.test:  # diagnostics (a) and (b) of issue 16: the body, and Step 2 without a gap
                 for variant in self.finetuned():
@@ -321,7 +322,7 @@ class Pipeline:
                             relearned.append(self._score(task, source, system, ckpt, seed,
                                                          task_models[(task.name, get_system(system).primary, seed)],
                                                          as_lang=self.relearn_lang))
-            for target in self.sections["targets"]:
+            for target in self.cfg.targets:
                 for system in self.cfg.systems:
                     run_dir = self.step2_dir(target.lang, system)
                     self._finished(run_dir, self._name(Step.ADAPT, system), Step.TRANSFER)
@@ -340,15 +341,15 @@ class Pipeline:
         """This pretraining run's final scores: the final Step-2 checkpoint of every system and target language with
         every finetuning seed of its own Step 3 (appendix A.5 compares final scores)."""
         records = []
-        for task in self.sections["tasks"]:
-            for target in self.sections["targets"]:
+        for task in self.cfg.tasks:
+            for target in self.cfg.targets:
                 if target.lang not in task.test:
                     continue
                 for system in self.cfg.systems:
                     primary = get_system(system).primary
                     final = self._finished(self.step2_dir(target.lang, system), self._name(Step.ADAPT, system),
                                            Step.TRANSFER)
-                    for seed in self.sections["step3"].seeds:
+                    for seed in self.finetuning.seeds:
                         model = self._finished(self.step3_dir(task.name, primary, seed),
                                                self._name(Step.FINETUNE, primary), Step.TRANSFER)
                         records.append({**self._score(task, target.lang, system, final, seed, model),

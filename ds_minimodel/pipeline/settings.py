@@ -52,7 +52,7 @@ class Step2Settings(StageSettings):
 class FinetuneSettings:
     ds_config: str
     epochs: float = FinetuneConfig.epochs
-    seeds: list = field(default_factory=lambda: [1, 2, 3, 4, 5])
+    seeds: list[int] = field(default_factory=lambda: [1, 2, 3, 4, 5])
     max_len: int = FinetuneConfig.max_len
     warmup_ratio: float = FinetuneConfig.warmup_ratio
     pooling: str = FinetuneConfig.pooling
@@ -87,13 +87,13 @@ class TaskSettings:
     format: str
     train: str
     """Source-language training file."""
-    dev: dict = field(default_factory=dict)
+    dev: dict[str, str] = field(default_factory=dict)
     """{language: file} scored with the source embeddings after Step 3."""
-    test: dict = field(default_factory=dict)
+    test: dict[str, str] = field(default_factory=dict)
     """{language: file} scored zero-shot in Step 4 with each target language's embeddings."""
     eval_format: str | None = None
     """Format of the dev and test files when it differs from ``format`` (XNLI: train ``multinli``, eval ``xnli``)."""
-    finetune: dict = field(default_factory=dict)
+    finetune: dict[str, Any] = field(default_factory=dict)
     """This task's own finetuning settings (any ``step3`` key but ``seeds``): e.g. its DeepSpeed JSON (learning
     rate), ``max_len`` or ``epochs``."""
 
@@ -101,14 +101,17 @@ class TaskSettings:
 @dataclass(frozen=True, kw_only=True)
 class PipelineConfig:
     out: str
-    source: dict
-    targets: list
-    tasks: list
-    step1: dict
-    step2: dict
-    step3: dict
-    step1b: dict | None = None
-    systems: list = field(default_factory=system_names)
+    source: CorpusSettings
+    targets: list[CorpusSettings]
+    tasks: list[TaskSettings]
+    step1: Step1Settings
+    step2: Step2Settings
+    step3: dict[str, Any]
+    """Step 3's settings for every task (``FinetuneSettings``' keys; ``ds_config`` at least): a task's own
+    ``finetune`` section comes first, the paper's per-format ones (``FORMAT_FINETUNING``) after these
+    (``task_finetuning``)."""
+    step1b: StageSettings | None = None
+    systems: list[str] = field(default_factory=system_names)
     preset: str = "base"
     seq_len: int = TrainConfig.seq_len
     vocab_size: int = 50_000
@@ -118,9 +121,9 @@ class PipelineConfig:
     keep_layers: int = Depths.keep
     new_layers: int = Depths.new
     seed: int = TrainConfig.seed
-    slurm: dict | None = None
+    slurm: dict[str, Any] | None = None
     """Batch-job settings for ``python -m ds_minimodel submit`` (``submit.SlurmSettings``)."""
-    source_relearn: list = field(default_factory=list)
+    source_relearn: list[str] = field(default_factory=list)
     """Systems that also run the source-relearn control: Step 2 on the source corpus itself with only the special
     rows copied (``run_adapt.py --init specials``), scored on the source test files. No language gap is involved,
     so the gap to the model's own source score is what Step 2 loses at that budget (issue 16)."""
@@ -129,12 +132,12 @@ class PipelineConfig:
     initialisation copies (the pieces its vocabulary shares with the source's), and starts the rest with
     ``step2.init``: the anchored control of issue 27, what Step 2 loses without a language gap when it starts as a
     real target would. None: the plain control (the five special rows only)."""
-    pretrain_seeds: list = field(default_factory=list)
+    pretrain_seeds: list[int] = field(default_factory=list)
     """More pretraining runs (appendix A.5): each seed k repeats Steps 1-3 for every system, language, task and
     finetuning seed in ``<out>/pretrain-seed<k>/`` (Steps 1 and 2 with seed k; the prepared data are shared), and Step
     4 scores their final Step-2 checkpoints beside the main run's (``seed``, in ``out``), for the spread over
     pretraining runs next to the spread over finetuning seeds."""
-    source_minis: list = field(default_factory=list)
+    source_minis: list[str] = field(default_factory=list)
     """Systems whose mini-model (the body their Step 2 trains over) is also finetuned on each task and scored on the
     source test files, beside the primaries (the paper's Table 5: does dual-head pretraining hurt English?)."""
 
@@ -143,7 +146,7 @@ class PipelineConfig:
         source = str(path)
         raw = read_json(path)
         cfg = dataclass_from_dict(cls, raw, source)
-        unknown = [name for name in cfg.systems if not isinstance(name, str) or not is_system(name)]
+        unknown = [name for name in cfg.systems if not is_system(name)]
         if unknown or not cfg.systems or len(set(cfg.systems)) != len(cfg.systems):
             raise InputError(f"{source}: systems must be a non-empty list of distinct names among "
                              f"{', '.join(system_names())} or {DEPTH_FAMILY}{AT}N; got {cfg.systems}")
@@ -153,12 +156,11 @@ class PipelineConfig:
         if not set(cfg.source_relearn) <= set(cfg.systems):
             raise InputError(f"{source}: source_relearn must name systems of this pipeline ({', '.join(cfg.systems)});"
                              f" got {cfg.source_relearn}")
-        if cfg.relearn_anchor is not None and cfg.relearn_anchor not in [t.get("lang") for t in cfg.targets]:
+        if cfg.relearn_anchor is not None and cfg.relearn_anchor not in [t.lang for t in cfg.targets]:
             raise InputError(f"{source}: relearn_anchor must be one of the target languages, got "
                              f"{cfg.relearn_anchor!r}")
         seeds = cfg.pretrain_seeds
-        if (not all(isinstance(k, int) and not isinstance(k, bool) and k >= 0 for k in seeds)
-                or len(set(seeds)) != len(seeds) or cfg.seed in seeds):
+        if not all(k >= 0 for k in seeds) or len(set(seeds)) != len(seeds) or cfg.seed in seeds:
             raise InputError(f"{source}: pretrain_seeds must be distinct integers of at least 0, other than seed "
                              f"({cfg.seed}); got {seeds}")
         minis = [name for name in cfg.source_minis if name not in cfg.systems or get_system(name).whole_primary]
@@ -177,20 +179,9 @@ class PipelineConfig:
         """The Step-1 models this pipeline's systems adapt, by name."""
         return sorted({get_system(name).primary for name in self.systems})
 
-    def parsed(self, source: str) -> dict[str, Any]:
-        """The nested sections as typed settings (each checked for unknown keys and types)."""
-        def typed(cls: type, data: Any, where: str) -> Any:
-            return dataclass_from_dict(cls, data, f"{source}: {where}")
-
-        return {
-            "source": typed(CorpusSettings, self.source, "source"),
-            "targets": [typed(CorpusSettings, t, f"targets[{i}]") for i, t in enumerate(self.targets)],
-            "tasks": [typed(TaskSettings, t, f"tasks[{i}]") for i, t in enumerate(self.tasks)],
-            "step1": typed(Step1Settings, self.step1, "step1"),
-            "step1b": None if self.step1b is None else typed(StageSettings, self.step1b, "step1b"),
-            "step2": typed(Step2Settings, self.step2, "step2"),
-            "step3": typed(FinetuneSettings, self.step3, "step3"),
-        }
+    def finetuning(self, source: str) -> FinetuneSettings:
+        """``step3`` as settings (defaults filled in; each task's own are ``task_finetuning``'s)."""
+        return dataclass_from_dict(FinetuneSettings, self.step3, f"{source}: step3")
 
 
 def task_finetuning(step3: dict[str, Any], task: TaskSettings, source: str) -> FinetuneSettings:
@@ -202,7 +193,7 @@ def task_finetuning(step3: dict[str, Any], task: TaskSettings, source: str) -> F
     return dataclass_from_dict(FinetuneSettings, merged, f"{source}: task {task.name}'s finetuning")
 
 
-def check(cfg: PipelineConfig, sections: dict[str, Any], source: str, *, world_size: int | None) -> None:
+def check(cfg: PipelineConfig, source: str, *, world_size: int | None) -> None:
     """Everything that can be known before the first update: numbers, shapes against the preset, every file named
     (exists, parses), each language's vocabulary against its text. ``world_size``: the ranks the training stages
     will have, when known here (not under srun, whose allocation decides)."""
@@ -211,14 +202,14 @@ def check(cfg: PipelineConfig, sections: dict[str, Any], source: str, *, world_s
     from ds_minimodel.tasks.formats import FORMATS, read_examples
     from ds_minimodel.tasks.qa import window_room
 
-    if not sections["targets"]:
+    if not cfg.targets:
         raise InputError(f"{source}: targets is empty: name at least one target language ({{\"lang\": ..., "
                          "\"corpus\": ...}), or there is nothing to transfer to")
     preset = get_preset(cfg.preset)
     for name, value, low in (("seq_len", cfg.seq_len, 1), ("vocab_size", cfg.vocab_size, 1), ("ranks", cfg.ranks, 1),
                              ("seed", cfg.seed, 0)):
-        if not isinstance(value, int) or value < low:
-            raise InputError(f"{source}: {name} must be an integer of at least {low}, got {value!r}")
+        if value < low:
+            raise InputError(f"{source}: {name} must be at least {low}, got {value}")
     if cfg.seq_len > preset.max_positions:
         raise InputError(f"{source}: seq_len {cfg.seq_len} exceeds the {cfg.preset} preset's {preset.max_positions} "
                          "positions")
@@ -234,7 +225,7 @@ def check(cfg: PipelineConfig, sections: dict[str, Any], source: str, *, world_s
             raise InputError(f"{source}: {name} puts the second head after layer {depth_of(name)}, above the "
                              f"{cfg.preset} preset's {layers} layers")
     for name in ("step1", "step1b", "step2"):
-        stage = sections[name]
+        stage = getattr(cfg, name)
         if stage is None:
             continue
         for key in ("steps", "save_every", "log_every"):
@@ -243,21 +234,19 @@ def check(cfg: PipelineConfig, sections: dict[str, Any], source: str, *, world_s
         _check_ds_config(stage.ds_config, f"{source}: {name}.ds_config", world_size, steps=stage.steps)
     from ds_minimodel.model.embedding_init import INITS, NEW_ROWS
 
-    forget_every = sections["step1"].forget_every
-    if not isinstance(forget_every, int) or forget_every < 0:
-        raise InputError(f"{source}: step1.forget_every must be an integer of at least 0 (0: never), got "
-                         f"{forget_every!r}")
-    step2: Step2Settings = sections["step2"]
+    if cfg.step1.forget_every < 0:
+        raise InputError(f"{source}: step1.forget_every must be at least 0 (0: never), got {cfg.step1.forget_every}")
+    step2 = cfg.step2
     if step2.init not in INITS or step2.init == "specials" or step2.new_rows not in NEW_ROWS:
         raise InputError(f"{source}: step2.init must be one of {', '.join(i for i in INITS if i != 'specials')} and "
                          f"step2.new_rows one of {', '.join(NEW_ROWS)}; got {step2.init!r}, {step2.new_rows!r}")
     if step2.init == "focus" and importlib.util.find_spec("gensim") is None:
         raise InputError(f"{source}: step2.init focus trains static vectors with gensim, which is not installed "
                          "(pip install gensim, or the package's [focus] extra)")
-    ft: FinetuneSettings = sections["step3"]
-    if not ft.seeds or not all(isinstance(x, int) for x in ft.seeds):
+    ft = cfg.finetuning(source)
+    if not ft.seeds:
         raise InputError(f"{source}: step3 needs a non-empty list of integer seeds")
-    for task in sections["tasks"]:
+    for task in cfg.tasks:
         own = task_finetuning(cfg.step3, task, source)
         where = f"{source}: task {task.name}'s finetuning"
         _check_ds_config(own.ds_config, f"{where} (ds_config)", world_size)
@@ -269,7 +258,7 @@ def check(cfg: PipelineConfig, sections: dict[str, Any], source: str, *, world_s
             problem = window_room(own.max_len, own.doc_stride)
             if problem:
                 raise InputError(f"{where}: {problem}")
-    for corpus in [sections["source"], *sections["targets"]]:
+    for corpus in [cfg.source, *cfg.targets]:
         where = f"{source}: {corpus.lang}"
         require_file(corpus.corpus, "corpus file", where)
         if corpus.tokenizer is not None:
@@ -278,7 +267,7 @@ def check(cfg: PipelineConfig, sections: dict[str, Any], source: str, *, world_s
         else:
             check_vocabulary_fits(Path(corpus.corpus), corpus.vocab_size or cfg.vocab_size,
                                   corpus.character_coverage)
-    for task in sections["tasks"]:
+    for task in cfg.tasks:
         where = f"{source}: task {task.name}"
         for fmt in filter(None, (task.format, task.eval_format)):
             if fmt not in FORMATS:
@@ -287,7 +276,7 @@ def check(cfg: PipelineConfig, sections: dict[str, Any], source: str, *, world_s
             raise InputError(f"{where}: eval_format {task.eval_format!r} is not a {FORMATS[task.format].kind} task")
         for path in [task.train, *task.dev.values(), *task.test.values()]:
             require_file(path, "task file", where)
-        train = read_examples(task.format, Path(task.train), language=sections["source"].lang, training=True)
+        train = read_examples(task.format, Path(task.train), language=cfg.source.lang, training=True)
         for lang, path in [*task.dev.items(), *task.test.items()]:
             read_examples(task.eval_format or task.format, Path(path), labels=train.labels or None, language=lang)
 

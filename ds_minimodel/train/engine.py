@@ -36,7 +36,7 @@ class Stage:
     """What one training stage is. Everything else is shared."""
 
     name: str
-    """Run name for logs and TensorBoard, '<step>-<what>' (``systems.Step``): 'step1-minijoint', 'step2-de-minijoint'."""
+    """Run name for logs and TensorBoard, ``<step>-<what>`` (``systems.Step``): step1-minijoint, step2-de-minijoint."""
     model: nn.Module
     loss_fn: LossFn
     """(model, batch) -> {'loss': tensor to backpropagate, other named scalars to log}."""

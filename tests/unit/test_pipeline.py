@@ -49,11 +49,23 @@ def test_config_errors_name_the_file(tmp_path):
     with pytest.raises(InputError, match="minipost needs a step1b section"):
         PipelineConfig.load(path)
     path.write_text(json.dumps({**base, "step2": {**base["step2"], "stepz": 3}}))
-    with pytest.raises(InputError, match=r"step2: unknown key\(s\) stepz"):
-        PipelineConfig.load(path).parsed(str(path))
+    with pytest.raises(InputError, match=r"p.json: step2: unknown key\(s\) stepz; known keys: ds_config, steps"):
+        PipelineConfig.load(path)
     path.write_text(json.dumps({**base, "ranks": "two"}))
     with pytest.raises(InputError, match="ranks must be int"):
         PipelineConfig.load(path)
+    # nested sections are typed by their annotations, whatever depth the bad value sits at
+    path.write_text(json.dumps({**base, "targets": [{**base["targets"][0], "vocab_size": "8k"}]}))
+    with pytest.raises(InputError, match=r"p.json: targets\[0\]: vocab_size must be int \| None, got '8k'"):
+        PipelineConfig.load(path)
+    path.write_text(json.dumps({**base, "tasks": [{**base["tasks"][0], "test": {"de": 3}}]}))
+    with pytest.raises(InputError, match=r"p.json: tasks\[0\].test: de must be a valid string, got 3"):
+        PipelineConfig.load(path)
+    path.write_text(json.dumps({**base, "step1": {"steps": 3}}))
+    with pytest.raises(InputError, match=r"p.json: step1: ds_config is required"):
+        PipelineConfig.load(path)
+    assert isinstance(PipelineConfig.load(Path(__file__).resolve().parents[2] / "configs/demo.json").targets[0].lang,
+                      str)
 
 
 def demo_pipeline(tmp_path: Path, **changes):
@@ -194,9 +206,10 @@ def test_pretraining_seeds_repeat_steps_1_to_3_in_their_own_folder(tmp_path):
         pipeline.run("step1b-minipost.seed7")
     base = json.loads((Path(__file__).resolve().parents[2] / "configs/demo.json").read_text())
     path = tmp_path / "bad.json"
-    for seeds in ([1], [2, 2], [-1], ["2"]):  # 1 is the main run's seed
-        path.write_text(json.dumps({**base, "pretrain_seeds": seeds}))
-        with pytest.raises(InputError, match=rf"{path}: pretrain_seeds must be distinct integers"):
+    for seeds, problem in (([1], " must be distinct integers"), ([2, 2], " must be distinct integers"),
+                           ([-1], " must be distinct integers"), (["2"], r"\[0\] must be a valid integer, got '2'")):
+        path.write_text(json.dumps({**base, "pretrain_seeds": seeds}))  # 1 is the main run's seed
+        with pytest.raises(InputError, match=rf"{path}: pretrain_seeds{problem}"):
             PipelineConfig.load(path)
 
 
@@ -254,11 +267,11 @@ def test_step1_forgetting_and_step2_initialiser_settings_reach_their_launches_an
     path = tmp_path / "bad.json"
     path.write_text(json.dumps({**base, "step1": {**base["step1"], "forget_every": -1}}))
     cfg = PipelineConfig.load(path)
-    with pytest.raises(InputError, match=rf"{path}: step1.forget_every must be an integer of at least 0"):
-        check(cfg, cfg.parsed(str(path)), str(path), world_size=1)
+    with pytest.raises(InputError, match=rf"{path}: step1.forget_every must be at least 0"):
+        check(cfg, str(path), world_size=1)
     for bad in ({"init": "wechsel2"}, {"init": "specials"}, {"new_rows": "uniform"}):
         path = tmp_path / "bad.json"
         path.write_text(json.dumps({**base, "step2": {**base["step2"], **bad}}))
         cfg = PipelineConfig.load(path)
         with pytest.raises(InputError, match=rf"{path}: step2.init must be one of overlap, focus"):
-            check(cfg, cfg.parsed(str(path)), str(path), world_size=1)
+            check(cfg, str(path), world_size=1)
