@@ -56,7 +56,7 @@ def main() -> int:
         if relearned.shape != original.shape:
             raise SystemExit(f"{folder}: embeddings of shape {tuple(relearned.shape)}, the body's are "
                              f"{tuple(original.shape)}")
-        step = checkpoint.load_meta(folder).get("step")
+        step = checkpoint.load_meta(folder).step
         for low, high in BANDS:
             record = alignment(original, relearned.float(), by_frequency[low:high])
             print(json.dumps({"embeddings": str(folder), "step": step, "pieces": f"{low}-{high}",

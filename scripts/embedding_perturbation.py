@@ -60,11 +60,11 @@ def main() -> int:
     args = p.parse_args()
     model, spec, meta = load_task_model(args.task_model)
     relearned, bias, emb_meta = load_embeddings(args.embeddings)
-    if emb_meta["tokenizer"]["sha256"] != meta["tokenizer"]["sha256"]:
+    if emb_meta.tokenizer is None or meta.tokenizer is None or emb_meta.tokenizer.sha256 != meta.tokenizer.sha256:
         raise SystemExit(f"{args.embeddings}: another tokenizer than {args.task_model}'s; this compares rows of one")
     own = model.embeddings.tokens.weight.detach().clone()
     examples = read_eval_examples(spec, None, args.dev, args.lang)
-    features = featurize(spec, examples, load_tokenizer(meta["tokenizer"], args.task_model))
+    features = featurize(spec, examples, load_tokenizer(meta.tokenizer_dict, args.task_model))
     for name, rows in variants(own, relearned.float(), args.seed):
         swap_embeddings(model, rows, bias.float())
         logits = predict(model, features.arrays)

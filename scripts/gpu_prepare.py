@@ -166,17 +166,18 @@ def pack_body(spec: str, out_root: Path) -> dict[str, object]:
     if not name or not (folder / checkpoint.META).is_file():
         raise SystemExit(f"gpu_prepare: --body {spec}: expected NAME=MODEL_FOLDER (a folder with meta.json)")
     meta = checkpoint.load_meta(folder)
-    recorded = Path(meta["tokenizer"]["path"])
+    if meta.tokenizer is None:
+        raise SystemExit(f"gpu_prepare: --body {spec}: its meta.json names no tokenizer")
+    recorded = Path(meta.tokenizer.path)
     tokenizer = next((p for p in (folder / recorded.name, recorded) if p.is_file()), None)
     if tokenizer is None:
         raise SystemExit(f"gpu_prepare: --body {spec}: its tokenizer {recorded} is neither inside nor where recorded")
     rounded = {k: v.bfloat16() if v.is_floating_point() else v for k, v in checkpoint.load_weights(folder).items()}
     shutil.rmtree(out_root / name, ignore_errors=True)
-    kept = {k: v for k, v in meta.items() if k not in ("files", "weights_sha256")}
-    written = checkpoint.save_model_folder(out_root / name, rounded, {
-        **kept, "rounded_from": {"folder": str(folder), "weights_sha256": meta["weights_sha256"], "dtype": "bfloat16"}})
+    written = checkpoint.save_model_folder(out_root / name, rounded, meta.with_values(
+        rounded_from={"folder": str(folder), "weights_sha256": meta.weights_sha256, "dtype": "bfloat16"}))
     shutil.copy(tokenizer, out_root / name / recorded.name)
-    return {"name": name, "source": str(folder), "weights_sha256": written["weights_sha256"]}
+    return {"name": name, "source": str(folder), "weights_sha256": written.weights_sha256}
 
 
 def travelling_bytes() -> tuple[int, list[tuple[int, str]]]:

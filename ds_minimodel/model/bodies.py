@@ -22,7 +22,7 @@ MINI_KINDS = (Kind.MINIJOINT_MINI, Kind.MINIPOST_MINI)
 @dataclass(frozen=True)
 class Body:
     name: str
-    take: Callable[[MaskedLM, str | None, Path, System], MaskedLM]
+    take: Callable[[MaskedLM, Kind, Path, System], MaskedLM]
     """(loaded model, its checkpoint kind, its folder, the system) -> the Step-2 body; refuses a wrong checkpoint."""
     cut: Callable[[MaskedLM, Depths], MaskedLM]
     """(a model of the primary's shape, the depths) -> the Step-2 body made from it."""
@@ -34,14 +34,15 @@ def _no_dual_head(model: MaskedLM, folder: Path) -> None:
                          f"it with --system {' or '.join(systems_with_body('mini'))}")
 
 
-def _take_primary(model: MaskedLM, kind: str | None, folder: Path, system: System) -> MaskedLM:
+def _take_primary(model: MaskedLM, kind: Kind, folder: Path, system: System) -> MaskedLM:
     _no_dual_head(model, folder)
     if kind in MINI_KINDS:
-        raise InputError(f"{folder}: a {kind} model; --system {system.name} trains over a pretrained model's body")
+        raise InputError(f"{folder}: a {kind.value} model; --system {system.name} trains over a pretrained "
+                         "model's body")
     return model
 
 
-def _take_mini(model: MaskedLM, kind: str | None, folder: Path, system: System) -> MaskedLM:
+def _take_mini(model: MaskedLM, kind: Kind, folder: Path, system: System) -> MaskedLM:
     if model.cfg.aux_head_layer is not None:
         return extract_minijoint(model)
     if kind != Kind.MINIJOINT_MINI:
@@ -49,7 +50,7 @@ def _take_mini(model: MaskedLM, kind: str | None, folder: Path, system: System) 
     return model
 
 
-def _take_step1b(model: MaskedLM, kind: str | None, folder: Path, system: System) -> MaskedLM:
+def _take_step1b(model: MaskedLM, kind: Kind, folder: Path, system: System) -> MaskedLM:
     _no_dual_head(model, folder)
     if kind != Kind.MINIPOST_MINI:
         raise InputError(f"{folder}: --system {system.name} needs the output of run_pretrain.py --variant minipost")

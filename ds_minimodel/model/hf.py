@@ -315,7 +315,7 @@ def position_offset(config: dict[str, Any]) -> int:
     return 0 if config["model_type"] == "bert" else int(config.get("pad_token_id", PAD_ID)) + 1
 
 
-def import_folder(folder: Path) -> tuple[MaskedLM, dict[str, Any]]:
+def import_folder(folder: Path) -> tuple[MaskedLM, checkpoint.Record]:
     """Our MaskedLM and its meta from a Hugging Face BERT/RoBERTa folder (see the module docstring).
 
     The meta is what a model folder records (kind "hf-import", model_config, tokenizer = the folder's tokenizer,
@@ -382,19 +382,19 @@ def import_folder(folder: Path) -> tuple[MaskedLM, dict[str, Any]]:
         "num_parameters": model.num_parameters(),
         "weights_sha256": checkpoint.weights_sha256(model.state_dict()),
     }
-    return model, meta
+    return model, checkpoint.Record.of(meta, folder)
 
 
-def require_trained_head(meta: dict[str, Any], folder: Path, use: str) -> None:
+def require_trained_head(meta: checkpoint.Record, folder: Path, use: str) -> None:
     """Refuse a bare encoder's untrained MLM head where its predictions matter (MiniPost copies it frozen, Step 2
     learns embeddings through it)."""
-    if meta.get("mlm_head") == HEAD_INITIALISED:
+    if meta.details.get("mlm_head") == HEAD_INITIALISED:
         raise InputError(f"{folder}: its MLM head was initialised at import (the folder held a bare encoder), not "
                          f"trained; {use} needs a trained head: run_pretrain.py --variant head --from {folder} ... "
                          "first, and use its checkpoint")
 
 
-def import_to(folder: Path, out: Path) -> dict[str, Any]:
+def import_to(folder: Path, out: Path) -> checkpoint.Record:
     """``import``: the folder's model as one of our model folders, with its tokenizer files copied into
     ``out/tokenizer`` (the folder then stands alone). Returns the meta written."""
     folder, out = Path(folder), Path(out)
@@ -402,5 +402,6 @@ def import_to(folder: Path, out: Path) -> dict[str, Any]:
     model, meta = import_folder(folder)
     tokenizer_dir = out / "tokenizer"
     copy_hf_tokenizer(folder, tokenizer_dir)
-    meta["tokenizer"] = {"path": str(tokenizer_dir.resolve()), "sha256": HFTokenizer.load(tokenizer_dir).sha256}
+    meta = meta.with_values(tokenizer={"path": str(tokenizer_dir.resolve()),
+                                       "sha256": HFTokenizer.load(tokenizer_dir).sha256})
     return checkpoint.save_model_folder(out, model.state_dict(), meta)

@@ -32,9 +32,9 @@ def main(argv: list[str] | None = None) -> int:
     try:
         if args.command == "import":
             meta = import_to(args.source, args.out)
-            summary = {"out": str(args.out), "kind": meta["kind"], "mlm_head": meta["mlm_head"],
-                       "notes": meta["import_notes"], "weights_sha256": meta["weights_sha256"],
-                       "tokenizer": meta["tokenizer"]["path"], "vocab_size": meta["model_config"]["vocab_size"]}
+            summary = {"out": str(args.out), "kind": meta.kind.value, "mlm_head": meta.details["mlm_head"],
+                       "notes": meta.details["import_notes"], "weights_sha256": meta.weights_sha256,
+                       "tokenizer": meta.tokenizer.path, "vocab_size": meta.model_config["vocab_size"]}
         else:
             summary = {"out": str(args.out), **export_folder(args.model, args.out, embeddings=args.embeddings)}
     except InputError as err:

@@ -37,7 +37,6 @@ from ds_minimodel.model.hf import (
 )
 from ds_minimodel.model.loading import load, task_head
 from ds_minimodel.model.surgery import swap_checked
-from ds_minimodel.train import checkpoint
 
 
 def sentencepiece_tokenizer_json(tokenizer: Tokenizer) -> str:
@@ -166,18 +165,18 @@ def export_folder(source: Path, out: Path, *, embeddings: Path | None = None) ->
         raise InputError(f"{source}: a pre-LN model (pre_norm true); RobertaFor* folders hold post-LN models only")
     if cfg.attention_bias != "none":
         raise InputError(f"{source}: attention_bias {cfg.attention_bias!r}; RobertaFor* folders have no attention bias")
-    tokenizer_ref, owner, record_embeddings = meta.get("tokenizer"), source, None
+    tokenizer_ref, owner, record_embeddings = meta.tokenizer_dict, source, None
     if embeddings is not None:
         emb_meta = swap_checked(model, meta, source, Path(embeddings))
-        tokenizer_ref, owner = emb_meta["tokenizer"], Path(embeddings)
-        record_embeddings = {"path": str(Path(embeddings).resolve()), "weights_sha256": emb_meta["weights_sha256"],
-                             "lang": emb_meta.get("lang"), "system": emb_meta.get("system")}
+        tokenizer_ref, owner = emb_meta.tokenizer_dict, Path(embeddings)
+        record_embeddings = {"path": str(Path(embeddings).resolve()), "weights_sha256": emb_meta.weights_sha256,
+                             "lang": emb_meta.details.get("lang"), "system": emb_meta.details.get("system")}
     tokenizer = load_tokenizer(tokenizer_ref, owner)
     if tokenizer.vocab_size != cfg.vocab_size:
         raise InputError(f"{owner}: tokenizer {tokenizer.path} has {tokenizer.vocab_size} tokens but the model "
                          f"{cfg.vocab_size} embedding rows")
     notes = []
-    if head == "mlm" and meta.get("mlm_head") == HEAD_INITIALISED:
+    if head == "mlm" and meta.details.get("mlm_head") == HEAD_INITIALISED:
         notes.append("the MLM head is the one initialised at import, never trained: its predictions are noise")
     if head == "mlm" and cfg.aux_head_layer is not None:
         notes.append(f"MiniJoint's second head (after layer {cfg.aux_head_layer}) is not exported")
@@ -204,7 +203,7 @@ def export_folder(source: Path, out: Path, *, embeddings: Path | None = None) ->
     _write_tokenizer(tokenizer, out, cfg.max_positions)
     record = {
         "architecture": ARCHITECTURE[head], "source": str(source.resolve()),
-        "source_weights_sha256": meta["weights_sha256"], "primary_sha256": checkpoint.lineage(meta),
+        "source_weights_sha256": meta.weights_sha256, "primary_sha256": meta.lineage,
         "embeddings": record_embeddings, "tokenizer": {"path": str(tokenizer.path), "sha256": tokenizer.sha256},
         "notes": notes,
     }

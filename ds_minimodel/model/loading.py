@@ -8,29 +8,28 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 from ds_minimodel.config import ModelConfig
 from ds_minimodel.errors import InputError
 from ds_minimodel.model.encoder import POOLINGS, TASK_KINDS, MaskedLM, TaskModel
 from ds_minimodel.model.hf import import_folder, is_hf_folder
 from ds_minimodel.train import checkpoint
-from ds_minimodel.train.checkpoint import Kind
+from ds_minimodel.train.checkpoint import Kind, Record
 
 
-def load(folder: Path) -> tuple[MaskedLM | TaskModel, dict[str, Any]]:
-    """The model in ``folder`` (a checkpoint, a model folder or a Hugging Face folder) and its meta."""
+def load(folder: Path) -> tuple[MaskedLM | TaskModel, Record]:
+    """The model in ``folder`` (a checkpoint, a model folder or a Hugging Face folder) and its record."""
     folder = Path(folder)
     if is_hf_folder(folder):
         return import_folder(folder)
     meta = checkpoint.load_meta(folder)
-    kind = checkpoint.kind_of(meta, folder / checkpoint.META)
+    kind = meta.kind
     if kind == Kind.EMBEDDINGS:
         raise InputError(f"{folder}: trained embeddings (Step 2), not a model; plug them into a model with "
                          "`ds-minimodel surgery plug` or pass them as --embeddings")
-    if "model_config" not in meta:
+    if meta.model_config is None:
         raise InputError(f"{folder / checkpoint.META}: no model_config: not a model checkpoint")
-    cfg = ModelConfig.from_dict(meta["model_config"], source=str(folder / checkpoint.META))
+    cfg = ModelConfig.from_dict(meta.model_config, source=str(folder / checkpoint.META))
     if kind == Kind.TASK_MODEL:
         head = task_head(meta, folder)
         model = TaskModel(cfg, head.kind, head.num_labels, head.pooling)
@@ -68,8 +67,8 @@ class TaskHead:
         return 2 if self.kind == "span" else len(self.labels)
 
 
-def task_head(meta: dict[str, Any], folder: Path) -> TaskHead:
-    task, where = meta.get("task"), Path(folder) / checkpoint.META
+def task_head(meta: Record, folder: Path) -> TaskHead:
+    task, where = meta.details.get("task"), Path(folder) / checkpoint.META
     if not isinstance(task, dict):
         raise InputError(f"{where}: a task model without its task description")
     kind = task.get("kind") or LEGACY_TASK_KINDS.get(task.get("format"))
@@ -82,7 +81,7 @@ def task_head(meta: dict[str, Any], folder: Path) -> TaskHead:
     return TaskHead(kind, tuple(task.get("labels", [])), pooling)
 
 
-def load_mlm(folder: Path) -> tuple[MaskedLM, dict[str, Any]]:
+def load_mlm(folder: Path) -> tuple[MaskedLM, Record]:
     """``load``, for the uses that need a masked LM (Steps 1b and 2, surgery, probing, export)."""
     model, meta = load(folder)
     if not isinstance(model, MaskedLM):

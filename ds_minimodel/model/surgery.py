@@ -4,7 +4,7 @@ MiniJoint's mini-model cut out as a model folder. The tensor operations are ``mo
     python -m ds_minimodel surgery extract-mini --from CKPT --out DIR     MiniJoint's mini-model as a model folder
     python -m ds_minimodel surgery plug --model DIR --embeddings DIR --out DIR   trained embeddings into a body
 
-``plug_embeddings`` refuses embeddings trained over a body of another lineage (``checkpoint.lineage``).
+``plug_embeddings`` refuses embeddings trained over a body of another lineage (``Record.lineage``).
 """
 from __future__ import annotations
 
@@ -31,7 +31,7 @@ from ds_minimodel.model.transforms import (
 from ds_minimodel.train import checkpoint
 from ds_minimodel.train.checkpoint import (
     Kind,
-    lineage,
+    Record,
     load_meta,
     load_weights,
     save_model_folder,
@@ -40,12 +40,12 @@ from ds_minimodel.train.checkpoint import (
 
 # ----------------------------------------------------------------------------------------- embeddings folders
 
-def save_embeddings(folder: Path, embeddings: torch.Tensor, bias: torch.Tensor, meta: dict[str, Any]) -> dict[str, Any]:
+def save_embeddings(folder: Path, embeddings: torch.Tensor, bias: torch.Tensor, meta: dict[str, Any]) -> Record:
     """Write trained embeddings as a model-folder-like dir (model.pt with the two tensors, meta.json).
 
     ``meta`` must give ``primary_sha256`` (lineage of the body they were trained over) and ``tokenizer``
     ({"path", "sha256"}); kind, vocab_size and hidden_size are filled in from the tensors (fp32, like every
-    checkpoint here). Returns the meta written (with ``weights_sha256``).
+    checkpoint here). Returns the record written (with ``weights_sha256``).
     """
     if embeddings.dim() != 2 or bias.shape != (embeddings.shape[0],):
         raise ValueError(f"embeddings {tuple(embeddings.shape)} and bias {tuple(bias.shape)}: vocabulary sizes "
@@ -62,30 +62,29 @@ def save_embeddings(folder: Path, embeddings: torch.Tensor, bias: torch.Tensor, 
     return save_model_folder(folder, state, meta)
 
 
-def load_embeddings(folder: Path) -> tuple[torch.Tensor, torch.Tensor, dict[str, Any]]:
+def load_embeddings(folder: Path) -> tuple[torch.Tensor, torch.Tensor, Record]:
     """(embeddings (V, h), bias (V,), meta) from a folder written by ``save_embeddings`` or a Step-2 checkpoint,
     validated; what else Step 2 trained (``EXTRA_KEYS``) is read by ``load_trained``."""
     state, meta = load_trained(folder)
     return state[TOKENS_KEY], state[BIAS_KEY], meta
 
 
-def embeddings_meta(folder: Path) -> dict[str, Any]:
-    """The meta of a Step-2 checkpoint (or ``save_embeddings`` folder), validated, without reading its weights."""
+def embeddings_meta(folder: Path) -> Record:
+    """The record of a Step-2 checkpoint (or ``save_embeddings`` folder), validated, without reading its weights."""
     meta = load_meta(folder)
     meta_path = Path(folder) / checkpoint.META
-    if meta.get("kind") != Kind.EMBEDDINGS.value:
-        raise InputError(f"{meta_path}: kind is {meta.get('kind')!r}, not {Kind.EMBEDDINGS.value!r}: "
+    if meta.kind != Kind.EMBEDDINGS:
+        raise InputError(f"{meta_path}: kind is {meta.kind.value!r}, not {Kind.EMBEDDINGS.value!r}: "
                          "not trained embeddings")
-    missing = [k for k in ("primary_sha256", "vocab_size", "hidden_size", "tokenizer") if k not in meta]
+    missing = [k for k, value in (("primary_sha256", meta.primary_sha256), ("tokenizer", meta.tokenizer),
+                                  ("vocab_size", meta.details.get("vocab_size")),
+                                  ("hidden_size", meta.details.get("hidden_size"))) if value is None]
     if missing:
         raise InputError(f"{meta_path}: missing key(s) {', '.join(missing)}")
-    tokenizer = meta["tokenizer"]
-    if not isinstance(tokenizer, dict) or not {"path", "sha256"} <= set(tokenizer):
-        raise InputError(f"{meta_path}: tokenizer must be an object with 'path' and 'sha256', got {tokenizer!r}")
     return meta
 
 
-def load_trained(folder: Path) -> tuple[dict[str, torch.Tensor], dict[str, Any]]:
+def load_trained(folder: Path) -> tuple[dict[str, torch.Tensor], Record]:
     """Every tensor a Step-2 checkpoint (or ``save_embeddings`` folder) holds, by name, and its meta: the token
     rows, the output bias and any of ``EXTRA_KEYS`` that Step 2 trained, validated."""
     folder = Path(folder)
@@ -95,45 +94,47 @@ def load_trained(folder: Path) -> tuple[dict[str, torch.Tensor], dict[str, Any]]
     if not {TOKENS_KEY, BIAS_KEY} <= set(weights) <= {TOKENS_KEY, BIAS_KEY, *EXTRA_KEYS}:
         raise InputError(f"{weights_path}: expected the tensors {TOKENS_KEY} and {BIAS_KEY} (and possibly "
                          f"{', '.join(EXTRA_KEYS)}), found {sorted(weights)}")
-    if "trainable" in meta and set(meta["trainable"]) != set(weights):
-        raise InputError(f"{weights_path}: holds {sorted(weights)} but Step 2 trained {sorted(meta['trainable'])} "
+    trained = meta.details.get("trainable")
+    if trained is not None and set(trained) != set(weights):
+        raise InputError(f"{weights_path}: holds {sorted(weights)} but Step 2 trained {sorted(trained)} "
                          f"({checkpoint.META})")
     emb, bias = weights[TOKENS_KEY], weights[BIAS_KEY]
     if emb.dim() != 2 or bias.dim() != 1:
         raise InputError(f"{weights_path}: {TOKENS_KEY} must be (V, h) and {BIAS_KEY} (V,), got "
                          f"{tuple(emb.shape)} and {tuple(bias.shape)}")
-    if not emb.shape[0] == bias.shape[0] == meta["vocab_size"]:
+    vocab, hidden = meta.details["vocab_size"], meta.details["hidden_size"]
+    if not emb.shape[0] == bias.shape[0] == vocab:
         raise InputError(f"{weights_path}: vocabulary sizes disagree: {TOKENS_KEY} has {emb.shape[0]} rows, "
-                         f"{BIAS_KEY} {bias.shape[0]}, {checkpoint.META} says vocab_size {meta['vocab_size']}")
-    if emb.shape[1] != meta["hidden_size"]:
+                         f"{BIAS_KEY} {bias.shape[0]}, {checkpoint.META} says vocab_size {vocab}")
+    if emb.shape[1] != hidden:
         raise InputError(f"{weights_path}: {TOKENS_KEY} is {emb.shape[1]} wide but {checkpoint.META} says "
-                         f"hidden_size {meta['hidden_size']}")
-    if weights_sha256(weights) != meta["weights_sha256"]:
+                         f"hidden_size {hidden}")
+    if weights_sha256(weights) != meta.weights_sha256:
         raise InputError(f"{weights_path}: contents do not match weights_sha256 in {checkpoint.META} "
                          "(modified or corrupted after saving)")
     return weights, meta
 
 
-def check_fits(model_meta: dict[str, Any], hidden_size: int, model_folder: Path, embeddings_folder: Path,
-               emb_meta: dict[str, Any] | None = None) -> dict[str, Any]:
+def check_fits(model_meta: Record, hidden_size: int, model_folder: Path, embeddings_folder: Path,
+               emb_meta: Record | None = None) -> Record:
     """Refuse embeddings of another width (named first: it says what differs) or lineage than the model of
     ``model_folder`` (meta ``model_meta``); returns the embeddings' meta. Reads no weights, so a command given
     several folders can check them all before it scores the first."""
     emb_meta = emb_meta or embeddings_meta(embeddings_folder)
-    if emb_meta["hidden_size"] != hidden_size:
-        raise InputError(f"{embeddings_folder}: embeddings {emb_meta['hidden_size']} wide do not fit {model_folder},"
+    if emb_meta.details["hidden_size"] != hidden_size:
+        raise InputError(f"{embeddings_folder}: embeddings {emb_meta.details['hidden_size']} wide do not fit "
+                         f"{model_folder},"
                          f" whose hidden size is {hidden_size}")
-    body_lineage = lineage(model_meta)
-    if emb_meta["primary_sha256"] != body_lineage:
+    body_lineage = model_meta.lineage
+    if emb_meta.primary_sha256 != body_lineage:
         raise InputError(
             f"{embeddings_folder}: embeddings were trained over a body of another lineage than {model_folder} "
-            f"(primary_sha256 {emb_meta['primary_sha256'][:12]}... vs the model's {body_lineage[:12]}...); "
+            f"(primary_sha256 {emb_meta.primary_sha256[:12]}... vs the model's {body_lineage[:12]}...); "
             "plug them into the primary model (or a descendant) they were trained against")
     return emb_meta
 
 
-def swap_checked(model: nn.Module, model_meta: dict[str, Any], model_folder: Path, embeddings_folder: Path
-                 ) -> dict[str, Any]:
+def swap_checked(model: nn.Module, model_meta: Record, model_folder: Path, embeddings_folder: Path) -> Record:
     """Swap the embeddings saved in ``embeddings_folder`` into ``model`` (an MLM or a finetuned task model, whose
     meta is ``model_meta``), after checking they belong to its lineage and width. Returns the embeddings' meta."""
     state, emb_meta = load_trained(embeddings_folder)
@@ -152,7 +153,7 @@ def swap_checked(model: nn.Module, model_meta: dict[str, Any], model_folder: Pat
 
 
 def plug_embeddings(model_folder: Path, embeddings_folder: Path,
-                    out_folder: Path | None = None) -> tuple[MaskedLM, dict[str, Any]]:
+                    out_folder: Path | None = None) -> tuple[MaskedLM, Record]:
     """Load the body in ``model_folder`` and swap in the embeddings from ``embeddings_folder`` (Steps 3-4).
 
     Refused (InputError naming both folders) when the embeddings were trained over a body of another lineage or
@@ -164,28 +165,25 @@ def plug_embeddings(model_folder: Path, embeddings_folder: Path,
     model_folder, embeddings_folder = Path(model_folder), Path(embeddings_folder)
     model, model_meta = load_mlm(model_folder)
     emb_meta = swap_checked(model, model_meta, model_folder, embeddings_folder)
-    body_lineage = lineage(model_meta)
     meta = {
-        "kind": Kind.PLUGGED.value,
+        "kind": Kind.PLUGGED,
         "model_config": model.cfg.to_dict(),
-        "tokenizer": emb_meta["tokenizer"],
-        "primary_sha256": body_lineage,
-        "embeddings_from": {"path": str(embeddings_folder), "weights_sha256": emb_meta["weights_sha256"]},
-        "body_from": {"path": str(model_folder), "weights_sha256": model_meta["weights_sha256"]},
+        "tokenizer": emb_meta.tokenizer,
+        "primary_sha256": model_meta.lineage,
+        "embeddings_from": {"path": str(embeddings_folder), "weights_sha256": emb_meta.weights_sha256},
+        "body_from": {"path": str(model_folder), "weights_sha256": model_meta.weights_sha256},
         "num_parameters": model.num_parameters(),
     }
-    if "variant" in model_meta:
-        meta["variant"] = model_meta["variant"]
+    if "variant" in model_meta.details:
+        meta["variant"] = model_meta.details["variant"]
     if out_folder is not None:
-        meta = save_model_folder(out_folder, model.state_dict(), meta)
-    else:
-        meta["weights_sha256"] = weights_sha256(model.state_dict())
-    return model, meta
+        return model, save_model_folder(out_folder, model.state_dict(), meta)
+    return model, Record.of({**meta, "weights_sha256": weights_sha256(model.state_dict())})
 
 
 # ------------------------------------------------------------------------------------------------------- CLI
 
-def extract_minijoint_folder(source: Path, out: Path) -> dict[str, Any]:
+def extract_minijoint_folder(source: Path, out: Path) -> Record:
     """``extract-mini``: MiniJoint's mini-model of the checkpoint/model folder ``source`` saved in ``out``."""
     source = Path(source)
     model, meta = load_mlm(source)
@@ -194,22 +192,22 @@ def extract_minijoint_folder(source: Path, out: Path) -> dict[str, Any]:
     except InputError as err:
         raise InputError(f"{source}: {err}") from None
     mini_meta = {
-        "kind": Kind.MINIJOINT_MINI.value,
+        "kind": Kind.MINIJOINT_MINI,
         "model_config": mini.cfg.to_dict(),
-        "tokenizer": meta.get("tokenizer"),
-        "primary_sha256": lineage(meta),
+        "tokenizer": meta.tokenizer,
+        "primary_sha256": meta.lineage,
         "cut_from": str(source),
-        "cut_from_sha256": meta["weights_sha256"],
+        "cut_from_sha256": meta.weights_sha256,
         "num_parameters": mini.num_parameters(),
     }
     return save_model_folder(out, mini.state_dict(), mini_meta)
 
 
-def export_embeddings(model_folder: Path, out: Path) -> dict[str, Any]:
+def export_embeddings(model_folder: Path, out: Path) -> Record:
     """``export-embeddings``: a model's own token embeddings and output bias as an embeddings folder."""
     model, meta = load_mlm(model_folder)
     emb, bias = extract_embeddings(model)
-    return save_embeddings(out, emb, bias, {"primary_sha256": lineage(meta), "tokenizer": meta["tokenizer"],
+    return save_embeddings(out, emb, bias, {"primary_sha256": meta.lineage, "tokenizer": meta.tokenizer,
                                             "exported_from": str(Path(model_folder).resolve())})
 
 
@@ -243,6 +241,6 @@ def main(argv: list[str] | None = None) -> int:
             _, meta = plug_embeddings(args.model, args.embeddings, args.out)
     except InputError as err:
         return report(err)
-    print(json.dumps({"out": str(args.out), "kind": meta["kind"], "weights_sha256": meta["weights_sha256"],
-                      "primary_sha256": meta["primary_sha256"]}, sort_keys=True), flush=True)
+    print(json.dumps({"out": str(args.out), "kind": meta.kind.value, "weights_sha256": meta.weights_sha256,
+                      "primary_sha256": meta.primary_sha256}, sort_keys=True), flush=True)
     return 0

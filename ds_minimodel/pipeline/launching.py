@@ -48,7 +48,7 @@ def finished(run_dir: Path) -> bool:
     run_file, latest = run_dir / checkpoint.RUN, checkpoint.latest_checkpoint(run_dir)
     if not run_file.is_file() or latest is None:
         return False
-    return checkpoint.load_meta(latest).get("step") == read_json(run_file)["train"]["steps"]
+    return checkpoint.load_meta(latest).step == read_json(run_file)["train"]["steps"]
 
 
 def train_step(spec: type[RunSpec], run_dir: Path, values: dict[str, Any], spec_file: Path, ranks: int,

@@ -33,8 +33,8 @@ def scored(cache: Path, task_model: Path, embeddings: Path | None, test_file: Pa
     """Step 4 for one (finetuned model, Step-2 checkpoint or None for its own embeddings, test file), kept in
     ``cache`` and reused while the inputs it names are unchanged (weights hashes), so a re-run only scores what is
     new."""
-    inputs = {"task_model_sha256": checkpoint.load_meta(task_model)["weights_sha256"],
-              "embeddings_sha256": None if embeddings is None else checkpoint.load_meta(embeddings)["weights_sha256"],
+    inputs = {"task_model_sha256": checkpoint.load_meta(task_model).weights_sha256,
+              "embeddings_sha256": None if embeddings is None else checkpoint.load_meta(embeddings).weights_sha256,
               "test_file": str(test_file.resolve()), "test_sha256": file_sha256(test_file),
               "test_format": test_format}
     if cache.is_file():

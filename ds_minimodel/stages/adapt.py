@@ -80,7 +80,7 @@ def load_body(system: str, folder: Path) -> tuple[MaskedLM, dict[str, Any]]:
     entry = get_system(system)
     model, meta = load_mlm(folder)
     hf.require_trained_head(meta, folder, "Step 2 (new embeddings are learned through the MLM head)")
-    return body_of(entry).take(model, meta.get("kind"), Path(folder), entry), meta
+    return body_of(entry).take(model, meta.kind, Path(folder), entry), meta
 
 
 def disable_dropout(model: nn.Module) -> None:
@@ -104,7 +104,7 @@ def build(spec: AdaptSpec, ctx: Context) -> Built:
     lang = spec.lang or Path(spec.data).resolve().name
     target = load_tokenizer({"path": str(tokenizer_path(spec.data)), "sha256": shards.tokenizer_sha256}, spec.data)
     model, body_meta = load_body(spec.system, spec.body)
-    source = load_tokenizer(body_meta.get("tokenizer"), spec.body)
+    source = load_tokenizer(body_meta.tokenizer_dict, spec.body)
     if train_cfg.seq_len > model.cfg.max_positions:
         raise InputError(f"--seq-len {train_cfg.seq_len} exceeds the body's max_positions {model.cfg.max_positions}")
 
@@ -160,7 +160,7 @@ def build(spec: AdaptSpec, ctx: Context) -> Built:
         flops_per_update=flops.per_update_flops(Step.ADAPT, cfg, seq_len=train_cfg.seq_len, batch=batch.global_batch,
                                                 mask_prob=train_cfg.mask_prob),
         meta={"kind": checkpoint.Kind.EMBEDDINGS.value, "system": spec.system, "lang": lang,
-              "primary_sha256": checkpoint.lineage(body_meta), "body_sha256": body_sha256,
+              "primary_sha256": body_meta.lineage, "body_sha256": body_sha256,
               "body": str(Path(spec.body).resolve()), "body_layers": cfg.num_layers,
               "vocab_size": cfg.vocab_size, "hidden_size": cfg.hidden_size,
               "tokenizer": {"path": str(target.path), "sha256": target.sha256},

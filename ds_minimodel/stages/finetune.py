@@ -90,7 +90,7 @@ def build(spec: FinetuneSpec, ctx: Context) -> Built:
     require_one_of("dev_format", spec.dev_format or spec.format, sorted(KIND_OF_FORMAT))
     require_one_of("pooling", spec.pooling, POOLINGS)
     primary_meta = checkpoint.load_meta(spec.model)
-    positions = (primary_meta.get("model_config") or {}).get("max_positions")
+    positions = (primary_meta.model_config or {}).get("max_positions")
     if isinstance(positions, int) and spec.max_len > positions:
         raise InputError(f"--max-len {spec.max_len} exceeds the model's {positions} positions ({spec.model})")
     examples = read_examples(spec.format, spec.train, language=spec.language, training=True)
@@ -98,7 +98,7 @@ def build(spec: FinetuneSpec, ctx: Context) -> Built:
                     max_len=spec.max_len, doc_stride=spec.doc_stride, pooling=spec.pooling)
     # The dev file is read now, so that a bad one is refused before training rather than after it.
     dev = None if spec.dev is None else read_eval_examples(task, spec.dev_format, spec.dev, spec.language)
-    tokenizer = load_tokenizer(primary_meta.get("tokenizer"), spec.model)
+    tokenizer = load_tokenizer(primary_meta.tokenizer_dict, spec.model)
     info, batch = ctx.info, ctx.batch
     features = featurize(task, examples, tokenizer)
     rows = len(features.arrays["input_ids"])
@@ -115,7 +115,7 @@ def build(spec: FinetuneSpec, ctx: Context) -> Built:
         meta={"kind": checkpoint.Kind.TASK_MODEL.value, "task": task.to_dict(), "model_config": model.cfg.to_dict(),
               # where the tokenizer was found (a body copied from another machine records a path gone here)
               "tokenizer": {"path": str(Path(tokenizer.path).resolve()), "sha256": tokenizer.sha256},
-              "primary_sha256": checkpoint.lineage(primary_meta),
+              "primary_sha256": primary_meta.lineage,
               "finetuned_from": str(Path(spec.model).resolve()), "seed": spec.seed},
     )
 
@@ -131,7 +131,7 @@ def build(spec: FinetuneSpec, ctx: Context) -> Built:
         stage=stage, stream=stream, train_cfg=train_cfg, summary=dev_scores,
         record={"variant": task.kind, "model": model.cfg.to_dict(), "data": str(Path(spec.train).resolve()),
                 "tokenizer_sha256": tokenizer.sha256, "seq_len": spec.max_len, "task": task.to_dict(),
-                "source": checkpoint.lineage(primary_meta)},
+                "source": primary_meta.lineage},
         banner=f"[{Step.FINETUNE}-{task.name}] {len(examples):,} examples ({rows:,} model inputs), "
                f"{len(task.labels)} labels; {steps} updates of {batch.global_batch}; token embeddings frozen")
 

@@ -91,7 +91,7 @@ def build_model(spec: PretrainSpec, shards: TokenShards) -> tuple[MaskedLM, dict
         raise InputError(f"--variant {spec.variant} needs --from <pretrained primary model: checkpoint, model folder "
                          "or Hugging Face folder>")
     primary, primary_meta = load_mlm(spec.from_)
-    primary_tokenizer = primary_meta.get("tokenizer") or {}
+    primary_tokenizer = primary_meta.tokenizer_dict or {}
     if primary_tokenizer.get("sha256") != shards.tokenizer_sha256:
         raise InputError(
             f"{spec.data}: tokenized with {shards.tokenizer_sha256[:12]}, but the primary model {spec.from_} uses "
@@ -101,7 +101,7 @@ def build_model(spec: PretrainSpec, shards: TokenShards) -> tuple[MaskedLM, dict
         freeze_for_head_training(primary)
         # The body is the primary's, unchanged: descendants keep its lineage, so Step-2 embeddings trained over a
         # MiniPost built from this model plug into the imported model too.
-        return primary, {"tokenizer": tokenizer, "primary_sha256": checkpoint.lineage(primary_meta),
+        return primary, {"tokenizer": tokenizer, "primary_sha256": primary_meta.lineage,
                          "kind": checkpoint.Kind.MLM_HEAD.value, "mlm_head": "trained",
                          "head_trained_from": str(Path(spec.from_).resolve())}
     hf.require_trained_head(primary_meta, spec.from_, "MiniPost (it copies the head and keeps it frozen)")
@@ -109,7 +109,7 @@ def build_model(spec: PretrainSpec, shards: TokenShards) -> tuple[MaskedLM, dict
         model = build_minipost(primary, keep_layers=spec.keep_layers, new_layers=spec.new_layers, seed=spec.seed)
     except ValueError as err:
         raise InputError(f"{spec.from_}: {err}") from None
-    return model, {"tokenizer": tokenizer, "primary_sha256": checkpoint.lineage(primary_meta),
+    return model, {"tokenizer": tokenizer, "primary_sha256": primary_meta.lineage,
                    "cut_from": str(Path(spec.from_).resolve()), "kind": checkpoint.Kind.MINIPOST_MINI.value,
                    "keep_layers": spec.keep_layers, "new_layers": spec.new_layers}
 

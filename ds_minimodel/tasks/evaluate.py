@@ -45,14 +45,14 @@ def predict_zero_shot(task_folder: Path, embeddings_folder: Path | None, test_fi
     """The task model in ``task_folder`` with the embeddings of ``embeddings_folder`` swapped in (None: the
     model's own embeddings), run on ``test_file`` (in ``test_format``, default the training format)."""
     model, spec, meta = load_task_model(task_folder)
-    tokenizer_ref = meta["tokenizer"]
+    tokenizer_ref = meta.tokenizer_dict
     record: dict[str, Any] = {"task": spec.name, "lang": lang, "test_file": str(test_file),
-                              "task_model": str(task_folder), "seed": meta.get("seed")}
+                              "task_model": str(task_folder), "seed": meta.details.get("seed")}
     if embeddings_folder is not None:
         emb_meta = swap_checked(model, meta, Path(task_folder), Path(embeddings_folder))
-        tokenizer_ref = emb_meta["tokenizer"]
-        record.update(embeddings=str(embeddings_folder), system=emb_meta.get("system"),
-                      step2_update=emb_meta.get("step"), step2_flops=emb_meta.get("flops"))
+        tokenizer_ref = emb_meta.tokenizer_dict
+        record.update(embeddings=str(embeddings_folder), system=emb_meta.details.get("system"),
+                      step2_update=emb_meta.step, step2_flops=emb_meta.flops)
     tokenizer = load_tokenizer(tokenizer_ref, embeddings_folder or task_folder)
     examples = read_eval_examples(spec, test_format, test_file, lang)
     features = featurize(spec, examples, tokenizer)
@@ -82,7 +82,7 @@ def main(argv: list[str] | None = None) -> int:
     args = p.parse_args(argv)
     try:
         task_meta = checkpoint.load_meta(args.task_model)
-        hidden = (task_meta.get("model_config") or {}).get("hidden_size")
+        hidden = (task_meta.model_config or {}).get("hidden_size")
         for emb in args.embeddings:  # every folder checked before the first score is printed
             check_fits(task_meta, hidden, args.task_model, emb)
         require_file(args.test, "task file")

@@ -108,9 +108,9 @@ class TaskSpec:
                 "max_len": self.max_len, "doc_stride": self.doc_stride, "pooling": self.pooling}
 
 
-def task_spec(meta: dict[str, Any], folder: Path) -> TaskSpec:
+def task_spec(meta: checkpoint.Record, folder: Path) -> TaskSpec:
     """A finetuned task model's ``TaskSpec`` from its meta.json."""
-    task = dict(meta.get("task") or {})
+    task = dict(meta.details.get("task") or {})
     task.pop("kind", None)  # follows from the format (and was not recorded before)
     try:
         return TaskSpec(**task)
@@ -118,12 +118,12 @@ def task_spec(meta: dict[str, Any], folder: Path) -> TaskSpec:
         raise InputError(f"{Path(folder) / checkpoint.META}: task description incomplete ({err})") from None
 
 
-def load_task_model(folder: Path) -> tuple[TaskModel, TaskSpec, dict[str, Any]]:
+def load_task_model(folder: Path) -> tuple[TaskModel, TaskSpec, checkpoint.Record]:
     """A finetuned task model: (model, its ``TaskSpec``, meta)."""
     model, meta = load(folder)
     if not isinstance(model, TaskModel):
         raise InputError(f"{Path(folder) / checkpoint.META}: not a finetuned task model "
-                         f"(kind {checkpoint.kind_of(meta, folder).value!r})")
+                         f"(kind {meta.kind.value!r})")
     return model, task_spec(meta, folder), meta
 
 

@@ -88,15 +88,16 @@ def probe(model_folder: Path, embeddings: list[Path], source: Path, target: Path
     model, meta = load_mlm(model_folder)
     device = "cuda" if torch.cuda.is_available() else "cpu"  # on the GPU where there is one, as Step 4 scores
     src_texts, trg_texts = read_pairs(source, target, pairs)
-    source_tokenizer = load_tokenizer(meta.get("tokenizer"), model_folder)
+    source_tokenizer = load_tokenizer(meta.tokenizer_dict, model_folder)
     english = pooled_states(model.to(device), encode(source_tokenizer, src_texts, max_len))
     records = []
     for folder in embeddings:
         emb_meta = swap_checked(model, meta, model_folder, folder)
-        tokenizer = load_tokenizer(emb_meta["tokenizer"], folder)
+        tokenizer = load_tokenizer(emb_meta.tokenizer_dict, folder)
         states = pooled_states(model.to(device), encode(tokenizer, trg_texts, max_len))
-        records.append({"embeddings": str(folder), "system": emb_meta.get("system"), "lang": emb_meta.get("lang"),
-                        "step2_update": emb_meta.get("step"), "pairs": len(src_texts), "chance": 1 / len(src_texts),
+        records.append({"embeddings": str(folder), "system": emb_meta.details.get("system"),
+                        "lang": emb_meta.details.get("lang"), "step2_update": emb_meta.step, "pairs": len(src_texts),
+                        "chance": 1 / len(src_texts),
                         "top1": [retrieval_top1(t, e) for t, e in zip(states, english)]})
     return records
 

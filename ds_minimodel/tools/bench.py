@@ -37,7 +37,7 @@ from ds_minimodel.model.losses import mlm_step
 from ds_minimodel.stages import steps
 from ds_minimodel.systems import Depths, Step, system_names
 from ds_minimodel.tools import bench_data
-from ds_minimodel.tools.machine import GPU_PEAK_TFLOPS, environment
+from ds_minimodel.tools.machine import GPU_PEAK_TFLOPS, BenchSpec, environment
 
 DUAL = "dual"
 STAGES = (Step.PRETRAIN, f"{Step.PRETRAIN}-{DUAL}", Step.MINIPOST,
@@ -69,7 +69,7 @@ def bench_case(stage: str) -> tuple[Step, str | None]:
     return Step(step), what or None
 
 
-def stage_setup(stage: str, args: argparse.Namespace) -> tuple[torch.nn.Module, Callable, float, ModelConfig]:
+def stage_setup(stage: str, args: BenchSpec) -> tuple[torch.nn.Module, Callable, float, ModelConfig]:
     """(model with the stage's trainable parameters, loss function, analytic FLOPs per update, config timed), built
     as the step's stage builds them (``stages.steps.fresh``)."""
     cfg = get_preset(args.preset).replace(vocab_size=args.vocab, num_layers=args.layers, dropout=0.0,
@@ -115,7 +115,7 @@ def cpu_gemm_tflops(threads: int, n: int = 2048, repeats: int = 5) -> float:
     return 2 * n**3 / best / 1e12
 
 
-def stage_engine(stage: str, args: argparse.Namespace, *, micro_batch: int, steps: int
+def stage_engine(stage: str, args: BenchSpec, *, micro_batch: int, steps: int
                  ) -> tuple[Any, torch.nn.Module, Callable, float, ModelConfig, list[torch.nn.Parameter]]:
     """``stage``'s model in a DeepSpeed engine of ``--ds-config`` on one rank, its batch ``micro_batch``, its
     schedule ``steps`` long: (engine, model, loss function, analytic FLOPs per update, config, trainable)."""
@@ -127,7 +127,7 @@ def stage_engine(stage: str, args: argparse.Namespace, *, micro_batch: int, step
     init_distributed()
     ds_config = fill_schedule(load_ds_config(args.ds_config), steps, 0.08)
     model, loss_fn, analytic, cfg = stage_setup(stage, args)
-    model.activation_checkpointing = getattr(args, "activation_checkpointing", False)
+    model.activation_checkpointing = args.activation_checkpointing
     trainable = [p for p in model.parameters() if p.requires_grad]
     config = {**ds_config, "train_batch_size": micro_batch, "train_micro_batch_size_per_gpu": micro_batch,
               "gradient_accumulation_steps": 1}
@@ -140,7 +140,7 @@ def peak_memory_bytes(cuda: bool) -> int:
     return torch.cuda.max_memory_allocated() if cuda else resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
 
 
-def time_stage(stage: str, args: argparse.Namespace) -> dict[str, Any]:
+def time_stage(stage: str, args: BenchSpec) -> dict[str, Any]:
     """Time ``stage`` in this process through a DeepSpeed engine; every figure for one row of the table."""
     from ds_minimodel.train.engine import batch_to, compile_model
 
@@ -204,7 +204,7 @@ def release_device_memory() -> None:
 
 
 # ----------------------------------------------------------------------------------------------- commands
-def _stage_argv(args: argparse.Namespace) -> list[str]:
+def _stage_argv(args: BenchSpec) -> list[str]:
     return ["--preset", args.preset, "--vocab", str(args.vocab), "--layers", str(args.layers), "--seq-len",
             str(args.seq_len), "--micro-batch", str(args.micro_batch), "--mask-prob", str(args.mask_prob),
             "--mini-layers", str(args.mini_layers), "--new-layers", str(args.new_layers), "--warmup",
@@ -213,10 +213,10 @@ def _stage_argv(args: argparse.Namespace) -> list[str]:
             *(["--compile"] if args.compile else [])]
 
 
-def stages(args: argparse.Namespace) -> dict[str, Any]:
+def stages(names: list[str], args: BenchSpec) -> dict[str, Any]:
     """Each stage in a fresh process (its own peak memory, no engine state carried over), one after another."""
     rows = []
-    for stage in args.stages:
+    for stage in names:
         cmd = [sys.executable, "-m", "ds_minimodel", "bench", "one-stage", stage, *_stage_argv(args)]
         proc = subprocess.run(cmd, capture_output=True, text=True)
         if proc.returncode:
@@ -250,15 +250,15 @@ def summarise(rows: list[dict[str, Any]], precision: str, threads: int) -> dict[
     return {"precision": precision, "peak_tflops": peak, "peak_source": peak_source, "rows": rows, "ratios": ratios}
 
 
-def max_micro_batch(args: argparse.Namespace) -> dict[str, Any]:
-    """The largest micro-batch of ``args.stage`` that trains, found by trying: one engine, one full update
+def max_micro_batch(stage: str, args: BenchSpec) -> dict[str, Any]:
+    """The largest micro-batch of ``stage`` that trains, found by trying: one engine, one full update
     (forward, backward, optimizer step) at each size, doubling from ``--start`` until the device runs out of memory
     or ``--max`` is reached. On a GPU the answer is the last size that ran; on a CPU nothing runs out in a useful
     time, so the search stops at ``--max``. Peak memory is recorded at every size tried."""
     from ds_minimodel.train.engine import batch_to
 
     # The engine does not look at the batch it is given: one engine serves every size tried.
-    engine, _, loss_fn, _, cfg, _ = stage_engine(args.stage, args, micro_batch=args.start, steps=10)
+    engine, _, loss_fn, _, cfg, _ = stage_engine(stage, args, micro_batch=args.start, steps=10)
     cuda = torch.cuda.is_available()
     generator = torch.Generator().manual_seed(0)
     tried, fits, size = [], None, args.start
@@ -278,12 +278,12 @@ def max_micro_batch(args: argparse.Namespace) -> dict[str, Any]:
         tried.append({"micro_batch": size, "fits": True, "peak_memory_mb": peak_memory_bytes(cuda) / 2**20})
         fits, size = size, size * 2
     total = torch.cuda.get_device_properties(0).total_memory / 2**20 if cuda else None
-    return {"benchmark": "max-batch", "stage": args.stage, "micro_batch": fits, "tried": tried,
+    return {"benchmark": "max-batch", "stage": stage, "micro_batch": fits, "tried": tried,
             "stopped_by": "out of memory" if tried and not tried[-1]["fits"] else f"--max {args.max}",
             "device_memory_mb": total, "seq_len": args.seq_len, "preset": args.preset, "ds_config": str(args.ds_config)}
 
 
-def hf_comparison(args: argparse.Namespace) -> dict[str, Any]:
+def hf_comparison(args: BenchSpec) -> dict[str, Any]:
     """Ours vs ``transformers.RobertaForMaskedLM``: the same shapes and weights' shapes, the same plain PyTorch loop
     (forward, loss, backward, AdamW step), the same batch. Ours projects only the masked positions onto the
     vocabulary and uses ``scaled_dot_product_attention``; HF computes logits at every position."""
@@ -442,19 +442,21 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
+    spec = BenchSpec.from_args(args)  # the command line ends here
     if args.command == "one-stage":
         for stage in args.stage:
-            print(json.dumps(time_stage(stage, args)), flush=True)
+            print(json.dumps(time_stage(stage, spec)), flush=True)
             release_device_memory()
         return 0
     if args.command == "max-batch":
-        result = max_micro_batch(args)
+        result = max_micro_batch(args.stage, spec)
         print(json.dumps(result))
         return 0
-    if args.command in ("prepare", "loader"):  # the data benchmarks live beside this module
-        result = {"prepare": bench_data.preprocessing, "loader": bench_data.loader}[args.command](args)
-    else:
-        result = {"stages": stages, "hf": hf_comparison}[args.command](args)
+    if args.command == "stages":
+        result = stages(args.stages, spec)
+    else:  # the data benchmarks live beside this module
+        result = {"prepare": bench_data.preprocessing, "loader": bench_data.loader, "hf": hf_comparison}[
+            args.command](spec)
     if args.json:
         args.json.parent.mkdir(parents=True, exist_ok=True)
         args.json.write_text(json.dumps(result, indent=2) + "\n")

@@ -2,7 +2,6 @@
 encoding throughput per core, and how long the training loop waits for each micro-batch."""
 from __future__ import annotations
 
-import argparse
 import os
 import platform
 import statistics
@@ -15,10 +14,10 @@ import torch
 from ds_minimodel import flops
 from ds_minimodel.config import get_preset
 from ds_minimodel.systems import Step
-from ds_minimodel.tools.machine import GPU_PEAK_TFLOPS, environment
+from ds_minimodel.tools.machine import GPU_PEAK_TFLOPS, BenchSpec, environment
 
 
-def preprocessing(args: argparse.Namespace) -> dict[str, Any]:
+def preprocessing(args: BenchSpec) -> dict[str, Any]:
     """SentencePiece encoding into shards (``prepare_corpus``) with 1 worker and with every core: MB/s and per core."""
     import tempfile
 
@@ -44,7 +43,7 @@ def preprocessing(args: argparse.Namespace) -> dict[str, Any]:
             "cpu_count": os.cpu_count(), "runs": runs, "python": platform.python_version()}
 
 
-def loader(args: argparse.Namespace) -> dict[str, Any]:
+def loader(args: BenchSpec) -> dict[str, Any]:
     """How long the training loop waits for each micro-batch (masking and collation from the memory-mapped shards,
     then the copy to the device), built when asked for and prefetched on a thread. The model's compute is stood in
     for by a sleep, which is what the host thread does while a GPU computes: by default the analytic FLOPs of a

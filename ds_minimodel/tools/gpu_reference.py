@@ -321,5 +321,5 @@ def pack_body(run: Run, run_dir: Path) -> dict[str, Any]:
     metrics = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()
                if line.startswith("{")] if (run_dir / "metrics.jsonl").is_file() else []
     last = next((m for m in reversed(metrics) if "loss" in m), {})
-    return {"packed": True, "step": meta.get("step"), "tokens": meta.get("tokens"), "parts": len(parts),
-            "bytes": len(data), "final_loss": last.get("loss"), "weights_sha256": meta.get("weights_sha256")}
+    return {"packed": True, "step": meta.step, "tokens": meta.tokens, "parts": len(parts),
+            "bytes": len(data), "final_loss": last.get("loss"), "weights_sha256": meta.weights_sha256}

@@ -1,11 +1,14 @@
-"""What a benchmark records about the machine it ran on, and the datasheet peaks its utilisation is measured against
-(shared by ``tools.bench`` and ``tools.bench_data``)."""
+"""What a benchmark is asked to measure (``BenchSpec``), what it records about the machine it ran on, and the
+datasheet peaks its utilisation is measured against (shared by ``tools.bench`` and ``tools.bench_data``)."""
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import os
 import platform
 import sys
+from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import torch
@@ -23,7 +26,42 @@ GPU_PEAK_TFLOPS = {
 }
 
 
-def environment(args: argparse.Namespace) -> dict[str, Any]:
+@dataclass(frozen=True, kw_only=True)
+class BenchSpec:
+    """One benchmark's settings (``ds-minimodel bench``'s options, each documented by its ``--help``); below the
+    command line the benchmarks read this, not the parsed arguments."""
+
+    preset: str = "base"
+    vocab: int = 50_000
+    seq_len: int = 128
+    micro_batch: int = 8
+    mask_prob: float = 0.15
+    warmup: int = 3
+    updates: int = 10
+    layers: int = 12
+    mini_layers: int = 4
+    new_layers: int = 2
+    ds_config: Path | None = None
+    activation_checkpointing: bool = False
+    compile: bool = False
+    profile: Path | None = None
+    start: int = 8
+    max: int = 1024
+    bf16: bool = False
+    hf_attention: str = "sdpa"
+    data: Path | None = None
+    corpus: Path | None = None
+    compute_ms: float | None = None
+    repeats: int = 3
+
+    @classmethod
+    def from_args(cls, args: argparse.Namespace) -> BenchSpec:
+        """The parsed options that are settings (the command, the stages and ``--json`` are the command's own)."""
+        names = {f.name for f in dataclasses.fields(cls)}
+        return cls(**{k: v for k, v in vars(args).items() if k in names})
+
+
+def environment(args: BenchSpec) -> dict[str, Any]:
     import deepspeed
 
     device = torch.cuda.get_device_name(0) if torch.cuda.is_available() else \
@@ -31,5 +69,5 @@ def environment(args: argparse.Namespace) -> dict[str, Any]:
     return {"device": device, "torch": torch.__version__, "deepspeed": deepspeed.__version__,
             "threads": torch.get_num_threads(), "preset": args.preset, "vocab": args.vocab,
             "seq_len": args.seq_len, "micro_batch": args.micro_batch, "updates": args.updates,
-            "ds_config": str(getattr(args, "ds_config", "")), "command": " ".join(["python -m ds_minimodel bench",
+            "ds_config": str(args.ds_config or ""), "command": " ".join(["python -m ds_minimodel bench",
                                                                                    *sys.argv[1:]])}

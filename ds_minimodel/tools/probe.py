@@ -64,7 +64,7 @@ def probe(model_folder: Path, data: Path, *, blocks: int = 64, seq_len: int | No
           ) -> dict[str, Any]:
     model, meta = load_mlm(model_folder)
     shards = TokenShards.open(data)
-    if shards.tokenizer_sha256 != (meta.get("tokenizer") or {}).get("sha256"):
+    if shards.tokenizer_sha256 != (meta.tokenizer_dict or {}).get("sha256"):
         raise InputError(f"{data}: tokenized with another tokenizer than the model in {model_folder}")
     seq_len = seq_len or min(128, model.cfg.max_positions)
     dataset = PackedDataset(shards, seq_len)
@@ -81,7 +81,7 @@ def probe(model_folder: Path, data: Path, *, blocks: int = 64, seq_len: int | No
     if not rows:
         raise InputError(f"{data}: no block of {length} tokens or more")
     losses = word_order_losses(model, np.stack(rows), seed=seed)
-    return {"model": str(model_folder), "step": meta.get("step"), "blocks": len(rows), "tokens_per_block": length,
+    return {"model": str(model_folder), "step": meta.step, "blocks": len(rows), "tokens_per_block": length,
             **losses, "order_gain": losses["shuffled"] - losses["as_written"]}
 
 

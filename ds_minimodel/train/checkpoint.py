@@ -26,7 +26,6 @@ import hashlib
 import os
 import re
 import shutil
-from enum import Enum
 from pathlib import Path
 from typing import Any
 
@@ -35,48 +34,15 @@ import torch.distributed as dist
 
 from ds_minimodel.config import file_sha256, read_json, write_json
 from ds_minimodel.errors import InputError, load_error
+from ds_minimodel.train.record import Kind, Record
+
+__all__ = ["Kind", "Record"]  # the record's types, reached through the module that reads and writes it
 
 CHECKPOINTS = "checkpoints"
 META = "meta.json"
 WEIGHTS = "model.pt"
 RUN = "run.json"
 LATEST = "latest"
-
-
-class Kind(str, Enum):
-    """What a checkpoint or model folder holds: its meta.json ``"kind"`` (one owner for these names).
-
-    A Step-1 checkpoint records no kind (``kind_of`` returns ``PRETRAINED``); every other producer records one.
-    ``ds_minimodel.model.loading.load`` dispatches on it.
-    """
-
-    PRETRAINED = "pretrained"
-    """A Step-1 MLM (what ``run_pretrain.py --variant base|small|minijoint`` writes; no kind recorded)."""
-    MLM_HEAD = "mlm-head"
-    """A bare imported encoder whose MLM head ``--variant head`` trained."""
-    HF_IMPORT = "hf-import"
-    """An MLM imported from a Hugging Face folder."""
-    MINIJOINT_MINI = "minijoint-mini"
-    """The layers below a MiniJoint primary's second head, and that head (``surgery extract-mini``)."""
-    MINIPOST_MINI = "minipost-mini"
-    """Step 1b's output: a primary's bottom layers with new ones trained on top."""
-    PLUGGED = "plugged"
-    """A model with Step-2 embeddings swapped in (``surgery plug``)."""
-    EMBEDDINGS = "embeddings"
-    """Step 2's output: a target language's embeddings and output bias, no body."""
-    TASK_MODEL = "task-model"
-    """Step 3's output: a finetuned body with a task head."""
-
-
-def kind_of(meta: dict[str, Any], source: Path | str) -> Kind:
-    """The ``Kind`` a meta.json records; an unknown one is refused naming the file."""
-    value = meta.get("kind")
-    if value is None:
-        return Kind.PRETRAINED
-    try:
-        return Kind(value)
-    except ValueError:
-        raise InputError(f"{source}: unknown kind {value!r}; known: {', '.join(k.value for k in Kind)}") from None
 
 
 _TAG = re.compile(r"^step_(\d{8})$")
@@ -139,7 +105,7 @@ def verify(ckpt_dir: Path) -> str | None:
         meta = load_meta(ckpt_dir)
     except InputError as err:
         return str(err)
-    for name, recorded in sorted((meta.get("files") or {}).items()):
+    for name, recorded in sorted(meta.files.items()):
         problem = _file_problem(ckpt_dir / name, recorded)
         if problem is not None:
             return problem
@@ -177,14 +143,14 @@ def _fsync(path: Path) -> None:
         os.close(fd)
 
 
-def _seal(staging: Path, meta: dict[str, Any], final: Path) -> None:
+def _seal(staging: Path, meta: Record, final: Path) -> None:
     """Flush and checksum every file in ``staging``, write meta.json, rename the folder to ``final`` and point
     ``latest`` at it. Rank 0 only, after every rank has written its files."""
     files = {}
     for path in sorted(p for p in staging.iterdir() if p.is_file()):
         _fsync(path)
         files[path.name] = _file_record(path)
-    write_json(staging / META, {**meta, "files": files})
+    write_json(staging / META, meta.with_values(files=files).to_json())
     _fsync(staging)
     if final.exists():  # a checkpoint of an abandoned timeline (resumed from an earlier one after damage)
         shutil.rmtree(final)
@@ -268,7 +234,8 @@ def save(engine: Any, run_dir: Path, step: int, meta: dict[str, Any], *, keep: i
         try:
             weights = _full_precision_weights(engine, staging, trainable_only)
             torch.save(weights, staging / WEIGHTS)
-            _seal(staging, {**meta, "step": step, "weights_sha256": weights_sha256(weights)}, final)
+            record = Record.of({**meta, "step": step, "weights_sha256": weights_sha256(weights)}, staging / META)
+            _seal(staging, record, final)
         except (OSError, RuntimeError) as err:
             error = err
     error = _agree_on_failure(error, engine.device)
@@ -337,7 +304,7 @@ def safe_load(path: str | Path, map_location: Any = None) -> Any:
         raise load_error(path, err) from None
 
 
-def resume(engine: Any, ckpt_dir: Path, *, trainable_only: bool = False) -> dict[str, Any]:
+def resume(engine: Any, ckpt_dir: Path, *, trainable_only: bool = False) -> Record:
     """Restore the engine (weights, optimizer, scheduler) and this rank's RNG; returns the checkpoint's meta.
 
     A compact (``trainable_only``) checkpoint restores the trained parameters; the frozen body must already be in
@@ -365,14 +332,12 @@ def resume(engine: Any, ckpt_dir: Path, *, trainable_only: bool = False) -> dict
     return meta
 
 
-def load_meta(ckpt_dir: Path) -> dict[str, Any]:
+def load_meta(ckpt_dir: Path) -> Record:
+    """The checkpoint's or model folder's meta.json as a ``Record`` (the only reader of that file)."""
     path = Path(ckpt_dir) / META
     if not path.is_file():
         raise InputError(f"{ckpt_dir}: not a complete checkpoint ({META} missing)")
-    meta = read_json(path)
-    if not isinstance(meta, dict) or "weights_sha256" not in meta:
-        raise InputError(f"{path}: not a checkpoint description (no 'weights_sha256')")
-    return meta
+    return Record.from_json(read_json(path), path)
 
 
 def load_weights(ckpt_dir: Path) -> dict[str, torch.Tensor]:
@@ -380,7 +345,7 @@ def load_weights(ckpt_dir: Path) -> dict[str, torch.Tensor]:
     path = Path(ckpt_dir) / WEIGHTS
     if not path.is_file():
         raise InputError(f"{path}: weights file missing")
-    recorded = ((load_meta(ckpt_dir).get("files") or {}) if (Path(ckpt_dir) / META).is_file() else {}).get(WEIGHTS)
+    recorded = (load_meta(ckpt_dir).files if (Path(ckpt_dir) / META).is_file() else {}).get(WEIGHTS)
     if recorded and _file_problem(path, recorded):
         raise InputError(f"{path}: does not match the size and checksum recorded in {META} (truncated or corrupted)")
     try:
@@ -393,36 +358,29 @@ def load_weights(ckpt_dir: Path) -> dict[str, torch.Tensor]:
 # A model folder is what later stages read: model.pt + meta.json, like a checkpoint without DeepSpeed's files.
 # Every training checkpoint is also a model folder.
 
-def lineage(meta: dict[str, Any]) -> str:
-    """Identity of the primary model a model descends from: the primary's weights hash.
-
-    A Step-1 checkpoint is its own primary; a mini-model, a finetuned model or trained embeddings carry
-    ``primary_sha256`` from the model they were cut from, so embeddings can be plugged only into their own lineage.
-    """
-    return meta.get("primary_sha256") or meta["weights_sha256"]
-
-
-def save_model_folder(folder: Path, state_dict: dict[str, torch.Tensor], meta: dict[str, Any]) -> dict[str, Any]:
-    """Write weights then meta.json (last, atomically); returns the meta written (with ``weights_sha256``)."""
+def save_model_folder(folder: Path, state_dict: dict[str, torch.Tensor], meta: dict[str, Any] | Record) -> Record:
+    """Write weights then meta.json (last, atomically); returns the record written (with ``weights_sha256`` and
+    the weights file's size and checksum). ``meta``: a record, or a producer's values for one (``Record.of``)."""
     folder = Path(folder)
+    values = meta.to_json() if isinstance(meta, Record) else meta
+    values = {k: v for k, v in values.items() if k not in ("files", "weights_sha256")}
     folder.mkdir(parents=True, exist_ok=True)
     weights = {k: v.detach().cpu().contiguous() for k, v in state_dict.items()}
     tmp = folder / f".{WEIGHTS}.tmp"
     torch.save(weights, tmp)
     tmp.replace(folder / WEIGHTS)
-    meta = {**meta, "weights_sha256": weights_sha256(weights),
-            "files": {WEIGHTS: _file_record(folder / WEIGHTS)}}
-    write_json(folder / META, meta)
-    return meta
+    record = Record.of({**values, "weights_sha256": weights_sha256(weights),
+                        "files": {WEIGHTS: _file_record(folder / WEIGHTS)}}, folder / META)
+    write_json(folder / META, record.to_json())
+    return record
 
 
-def checkpoint_as_model_folder(ckpt_dir: Path, folder: Path, *, tokenizer: Path | None = None) -> dict[str, Any]:
+def checkpoint_as_model_folder(ckpt_dir: Path, folder: Path, *, tokenizer: Path | None = None) -> Record:
     """A training checkpoint's weights and meta as a model folder (no optimizer state), fit to travel: with
     ``tokenizer`` (the file its meta names), a copy of it inside under the recorded name, where
-    ``data.tokenizer.load_tokenizer`` finds it once the recorded path is gone. Returns the meta written."""
+    ``data.tokenizer.load_tokenizer`` finds it once the recorded path is gone. Returns the record written."""
     meta = load_meta(ckpt_dir)
-    written = save_model_folder(folder, load_weights(ckpt_dir),
-                                {k: v for k, v in meta.items() if k not in ("files", "weights_sha256")})
-    if tokenizer is not None:
-        shutil.copy(tokenizer, Path(folder) / Path(meta["tokenizer"]["path"]).name)
+    written = save_model_folder(folder, load_weights(ckpt_dir), meta)
+    if tokenizer is not None and meta.tokenizer is not None:
+        shutil.copy(tokenizer, Path(folder) / Path(meta.tokenizer.path).name)
     return written

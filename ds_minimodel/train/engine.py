@@ -21,7 +21,7 @@ from torch import nn
 from ds_minimodel.config import TrainConfig
 from ds_minimodel.data.streams import Prefetcher
 from ds_minimodel.ds_config import BatchSizes, fill_schedule, uses_fp16
-from ds_minimodel.errors import TrainingError
+from ds_minimodel.errors import InputError, TrainingError
 from ds_minimodel.flops import to_gpu_days
 from ds_minimodel.train import checkpoint
 from ds_minimodel.train.faults import LossScaleWatch, StopSignals, lost_a_peer, non_finite_loss, peer_lost
@@ -169,8 +169,11 @@ class Loop:
             self.say(f"--resume: no complete checkpoint in {self.run_dir}, starting from scratch")
             return None
         meta = checkpoint.resume(self.engine, latest, trainable_only=self.stage.compact_checkpoints)
-        self.step, self.samples, self.tokens = meta["step"], meta["samples"], meta["tokens"]
-        self.stream.load_state_dict(meta["data_position"])
+        if None in (meta.step, meta.samples, meta.tokens, meta.data_position):
+            raise InputError(f"{latest / checkpoint.META}: not a training checkpoint (no step, samples, tokens or "
+                             "data position to resume from)")
+        self.step, self.samples, self.tokens = meta.step, meta.samples, meta.tokens
+        self.stream.load_state_dict(meta.data_position)
         self.say(f"resumed from {latest} at update {self.step}")
         self.last_ckpt = latest
         return latest

@@ -30,8 +30,8 @@ def test_minipost_bottom_layers_bit_identical_to_primary(minipost, primaries, de
     keep, new = demo_pipeline["settings"]["keep_layers"], demo_pipeline["settings"]["new_layers"]
     mini, meta = load_mlm(minipost)
     primary, primary_meta = load_mlm(primaries["base"])
-    assert mini.cfg.num_layers == keep + new < primary.cfg.num_layers and meta["kind"] == "minipost-mini"
-    assert meta["primary_sha256"] == checkpoint.lineage(primary_meta)
+    assert mini.cfg.num_layers == keep + new < primary.cfg.num_layers and meta.kind == "minipost-mini"
+    assert meta.primary_sha256 == primary_meta.lineage
     ours, theirs = mini.state_dict(), primary.state_dict()
     copied = [k for k in ours if k.startswith(("embeddings.", "heads.main.")) or
               any(k.startswith(f"layers.{i}.") for i in range(keep))]
@@ -71,8 +71,8 @@ def test_step2_target_loss_falls_with_compact_checkpoints(adapted, primaries, mi
     ckpts = checkpoint.complete_checkpoints(run_dir)
     assert [c.name for c in ckpts] == ["step_00000000", "step_00000030", "step_00000060"]
     meta = checkpoint.load_meta(ckpts[-1])
-    assert meta["kind"] == "embeddings" and meta["system"] == system and meta["lang"] == "de"
-    assert meta["overlap"]["overlap"] > 5 and 0 < meta["overlap"]["ratio"] < 1
+    assert meta.kind == "embeddings" and meta.details["system"] == system and meta.details["lang"] == "de"
+    assert meta.details["overlap"]["overlap"] > 5 and 0 < meta.details["overlap"]["ratio"] < 1
     weights = checkpoint.load_weights(ckpts[-1])
     assert set(weights) == {"embeddings.tokens.weight", "heads.main.bias"}
     # compact: no frozen tensor in the checkpoint. Our model.pt and DeepSpeed's model-states file would each hold
@@ -99,7 +99,7 @@ def test_step2_update_0_holds_the_initial_rows_and_resumes_exactly(adapted, prim
     shutil.copytree(adapted["bl_base"], run_dir)
     initial, *later = checkpoint.complete_checkpoints(run_dir)
     meta = checkpoint.load_meta(initial)
-    assert (meta["step"], meta["flops"], meta["tokens"]) == (0, 0, 0)
+    assert (meta.step, meta.flops, meta.tokens) == (0, 0, 0)
     initial_weights = checkpoint.load_weights(initial)
     rows = initial_weights["embeddings.tokens.weight"]
     body, _ = load_mlm(primaries["base"])
@@ -128,7 +128,7 @@ def test_plug_refuses_other_lineage_and_accepts_own(adapted, primaries, tmp_path
              "--embeddings", str(emb), "--out", str(tmp_path / "good")])
     plugged, meta = load_mlm(tmp_path / "good")
     assert plugged.cfg.num_layers == load_mlm(primaries["minijoint"])[0].cfg.num_layers
-    assert meta["tokenizer"]["sha256"] == checkpoint.load_meta(emb)["tokenizer"]["sha256"]
+    assert meta.tokenizer.sha256 == checkpoint.load_meta(emb).tokenizer.sha256
     trained = checkpoint.load_weights(emb)
     assert torch.equal(plugged.embeddings.tokens.weight, trained["embeddings.tokens.weight"])
 
@@ -181,10 +181,10 @@ def test_focus_with_anchored_copies_over_two_bf16_zero2_ranks(primaries, de_data
     assert (out / "tensorboard" / "step2-de-bl_base").is_dir()  # the default log root and run name
     first, *_, last = checkpoint.complete_checkpoints(out)
     meta = checkpoint.load_meta(last)
-    record = meta["initialisation"]
-    assert meta["init"] == "focus" and meta["init_options"] == {"new_rows": "source", "freeze_copied": True}
-    assert record["mixed"] > 100 and record["copied"] == meta["overlap"]["overlap"] and record["drawn"] >= 0
-    assert record["copied"] + record["mixed"] + record["drawn"] == meta["vocab_size"]
+    record, details = meta.details["initialisation"], meta.details
+    assert details["init"] == "focus" and details["init_options"] == {"new_rows": "source", "freeze_copied": True}
+    assert record["mixed"] > 100 and record["copied"] == details["overlap"]["overlap"] and record["drawn"] >= 0
+    assert record["copied"] + record["mixed"] + record["drawn"] == details["vocab_size"]
     static = record["static_vectors"]
     assert static["tokenizer_sha256"] == Tokenizer.load(de_data / "spm.model").sha256
     pieces = Tokenizer.load(de_data / "spm.model").pieces()

@@ -67,9 +67,9 @@ def test_the_gpu_command_runs_every_part_on_a_cpu_and_reports_each_figure(tmp_pa
     folder = tmp_path / "back/body/model"
     assert checkpoint.verify(folder) is None
     model, meta = load(folder)
-    assert meta["weights_sha256"] == body["weights_sha256"] and model.cfg.hidden_size == 64
+    assert meta.weights_sha256 == body["weights_sha256"] and model.cfg.hidden_size == 64
     # Its tokenizer travels inside it, found there by hash once the GPU machine's path is gone.
-    moved = {**meta["tokenizer"], "path": "/gone/en/spm.model"}
+    moved = {**meta.tokenizer_dict, "path": "/gone/en/spm.model"}
     assert load_tokenizer(moved, folder).path == folder / "spm.model"
     # At most 8 files come back from the GPU machine; the summary names every part.
     assert len(list(out.iterdir())) <= 8

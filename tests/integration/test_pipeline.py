@@ -156,16 +156,15 @@ def test_a_body_copied_from_another_machine_finetunes_and_scores_with_its_own_to
     body.mkdir()
     source = primary_checkpoint(pipeline["out"], "base")
     meta = checkpoint.load_meta(source)
-    tokenizer = Path(meta["tokenizer"]["path"])
-    checkpoint.save_model_folder(body, checkpoint.load_weights(source), {
-        **{k: v for k, v in meta.items() if k not in ("files", "weights_sha256")},
-        "tokenizer": {**meta["tokenizer"], "path": "/gone/elsewhere/spm.model"}})
+    tokenizer = Path(meta.tokenizer.path)
+    checkpoint.save_model_folder(body, checkpoint.load_weights(source), meta.with_values(
+        tokenizer={**meta.tokenizer_dict, "path": "/gone/elsewhere/spm.model"}))
     (body / "spm.model").write_bytes(tokenizer.read_bytes())
     out = tmp_path / "ft"
     run_cmd([sys.executable, "run_finetune.py", "--model", str(body), "--task", "lohelp", "--format", "generic",
              "--train", str(TRAIN_EN), "--ds-config", "ds_configs/cpu_fp32.json", "--epochs", "0.05",
              "--max-len", "64", "--out", str(out)])
     model = checkpoint.latest_checkpoint(out)
-    assert checkpoint.load_meta(model)["tokenizer"] == {"path": str((body / "spm.model").resolve()),
-                                                        "sha256": meta["tokenizer"]["sha256"]}
+    assert checkpoint.load_meta(model).tokenizer_dict == {"path": str((body / "spm.model").resolve()),
+                                                          "sha256": meta.tokenizer.sha256}
     assert 0 <= zero_shot(model, None, DEV_EN, "en")["accuracy"] <= 100

@@ -137,7 +137,7 @@ def test_ranks_save_and_exit_when_their_launcher_is_killed(en_data, tmp_path, si
         output, _ = runner.communicate(timeout=120)  # EOF: every process holding the pipe (the ranks) has ended
         assert "its launcher ended: saved" in output, output[-3000:]
         meta = checkpoint.load_meta(checkpoint.latest_checkpoint(out))
-        assert 3 <= meta["step"] < 400
+        assert 3 <= meta.step < 400
     finally:
         os.killpg(runner.pid, signal.SIGKILL) if runner.poll() is None else None
 

@@ -34,10 +34,10 @@ def folder(tmp_path: Path) -> Path:
 
 def test_model_folder_round_trip_with_its_checksum(folder: Path) -> None:
     meta = checkpoint.load_meta(folder)
-    assert meta["files"]["model.pt"]["bytes"] == (folder / "model.pt").stat().st_size
+    assert meta.files["model.pt"]["bytes"] == (folder / "model.pt").stat().st_size
     assert checkpoint.verify(folder) is None
     model, _ = load_mlm(folder)
-    assert checkpoint.weights_sha256(model.state_dict()) == meta["weights_sha256"]
+    assert checkpoint.weights_sha256(model.state_dict()) == meta.weights_sha256
 
 
 def test_a_checkpoint_crafted_to_run_code_is_refused_without_running_it(folder: Path, tmp_path: Path) -> None:
@@ -91,3 +91,24 @@ def test_a_task_model_loads_from_its_recorded_head_and_one_written_before_heads_
         "kind": checkpoint.Kind.TASK_MODEL.value, "model_config": cfg.to_dict(), "task": {**task, "format": "odd"}})
     with pytest.raises(InputError, match="task head of unknown kind"):
         load(tmp_path / "odd")
+
+
+def test_meta_json_is_a_typed_record_and_files_written_before_it_still_load(folder: Path) -> None:
+    """checkpoint alone reads meta.json, into a Record: named fields typed, the producer's own keys in details. A
+    Step-1 checkpoint's meta.json as written before kinds and checksums existed loads, and round-trips unchanged."""
+    old = {"weights_sha256": "ab" * 32, "step": 40, "samples": 1280, "tokens": 163840, "flops": 1.5e12,
+           "data_position": {"epoch": 0, "position": 7}, "model_config": get_preset("tiny").to_dict(),
+           "tokenizer": {"path": "/data/en/spm.model", "sha256": "cd" * 32}, "variant": "base", "stage": "x"}
+    record = checkpoint.Record.from_json(old, "old/meta.json")
+    assert record.kind == checkpoint.Kind.PRETRAINED and record.lineage == old["weights_sha256"]
+    assert record.step == 40 and record.tokenizer.path == "/data/en/spm.model"
+    assert record.details == {"variant": "base", "stage": "x"} and record.to_json() == old
+    for bad, message in (({**old, "step": "40"}, "step must be int | None, got '40'"),
+                         ({**old, "kind": "weights"}, "unknown kind 'weights'"),
+                         ({**old, "tokenizer": {"path": "spm.model"}}, "tokenizer: sha256 is required"),
+                         ({"step": 3}, "no 'weights_sha256'")):
+        with pytest.raises(InputError, match=rf"^old/meta.json: .*{message}"):
+            checkpoint.Record.from_json(bad, "old/meta.json")
+    (folder / "meta.json").write_text(json.dumps({**old, "step": 4.5}))
+    with pytest.raises(InputError, match=rf"{folder / 'meta.json'}: step must be int"):
+        checkpoint.load_meta(folder)

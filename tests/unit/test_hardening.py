@@ -345,8 +345,8 @@ def test_misleading_messages_say_what_is_wrong(tmp_path, folders, capsys):
     assert message.startswith(f"{bad / 'model.pt'}: refused: not loadable without running code from it (")
     # Several embeddings: all checked before the first score; another width is named as such.
     model_meta = checkpoint.load_meta(folders["model"])
-    good = {"kind": checkpoint.Kind.EMBEDDINGS.value, "primary_sha256": checkpoint.lineage(model_meta),
-            "vocab_size": 100, "hidden_size": model_meta["model_config"]["hidden_size"],
+    good = {"kind": checkpoint.Kind.EMBEDDINGS.value, "primary_sha256": model_meta.lineage,
+            "vocab_size": 100, "hidden_size": model_meta.model_config["hidden_size"],
             "tokenizer": {"path": "spm.model", "sha256": "0"}, "weights_sha256": "0"}
     embeddings = []
     for name, meta in (("a", good), ("b", good), ("wide", {**good, "hidden_size": 1024, "primary_sha256": "f" * 64})):

@@ -149,11 +149,11 @@ def test_import_reproduces_hf_logits_and_export_round_trips(kind: str, folders, 
     folder, reference = folders[kind]
     model, meta = hf.import_folder(folder)
     tokenizer = HFTokenizer.load(folder)
-    assert meta["kind"] == "hf-import" and meta["mlm_head"] == hf.HEAD_PRETRAINED
-    assert meta["tokenizer"]["sha256"] == tokenizer.sha256
+    assert meta.kind == "hf-import" and meta.details["mlm_head"] == hf.HEAD_PRETRAINED
+    assert meta.tokenizer.sha256 == tokenizer.sha256
     assert model.cfg.max_positions == MAX_POSITIONS and model.cfg.vocab_size == tokenizer.vocab_size
     if kind == "bert":
-        assert any("dropped 3 embedding rows" in note for note in meta["import_notes"])
+        assert any("dropped 3 embedding rows" in note for note in meta.details["import_notes"])
 
     hf_ids, mask = _hf_inputs(folder)
     ours_of_hf = torch.from_numpy(tokenizer.ours_of_hf)
@@ -171,7 +171,7 @@ def test_import_reproduces_hf_logits_and_export_round_trips(kind: str, folders, 
 
     out = tmp_path / "export"
     record = hf_export.export_folder(folder, out)  # an HF folder is imported on the fly
-    assert record["architecture"] == "RobertaForMaskedLM" and record["primary_sha256"] == meta["weights_sha256"]
+    assert record["architecture"] == "RobertaForMaskedLM" and record["primary_sha256"] == meta.weights_sha256
     reloaded, info = transformers.AutoModelForMaskedLM.from_pretrained(out, local_files_only=True,
                                                                      output_loading_info=True)
     assert type(reloaded).__name__ == "RobertaForMaskedLM"
@@ -192,16 +192,16 @@ def test_import_reproduces_hf_logits_and_export_round_trips(kind: str, folders, 
 def test_bare_encoder_gets_a_reported_deterministic_head_that_later_steps_refuse(folders) -> None:
     folder, reference = folders["bert-encoder"]
     model, meta = hf.import_folder(folder)
-    assert meta["mlm_head"] == hf.HEAD_INITIALISED
-    assert any("pooler" in note for note in meta["import_notes"])
-    assert any("bare encoder" in note for note in meta["import_notes"])
+    assert meta.details["mlm_head"] == hf.HEAD_INITIALISED
+    assert any("pooler" in note for note in meta.details["import_notes"])
+    assert any("bare encoder" in note for note in meta.details["import_notes"])
     hf_ids, mask = _hf_inputs(folder)
     tokenizer = HFTokenizer.load(folder)
     with torch.no_grad():
         expected = reference(input_ids=hf_ids, attention_mask=mask.long()).last_hidden_state
         *_, got = model.eval().hidden_states(torch.from_numpy(tokenizer.ours_of_hf)[hf_ids], mask)
     torch.testing.assert_close(got[mask], expected[mask], rtol=1e-5, atol=1e-5)
-    assert hf.import_folder(folder)[1]["weights_sha256"] == meta["weights_sha256"]  # same head, same lineage
+    assert hf.import_folder(folder)[1].weights_sha256 == meta.weights_sha256  # same head, same lineage
     with pytest.raises(InputError, match="initialised at import"):
         hf.require_trained_head(meta, folder, "MiniPost")
 
@@ -282,9 +282,9 @@ def test_cli_import_writes_a_standalone_model_folder(folders, tmp_path: Path, ca
     summary = json.loads(capsys.readouterr().out)
     model, meta = load_mlm(out)
     direct, direct_meta = hf.import_folder(folder)
-    assert meta["weights_sha256"] == direct_meta["weights_sha256"] == summary["weights_sha256"]
-    assert Path(meta["tokenizer"]["path"]) == (out / "tokenizer").resolve()
-    assert meta["tokenizer"]["sha256"] == direct_meta["tokenizer"]["sha256"]  # the copy is the same tokenizer
+    assert meta.weights_sha256 == direct_meta.weights_sha256 == summary["weights_sha256"]
+    assert Path(meta.tokenizer.path) == (out / "tokenizer").resolve()
+    assert meta.tokenizer.sha256 == direct_meta.tokenizer.sha256  # the copy is the same tokenizer
     assert hf_command.main(["import", "--from", str(folder), "--out", str(out)]) == 2  # not into a non-empty folder
     assert "already holds a model folder" in capsys.readouterr().err
     assert hf_command.main(["import", "--from", str(tmp_path / "nowhere"), "--out", str(tmp_path / "x")]) == 2
@@ -412,7 +412,7 @@ def test_prepare_minipost_head_and_step2_bodies_take_hf_folders(folders, german:
     primary, primary_meta = hf.import_folder(roberta)
     mini, provenance = build_model(_pretrain_args("--variant", "minipost", "--from", str(roberta), "--data",
                                                   str(shards.path), "--keep-layers", "1", "--new-layers", "1"), shards)
-    assert provenance["primary_sha256"] == primary_meta["weights_sha256"]
+    assert provenance["primary_sha256"] == primary_meta.weights_sha256
     assert copied_prefix_identical(mini, primary, 1, head=MAIN_HEAD)
 
     # A bare encoder: Step 1b and Step 2 refuse its untrained head; the head variant trains exactly that head.
@@ -426,8 +426,8 @@ def test_prepare_minipost_head_and_step2_bodies_take_hf_folders(folders, german:
                                                    str(bert_shards.path)), bert_shards)
     assert {n for n, p in model.named_parameters() if p.requires_grad} == {
         f"heads.{MAIN_HEAD}.{t}" for t in ("dense.weight", "dense.bias", "norm.weight", "norm.bias", "bias")}
-    assert provenance["mlm_head"] == "trained" and provenance["primary_sha256"] == hf.import_folder(encoder)[1][
-        "weights_sha256"]
+    assert provenance["mlm_head"] == "trained" and provenance["primary_sha256"] == (
+        hf.import_folder(encoder)[1].weights_sha256)
     with pytest.raises(InputError, match="tokenized with"):  # data of another tokenizer
         build_model(_pretrain_args("--variant", "head", "--from", str(encoder), "--data", str(shards.path)), shards)
 
@@ -453,7 +453,7 @@ def test_minilm_imports_exactly_and_its_new_head_learns_english(tmp_path: Path) 
     folder = minilm.get_model_path()
     model, meta = hf.import_folder(folder)
     assert (model.cfg.num_layers, model.cfg.hidden_size, model.cfg.vocab_size) == (6, 384, 30522)
-    assert meta["hf_source"]["model_type"] == "bert" and meta["mlm_head"] == hf.HEAD_INITIALISED
+    assert meta.details["hf_source"]["model_type"] == "bert" and meta.details["mlm_head"] == hf.HEAD_INITIALISED
     reference = transformers.AutoModel.from_pretrained(folder, local_files_only=True).eval()
     hf_ids, mask = _hf_inputs(folder)
     tokenizer = HFTokenizer.load(folder)

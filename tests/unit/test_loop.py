@@ -92,7 +92,7 @@ def saves(monkeypatch, tmp_path):
         meta = saved[int(Path(ckpt_dir).name.split("_")[1])]
         with torch.no_grad():
             engine.module.weight.copy_(meta["weights"])
-        return meta
+        return checkpoint.Record.of({**{k: v for k, v in meta.items() if k != "weights"}, "weights_sha256": "0"})
 
     monkeypatch.setattr(checkpoint, "save", save)
     monkeypatch.setattr(checkpoint, "resume", resume)
@@ -104,7 +104,7 @@ def saves(monkeypatch, tmp_path):
 def loop(tmp_path, stream, steps=6, **stage_options) -> Loop:
     torch.manual_seed(0)
     model = torch.nn.Linear(2, 1, bias=False)
-    stage = Stage(name="toy", model=model, loss_fn=mse, flops_per_update=10.0, meta={"kind": "toy"}, **stage_options)
+    stage = Stage(name="toy", model=model, loss_fn=mse, flops_per_update=10.0, meta={"variant": "toy"}, **stage_options)
     cfg = TrainConfig(steps=steps, log_every=2, save_every=4, prefetch=0)
     return Loop(stage, stream, Engine(model), train_cfg=cfg, batch=BatchSizes(micro=4, accumulation=1, world_size=1),
                 run_dir=tmp_path / "run")

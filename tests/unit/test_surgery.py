@@ -21,7 +21,7 @@ from ds_minimodel.model import embedding_init, surgery, transforms
 from ds_minimodel.model.encoder import AUX_HEAD, MAIN_HEAD, MaskedLM
 from ds_minimodel.model.loading import load_mlm
 from ds_minimodel.model.losses import mlm_losses
-from ds_minimodel.train.checkpoint import lineage, save_model_folder
+from ds_minimodel.train.checkpoint import Kind, Record, save_model_folder
 
 SRC_VOCAB, TRG_VOCAB = 300, 340
 TINY = get_preset("tiny").replace(vocab_size=SRC_VOCAB)
@@ -322,7 +322,7 @@ def test_swap_to_another_vocabulary_size() -> None:
 
 
 @pytest.fixture
-def primary_folder(tmp_path: Path, tokenizers) -> tuple[Path, dict]:
+def primary_folder(tmp_path: Path, tokenizers) -> tuple[Path, Record]:
     en, _ = tokenizers
     primary = _perturbed(TINY_JOINT)
     meta = save_model_folder(tmp_path / "primary", primary.state_dict(), {
@@ -344,14 +344,14 @@ def test_extract_mini_then_plug_round_trips(tmp_path: Path, tokenizers, primary_
     folder, primary_meta = primary_folder
     assert surgery.main(["extract-mini", "--from", str(folder), "--out", str(tmp_path / "mini")]) == 0
     mini, mini_meta = load_mlm(tmp_path / "mini")
-    assert mini_meta["kind"] == "minijoint-mini" and mini_meta["cut_from"] == str(folder)
-    assert lineage(mini_meta) == primary_meta["weights_sha256"]
-    assert mini_meta["tokenizer"] == primary_meta["tokenizer"]
+    assert mini_meta.kind == Kind.MINIJOINT_MINI and mini_meta.details["cut_from"] == str(folder)
+    assert mini_meta.lineage == primary_meta.weights_sha256
+    assert mini_meta.tokenizer == primary_meta.tokenizer
     assert mini.cfg.num_layers == 4 and mini.cfg.aux_head_layer is None
 
     emb, bias = _target_embeddings(tokenizers, mini)
     surgery.save_embeddings(tmp_path / "emb", emb, bias, {
-        "primary_sha256": lineage(mini_meta), "tokenizer": {"path": str(de.path), "sha256": de.sha256}})
+        "primary_sha256": mini_meta.lineage, "tokenizer": {"path": str(de.path), "sha256": de.sha256}})
     capsys.readouterr()
     assert surgery.main(["plug", "--model", str(folder), "--embeddings", str(tmp_path / "emb"),
                          "--out", str(tmp_path / "plugged")]) == 0
@@ -360,10 +360,10 @@ def test_extract_mini_then_plug_round_trips(tmp_path: Path, tokenizers, primary_
     plugged, meta = load_mlm(tmp_path / "plugged")
     emb_meta = surgery.load_embeddings(tmp_path / "emb")[2]
     assert plugged.cfg == TINY_JOINT.replace(vocab_size=TRG_VOCAB)
-    assert meta["tokenizer"] == {"path": str(de.path), "sha256": de.sha256}
-    assert meta["primary_sha256"] == primary_meta["weights_sha256"]
-    assert meta["embeddings_from"] == {"path": str(tmp_path / "emb"), "weights_sha256": emb_meta["weights_sha256"]}
-    assert "step" not in meta  # the body's training state is not carried over
+    assert meta.tokenizer_dict == {"path": str(de.path), "sha256": de.sha256}
+    assert meta.primary_sha256 == primary_meta.weights_sha256
+    assert meta.details["embeddings_from"] == {"path": str(tmp_path / "emb"), "weights_sha256": emb_meta.weights_sha256}
+    assert meta.step is None  # the body's training state is not carried over
     assert torch.equal(plugged.embeddings.tokens.weight, emb)
 
     # Aligned: the plugged primary's aux head reproduces the mini-model with the same embeddings exactly.
@@ -375,8 +375,7 @@ def test_extract_mini_then_plug_round_trips(tmp_path: Path, tokenizers, primary_
 
     # The in-memory API gives the same model and meta as the saved folder.
     model2, meta2 = surgery.plug_embeddings(folder, tmp_path / "emb")
-    on_disk_only = {"files"}  # sizes and checksums of the saved files
-    assert meta2 == {k: v for k, v in meta.items() if k not in on_disk_only}
+    assert meta2 == meta.with_values(files={})  # but for the sizes and checksums of the saved files
     assert torch.equal(model2.embeddings.tokens.weight, emb)
 
 
@@ -399,7 +398,7 @@ def test_plug_refuses_another_hidden_size(tmp_path: Path, tokenizers, primary_fo
     _, de = tokenizers
     folder, primary_meta = primary_folder
     surgery.save_embeddings(tmp_path / "emb", torch.randn(TRG_VOCAB, 32), torch.zeros(TRG_VOCAB), {
-        "primary_sha256": lineage(primary_meta), "tokenizer": {"path": str(de.path), "sha256": de.sha256}})
+        "primary_sha256": primary_meta.lineage, "tokenizer": {"path": str(de.path), "sha256": de.sha256}})
     with pytest.raises(InputError, match="hidden size") as err:
         surgery.plug_embeddings(folder, tmp_path / "emb")
     assert str(folder) in str(err.value) and str(tmp_path / "emb") in str(err.value)
@@ -415,7 +414,7 @@ def test_plug_carries_positions_and_embedding_norm_that_step2_trained(tmp_path: 
     state = {transforms.TOKENS_KEY: torch.randn(TRG_VOCAB, 64), transforms.BIAS_KEY: torch.randn(TRG_VOCAB),
              "embeddings.positions.weight": torch.randn_like(primary.embeddings.positions.weight),
              "embeddings.norm.weight": torch.rand(64) + 0.5, "embeddings.norm.bias": torch.randn(64)}
-    meta = {"kind": "embeddings", "primary_sha256": lineage(primary_meta), "vocab_size": TRG_VOCAB,
+    meta = {"kind": "embeddings", "primary_sha256": primary_meta.lineage, "vocab_size": TRG_VOCAB,
             "hidden_size": 64, "tokenizer": {"path": str(de.path), "sha256": de.sha256}, "trainable": sorted(state)}
     save_model_folder(tmp_path / "step2", state, meta)
     plugged, _ = surgery.plug_embeddings(folder, tmp_path / "step2")
@@ -430,7 +429,7 @@ def test_plug_carries_positions_and_embedding_norm_that_step2_trained(tmp_path: 
 def test_corrupted_embeddings_folders_are_refused(tmp_path: Path, tokenizers, primary_folder) -> None:
     _, de = tokenizers
     _, primary_meta = primary_folder
-    meta = {"primary_sha256": lineage(primary_meta), "tokenizer": {"path": str(de.path), "sha256": de.sha256}}
+    meta = {"primary_sha256": primary_meta.lineage, "tokenizer": {"path": str(de.path), "sha256": de.sha256}}
     folder = tmp_path / "emb"
     emb, bias = torch.randn(TRG_VOCAB, 64), torch.randn(TRG_VOCAB)
     surgery.save_embeddings(folder, emb, bias, meta)
@@ -457,7 +456,7 @@ def test_corrupted_embeddings_folders_are_refused(tmp_path: Path, tokenizers, pr
         surgery.load_embeddings(folder)
 
     surgery.save_embeddings(folder, emb, bias, meta)
-    assert surgery.load_embeddings(folder)[2]["vocab_size"] == TRG_VOCAB
+    assert surgery.load_embeddings(folder)[2].details["vocab_size"] == TRG_VOCAB
     with pytest.raises(ValueError, match="vocab_size"):  # meta that contradicts the tensors is not written
         surgery.save_embeddings(folder, emb, bias, {**meta, "vocab_size": 7})
     with pytest.raises(InputError, match="not trained embeddings"):
