@@ -47,7 +47,7 @@ from typing import Any
 
 from ds_minimodel.errors import InputError
 from ds_minimodel.flops import EFLOP
-from ds_minimodel.systems import BASELINE, is_system, order_key
+from ds_minimodel.systems import BASELINE, get_system, is_system, order_key
 
 NEAR_MAXIMAL = 0.95
 CLEAR_MARGIN = 2.0
@@ -194,7 +194,9 @@ def analyse(all_curves: dict[tuple[str, str, str], list[Point]],
             rows.append({"task": task, "lang": lang, "system": system, "target": target,
                          "transfer": transfer, "majority": majority.get((task, lang)),
                          "final_score": curve[-1].score, "final_updates": curve[-1].updates,
-                         "final_v100_days": curve[-1].v100_days, **asdict(reached), "never": reached.never,
+                         "start_score": curve[0].score if curve[0].updates == 0 else None,
+                         "final_v100_days": curve[-1].v100_days, **asdict(reached),
+                         "never": reached.never if transfer else None,  # no target: neither met nor missed
                          "speedup": speedup, **gain_figures(baseline, curve, target)})
     return rows
 
@@ -298,8 +300,11 @@ def table3(rows: list[dict[str, Any]]) -> str:
             lines.append("BL_BASE transfers to none of these languages: the run is too small to measure a speedup "
                          "(RESULTS.md reports the larger reference run, configs/reference.json)")
         targets = sorted({(r["lang"], r["target"]) for r in rows if r["task"] == task and r["target"] is not None})
+        marked = any(r["task"] == task and r.get("transfer", True) and not r["never"] and r["at_first_checkpoint"]
+                     for r in rows)
         lines.append("targets: " + (", ".join(f"{lang} {t:.1f}" for lang, t in targets) or "none")
-                     + "   (<=: reached at the first checkpoint, an upper bound)")
+                     + ("   (<=: reached at the first checkpoint, an upper bound)" if marked else ""))
+        lines += same_start(rows, task)
         if at_zero:
             lines.append("met at update 0, before any Step-2 update (the overlap-initialised rows alone; no speedup "
                          "where BL_BASE is one of them): " + ", ".join(at_zero))
@@ -371,6 +376,27 @@ def diagnostics(results: dict[str, Any], all_curves: dict[tuple[str, str, str], 
 
 
 # ----------------------------------------------------------------------------------------------- plots
+def same_start(rows: list[dict[str, Any]], task: str) -> list[str]:
+    """A line for each group of systems that adapt the same primary and score alike at update 0 (BL_BASE and
+    MiniPost): the same rows plugged into the same finetuned model, before either trains a row."""
+    lines = []
+    by_primary: dict[str, list[dict[str, Any]]] = {}
+    for r in rows:
+        if r["task"] == task and r.get("start_score") is not None:
+            primary = get_system(r["system"]).primary if is_system(r["system"]) else r["system"]
+            by_primary.setdefault(primary, []).append(r)
+    for primary, group in sorted(by_primary.items()):
+        systems = ordered_systems({r["system"] for r in group})
+        langs = sorted({r["lang"] for r in group})
+        same = len(systems) > 1 and all(len({r["start_score"] for r in group if r["lang"] == lang}) == 1
+                                        for lang in langs)
+        if same:
+            lines.append(f"{', '.join(systems)} score alike at update 0, as they should: each starts from the same "
+                         f"rows (the initialisation copies them from primary {primary}'s) in the same model "
+                         f"finetuned from {primary}; they part at the first Step-2 update")
+    return lines
+
+
 def _pyplot() -> Any:
     """matplotlib's pyplot on the file-only backend (no display on cluster nodes), imported on first use."""
     import matplotlib
@@ -412,10 +438,15 @@ def plot_curves(all_curves: dict[tuple[str, str, str], list[Point]], rows: list[
     return written
 
 
-def plot_speedups(rows: list[dict[str, Any]], out: Path) -> Path:
-    """Figure 1: average speedup over BL_BASE per task and system (missing bar: the target was never reached)."""
+def plot_speedups(rows: list[dict[str, Any]], out: Path) -> Path | None:
+    """Figure 1: average speedup over BL_BASE per task and system (missing bar: the target was never reached, or
+    "no transfer": BL_BASE transfers to none of the task's languages, so there is no target). Not drawn, None, when
+    no task has a target: Table 3 says why."""
+    if not any(r.get("transfer", True) and r["target"] is not None for r in rows):
+        return None
     plt = _pyplot()
     speedups = average_speedups(rows)
+    transfers = {r["task"] for r in rows if r.get("transfer", True) and r["target"] is not None}
     tasks = sorted({t for t, _ in speedups})
     systems = ordered_systems({s for _, s in speedups})
     width = 0.8 / max(len(systems), 1)
@@ -424,9 +455,10 @@ def plot_speedups(rows: list[dict[str, Any]], out: Path) -> Path:
         values = [speedups.get((task, system)) for task in tasks]
         xs = [t + i * width for t in range(len(tasks))]
         ax.bar(xs, [v or 0.0 for v in values], width, label=system)
-        for x, v in zip(xs, values):
-            if v is None:  # the target was never reached: no bar, say so
-                ax.text(x, 0.02, "never", rotation=90, ha="center", va="bottom", fontsize=8)
+        for x, v, task in zip(xs, values, tasks):
+            if v is None:  # no bar: say why
+                ax.text(x, 0.02, "never" if task in transfers else "no transfer", rotation=90, ha="center",
+                        va="bottom", fontsize=8)
     ax.axhline(1.0, color="grey", linewidth=0.8)
     ax.set_xticks([t + width * (len(systems) - 1) / 2 for t in range(len(tasks))], tasks)
     ax.set(ylabel="average speedup over BL_BASE", title="Time to near-maximal performance (Step 2)")

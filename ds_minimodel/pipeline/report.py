@@ -55,10 +55,11 @@ def run(results_path: Path, out: Path, *, plots: bool = True) -> dict[str, Any]:
     write_json(out / "time_to_target.json", {"near_maximal": NEAR_MAXIMAL, "baseline": BASELINE, "rows": rows})
     if rows:
         write_csv(out / "time_to_target.csv", rows, fieldnames=list(rows[0]))
-    write_json(out / "curves_over_languages.json", {
-        "note": "mean over target languages of the per-seed-mean curves, at the updates all languages share",
-        "curves": [{"task": task, "system": system, "points": [asdict(p) for p in curve]}
-                   for (task, _, system), curve in sorted(averaged.items())]})
+    if averaged:  # a task with two target languages or more
+        write_json(out / "curves_over_languages.json", {
+            "note": "mean over target languages of the per-seed-mean curves, at the updates all languages share",
+            "curves": [{"task": task, "system": system, "points": [asdict(p) for p in curve]}
+                       for (task, _, system), curve in sorted(averaged.items())]})
     averaged_majority = {}  # the mean over a task's target languages, the reference line of the averaged curves
     for task in {k[0] for k in averaged}:
         values = [m for (t, lang), m in majority.items() if t == task and (t, lang, BASELINE) in all_curves]
@@ -70,8 +71,14 @@ def run(results_path: Path, out: Path, *, plots: bool = True) -> dict[str, Any]:
                    *plot_curves(averaged, [], metrics, out, majority=averaged_majority, source_score=source_score),
                    *plot_curves(relearn_curves, [], metrics, out, majority=majority, source_score=source_score,
                                 prefix="relearn"),
-                   *studies.plot_depths(all_curves, averaged, metrics, out, source_score),
-                   plot_speedups(rows, out)]
+                   *studies.plot_depths(all_curves, averaged, metrics, out, source_score)]
+        speedups = plot_speedups(rows, out)
+        if speedups is None:
+            tables["table3"] += ("\nfigure1_speedup.png not drawn: no task has a target (no transfer to any "
+                                 "language), so there is no speedup to plot")
+            (out / "table3.txt").write_text(tables["table3"] + "\n", encoding="utf-8")
+        else:
+            figures.append(speedups)
     return {**tables, "figures": [str(p) for p in figures], "out": str(out)}
 
 

@@ -227,6 +227,28 @@ def test_a_run_without_transfer_anywhere_says_so():
     assert "too small to measure a speedup" in table3(rows)
 
 
+def test_figures_and_files_say_what_the_tables_say_where_nothing_transfers(tmp_path):
+    """One target language, no transfer (the demo's case): no speedup figure (Table 3 says why), no empty curves
+    file, no time-to-target row that claims a target was missed, no legend for a mark that is not there; BL_BASE and
+    MiniPost, alike at update 0, are said to be so and why."""
+    records = [record(system, update, seed, score + seed, "de") for system in ("bl_base", "minipost")
+               for update, score in ((0, 40), (1000, 41 if system == "bl_base" else 39)) for seed in (1, 2)]
+    results = with_controls({"zero_shot": records, "zero_shot_over_seeds": over_seeds(records), "source_dev": []},
+                            {"de": 41.0})
+    path = tmp_path / "results.json"
+    path.write_text(json.dumps(results))
+    summary = run(path, tmp_path / "analysis")
+    names = sorted(p.rsplit("/", 1)[1] for p in summary["figures"])
+    assert "figure1_speedup.png" not in names and "figure3_xnli_de.png" in names
+    assert not (tmp_path / "analysis/figure1_speedup.png").exists()
+    assert not (tmp_path / "analysis/curves_over_languages.json").exists()  # one target language: no average
+    t3 = (tmp_path / "analysis/table3.txt").read_text()
+    assert "figure1_speedup.png not drawn: no task has a target" in t3 and "<=" not in t3
+    assert "bl_base, minipost score alike at update 0, as they should" in t3
+    rows = json.loads((tmp_path / "analysis/time_to_target.json").read_text())["rows"]
+    assert all(not r["transfer"] and r["never"] is None for r in rows)
+
+
 @pytest.mark.parametrize("majority, clear", [(57.9, True), (58.0, False), (None, True)])
 def test_transfer_is_clear_takes_the_margin_and_the_spread(majority, clear):
     assert transfer_is_clear(Point(0, 0, 0, 60.0, 0.5), majority) is clear  # margin 2 points > 2 x 0.5
