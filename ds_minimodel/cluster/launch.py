@@ -44,15 +44,18 @@ def deepspeed_runner() -> str:
     return shutil.which("deepspeed") or str(Path(sys.executable).parent / "deepspeed")
 
 
-def local_command(launcher: str, ranks: int, master_port: int, script: str, args: list[str]) -> list[str]:
+def local_command(launcher: str, ranks: int, master_port: int, script: str, args: list[str], *,
+                  verbose: bool = False) -> list[str]:
     """``ranks`` processes of ``script`` on this machine: through the ``deepspeed`` launcher, or through PyTorch's
     ``torchrun``, which starts one interpreter (and one import of DeepSpeed) fewer and passes SIGTERM on to the
-    ranks, which save and exit."""
+    ranks, which save and exit. The deepspeed launcher logs errors only (on one machine its INFO lines repeat the
+    command and its warning says there is no hostfile, every launch), all it has with ``verbose``."""
     if launcher == "torchrun":
         return [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", str(ranks), "--master_port",
                 str(master_port), script, *args]
     if launcher == "deepspeed":
-        return [deepspeed_runner(), "--num_gpus", str(ranks), "--master_port", str(master_port), script, *args]
+        return [deepspeed_runner(), "--num_gpus", str(ranks), "--master_port", str(master_port),
+                f"--log_level={'info' if verbose else 'error'}", script, *args]
     raise ValueError(f"launcher must be 'deepspeed' or 'torchrun', got {launcher!r}")
 
 

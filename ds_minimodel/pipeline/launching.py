@@ -16,20 +16,20 @@ from ds_minimodel.train import checkpoint
 LAUNCHERS = ("deepspeed", "torchrun", "srun")
 
 
-def launch(script: str, args: list[str], ranks: int, launcher: str = "deepspeed") -> None:
+def launch(script: str, args: list[str], ranks: int, launcher: str = "deepspeed", *, verbose: bool = False) -> None:
     """Run a training entry point; a failure stops the pipeline with its exit code.
 
     ``deepspeed`` or ``torchrun``: ``ranks`` processes on this machine (``launch.local_command``; one process when
     ``ranks`` is 1). ``srun``: one task per rank of the enclosing batch job's allocation (its nodes x tasks per
     node); ranks find each other from the SLURM_* variables (``ds_minimodel.cluster.slurm.rank_env``), and the job's
-    pre-timeout SIGUSR1 reaches every rank.
+    pre-timeout SIGUSR1 reaches every rank. ``verbose``: the launcher's own INFO lines too.
     """
     if launcher == "srun":
         cmd = ["srun", "--kill-on-bad-exit=1", sys.executable, script, *args]
     elif ranks == 1:
         cmd = [sys.executable, script, *args]
     else:
-        cmd = local_command(launcher, ranks, free_port(), script, args)
+        cmd = local_command(launcher, ranks, free_port(), script, args, verbose=verbose)
     print("$ " + " ".join(cmd), flush=True)
     env = {k: v for k, v in os.environ.items()
            if k not in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT")}
@@ -52,7 +52,7 @@ def finished(run_dir: Path) -> bool:
 
 
 def train_step(spec: type[RunSpec], run_dir: Path, values: dict[str, Any], spec_file: Path, ranks: int,
-               launcher: str = "deepspeed") -> None:
+               launcher: str = "deepspeed", *, verbose: bool = False) -> None:
     """One training job: its spec (``values``; resumed where it holds a run) into ``spec_file``, then launched."""
     if finished(run_dir):
         print(f"[pipeline] {run_dir}: done, skipped", flush=True)
@@ -60,7 +60,7 @@ def train_step(spec: type[RunSpec], run_dir: Path, values: dict[str, Any], spec_
     values = {**values, "out": str(run_dir), "resume": (run_dir / checkpoint.RUN).is_file()}
     spec_file.parent.mkdir(parents=True, exist_ok=True)
     spec.from_dict(values, f"{spec_file} (the pipeline's settings)").write(spec_file)
-    launch(spec.ENTRY, ["--config", str(spec_file)], ranks, launcher)
+    launch(spec.ENTRY, ["--config", str(spec_file)], ranks, launcher, verbose=verbose)
     if not finished(run_dir):
         raise StoppedEarly(f"pipeline: {run_dir} stopped before its last update; run the pipeline again to resume")
 

@@ -80,11 +80,11 @@ class Pipeline:
     Slurm job of each.
     """
 
-    def __init__(self, cfg: PipelineConfig, source_path: str, *, launcher: str = "deepspeed",
+    def __init__(self, cfg: PipelineConfig, source_path: str, *, launcher: str = "deepspeed", verbose: bool = False,
                  pretrain_seed: int | None = None) -> None:
         """``pretrain_seed``: one of the config's ``pretrain_seeds``, a further pretraining run, planned by the main
         pipeline (which checks the config once) in ``<out>/pretrain-seed<k>/`` with job names ending ``.seed<k>``."""
-        self.cfg, self.source_path, self.launcher = cfg, source_path, launcher
+        self.cfg, self.source_path, self.launcher, self.verbose = cfg, source_path, launcher, verbose
         self.finetuning = cfg.finetuning(source_path)
         """Step 3's settings (each task's own: ``task_finetuning``)."""
         if pretrain_seed is None:
@@ -97,7 +97,8 @@ class Pipeline:
         self.out = self.root if pretrain_seed is None else self.root / f"{PRETRAIN_FOLDER}{pretrain_seed}"
         self.log_root = self.root / "tensorboard"
         self.extra_runs = {} if pretrain_seed is not None else {
-            k: Pipeline(cfg, source_path, launcher=launcher, pretrain_seed=k) for k in cfg.pretrain_seeds}
+            k: Pipeline(cfg, source_path, launcher=launcher, verbose=verbose, pretrain_seed=k)
+            for k in cfg.pretrain_seeds}
         self.languages = [c.lang for c in [self.cfg.source, *self.cfg.targets]]
         self.primaries = cfg.primaries()
         self.relearn_lang = f"{self.cfg.source.lang}{RELEARN_SUFFIX}"
@@ -215,7 +216,7 @@ class Pipeline:
     def _train(self, spec: type[RunSpec], run_dir: Path, run_name: str, values: dict[str, Any]) -> None:
         name = run_name + self.suffix
         train_step(spec, run_dir, {**values, "log_root": str(self.log_root), "run_name": name},
-                   self.root / "specs" / f"{name}.json", self.cfg.ranks, self.launcher)
+                   self.root / "specs" / f"{name}.json", self.cfg.ranks, self.launcher, verbose=self.verbose)
 
     def _prepare(self) -> dict[str, Any]:
         for corpus in [self.cfg.source, *self.cfg.targets]:
@@ -429,6 +430,8 @@ def main(argv: list[str] | None = None) -> int:
                    help="how training ranks start on this machine: the deepspeed launcher or PyTorch's torchrun; "
                         "or srun inside a batch job")
     p.add_argument("--list", action="store_true", help="print the jobs and what each needs, then exit")
+    p.add_argument("--verbose", action="store_true", help="the deepspeed launcher's own INFO and warning lines "
+                   "too (by default it logs errors only: on one machine the rest repeats itself at every launch)")
     p.add_argument("--systems", metavar="A,B", help="only these of the config's systems (and the primaries, controls "
                    "and results they need): e.g. score the systems whose steps are done while the others train")
     args = p.parse_args(argv)
@@ -436,7 +439,7 @@ def main(argv: list[str] | None = None) -> int:
         cfg = PipelineConfig.load(args.config)
         if args.systems is not None:
             cfg = only_systems(cfg, args.systems.split(","), str(args.config))
-        pipeline = Pipeline(cfg, str(args.config), launcher=args.launcher)
+        pipeline = Pipeline(cfg, str(args.config), launcher=args.launcher, verbose=args.verbose)
         if args.list:
             for job in pipeline.jobs():
                 print(f"{job.name:<20} after: {', '.join(job.after) or '-'}"
