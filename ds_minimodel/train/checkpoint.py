@@ -34,9 +34,8 @@ import torch.distributed as dist
 
 from ds_minimodel.config import file_sha256, read_json, write_json
 from ds_minimodel.errors import InputError, load_error
-from ds_minimodel.train.record import Kind, Record
-
-__all__ = ["Kind", "Record"]  # the record's types, reached through the module that reads and writes it
+from ds_minimodel.train.record import Kind as Kind  # the record's types, reached through the module that reads
+from ds_minimodel.train.record import Record  # and writes it
 
 CHECKPOINTS = "checkpoints"
 META = "meta.json"

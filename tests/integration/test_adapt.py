@@ -190,7 +190,7 @@ def test_focus_with_anchored_copies_over_two_bf16_zero2_ranks(primaries, de_data
     pieces = Tokenizer.load(de_data / "spm.model").pieces()
     assert train_static_vectors(de_data, pieces, StaticSettings(seed=1))[2] == static  # same vectors, bit for bit
     start, end = checkpoint.load_weights(first), checkpoint.load_weights(last)
-    source = Tokenizer.load(checkpoint.load_meta(primaries["base"])["tokenizer"]["path"]).pieces()
+    source = Tokenizer.load(checkpoint.load_meta(primaries["base"]).tokenizer.path).pieces()
     copied = torch.tensor([p in set(source) for p in pieces])
     copied[:5] = True
     for name in ("embeddings.tokens.weight", "heads.main.bias"):

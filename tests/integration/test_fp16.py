@@ -86,5 +86,5 @@ def test_a_collapsed_loss_scale_stops_with_a_clear_error_and_the_last_good_check
     bad_update = int(error.split("the gradients of update ")[1].split()[0])
     assert bad_update < 40
     last = checkpoint.latest_checkpoint(out)
-    assert checkpoint.load_meta(last)["step"] == bad_update - 1 and f"the last good checkpoint is {last}." in error
+    assert checkpoint.load_meta(last).step == bad_update - 1 and f"the last good checkpoint is {last}." in error
     assert checkpoint.verify(last) is None and checkpoint.load_weights(last)

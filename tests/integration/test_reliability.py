@@ -106,7 +106,7 @@ def test_sigterm_sigusr1_and_ctrl_c_save_and_resume_exactly(en_data, tmp_path, r
         proc.send_signal(sig)
         stdout, stderr = proc.communicate(timeout=120)
         assert proc.returncode == (130 if sig == signal.SIGINT else 0), stderr[-3000:]
-        step = checkpoint.load_meta(checkpoint.latest_checkpoint(out))["step"]
+        step = checkpoint.load_meta(checkpoint.latest_checkpoint(out)).step
         assert after <= step < STEPS and f"{sig.name}: saved" in stdout and "--resume" in stdout
         assert json.loads(stdout.strip().splitlines()[-1])["stopped_by"] == sig.name
         stops.append(step)
@@ -176,7 +176,7 @@ def test_non_finite_loss_stops_with_a_clear_error_and_the_last_good_checkpoint_i
     assert "non-finite loss" in proc.stderr and str(out) in proc.stderr
     last = checkpoint.latest_checkpoint(out)
     bad_update = int(proc.stderr.split("at update ")[1].split(";")[0])
-    assert checkpoint.load_meta(last)["step"] == bad_update - 1 and str(last) in proc.stderr
+    assert checkpoint.load_meta(last).step == bad_update - 1 and str(last) in proc.stderr
     assert checkpoint.verify(last) is None and checkpoint.load_weights(last)
 
 
