@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import torch
 import torch.distributed as dist
 
 from ds_minimodel.config import TrainConfig
@@ -82,6 +83,21 @@ def train_config(spec: RunSpec, ds_config: dict[str, Any], steps: int | None = N
                        compile=spec.compile, prefetch=spec.prefetch, **shape)
 
 
+def cpu_has_native_bf16() -> bool:
+    """Whether this CPU multiplies bf16 matrices in hardware (AVX-512 BF16 or AMX tiles, as PyTorch detects them)."""
+    return torch.cpu._is_avx512_bf16_supported() or torch.cpu._is_amx_tile_supported()
+
+
+def bf16_notice(ds_config: dict[str, Any], source: Path | str, *, cuda: bool, native: bool) -> str | None:
+    """What to say before a CPU run in bf16 on a CPU without native bf16, where its matrix products are emulated,
+    several times slower than fp32 (README, "Testing"); None where there is nothing to say."""
+    if cuda or native or not (ds_config.get("bf16") or {}).get("enabled"):
+        return None
+    return (f"note: {source} trains in bf16, but this CPU ({torch.backends.cpu.get_cpu_capability()}) has no native "
+            "bf16 (AVX-512 BF16 or AMX): its matrix products will run several times slower than in fp32; "
+            "ds_configs/cpu_fp32.json (or your config with bf16 off) trains the same stage in fp32")
+
+
 def run_stage(spec: RunSpec, build: Builder) -> Outcome:
     """Run one stage on every rank from its spec."""
     ds_config = load_ds_config(spec.ds_config)
@@ -89,6 +105,9 @@ def run_stage(spec: RunSpec, build: Builder) -> Outcome:
     train_cfg = train_config(spec, ds_config) if isinstance(spec, MLMSpec) else None
     info = init_distributed(datetime.timedelta(seconds=spec.dist_timeout))
     batch = resolve_batch(ds_config, info.world_size, source=str(spec.ds_config))
+    notice = bf16_notice(ds_config, spec.ds_config, cuda=torch.cuda.is_available(), native=cpu_has_native_bf16())
+    if notice and info.rank == 0:
+        print(notice, flush=True)
     built = build(spec, Context(ds_config=ds_config, info=info, batch=batch, train_cfg=train_cfg))
     ds_config = built.ds_config or ds_config
     description = {

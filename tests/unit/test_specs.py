@@ -82,3 +82,16 @@ def test_specs_name_their_stage_and_take_the_launcher_timeout_default():
     with pytest.raises(KeyError):
         help_of(PretrainSpec, "no_such_field")
     assert isinstance(pretrain.build_parser(), argparse.ArgumentParser)
+
+
+def test_a_bf16_run_on_a_cpu_without_native_bf16_says_so_before_it_starts():
+    from ds_minimodel.stages.runner import bf16_notice
+
+    bf16 = {"bf16": {"enabled": True}}
+    notice = bf16_notice(bf16, "ds_configs/cpu_bf16_zero2.json", cuda=False, native=False)
+    assert notice.startswith("note: ds_configs/cpu_bf16_zero2.json trains in bf16, but this CPU")
+    assert "ds_configs/cpu_fp32.json" in notice
+    assert bf16_notice(bf16, "x.json", cuda=False, native=True) is None  # AVX-512 BF16 or AMX: nothing to say
+    assert bf16_notice(bf16, "x.json", cuda=True, native=False) is None  # a GPU run
+    assert bf16_notice({"bf16": {"enabled": False}}, "x.json", cuda=False, native=False) is None
+    assert bf16_notice({}, "x.json", cuda=False, native=False) is None
