@@ -110,11 +110,24 @@ def spec_from_args(spec: type[RunSpec], args: argparse.Namespace) -> RunSpec:
     return spec(**{f.name: values[f.name] for f in dataclasses.fields(spec)})
 
 
+SCHEDULER_START = "Attempting to get learning rate from scheduler before it has started"
+"""DeepSpeed's warm-up schedulers log this warning from their own constructor (``lr_schedules.py``: ``__init__``
+calls ``get_lr`` before the first step), on every rank at every launch; nothing follows from it."""
+
+
+def drop_scheduler_start(record: logging.LogRecord) -> bool:
+    """A logging filter: every record but ``SCHEDULER_START``."""
+    return SCHEDULER_START not in record.getMessage()
+
+
 def run_main(run: Callable[[Any], dict[str, Any]], spec: RunSpec) -> int:
     """Run a stage; bad input exits 2 with one line naming the file and the problem, no traceback."""
     import torch.distributed as dist
 
-    logging.getLogger("DeepSpeed").setLevel(logging.WARNING)
+    deepspeed_log = logging.getLogger("DeepSpeed")
+    deepspeed_log.setLevel(logging.WARNING)
+    if drop_scheduler_start not in deepspeed_log.filters:
+        deepspeed_log.addFilter(drop_scheduler_start)
     StopSignals.catch_early_usr1()
     # Ctrl-C means the same however the process was started: a shell starts background jobs with SIGINT ignored,
     # and Python then never raises KeyboardInterrupt; an explicit `kill -INT` should still stop the run cleanly.

@@ -95,3 +95,15 @@ def test_a_bf16_run_on_a_cpu_without_native_bf16_says_so_before_it_starts():
     assert bf16_notice(bf16, "x.json", cuda=True, native=False) is None  # a GPU run
     assert bf16_notice({"bf16": {"enabled": False}}, "x.json", cuda=False, native=False) is None
     assert bf16_notice({}, "x.json", cuda=False, native=False) is None
+
+
+def test_deepspeeds_scheduler_start_warning_is_dropped_and_other_warnings_are_kept():
+    import logging
+
+    from ds_minimodel.stages.cli import SCHEDULER_START, drop_scheduler_start
+
+    def record(message: str) -> logging.LogRecord:
+        return logging.LogRecord("DeepSpeed", logging.WARNING, "lr_schedules.py", 759, message, None, None)
+
+    assert not drop_scheduler_start(record(SCHEDULER_START))
+    assert drop_scheduler_start(record("gradient overflow, skipping the step"))
