@@ -1,7 +1,9 @@
 """Joining the process group, whichever launcher started the ranks (deepspeed, torchrun, srun, mpirun, plain python)."""
 from __future__ import annotations
 
+import contextlib
 import datetime
+import io
 import os
 import re
 from dataclasses import dataclass
@@ -54,9 +56,19 @@ def init_distributed(timeout: datetime.timedelta = DEFAULT_DIST_TIMEOUT) -> Dist
         env.setdefault("MASTER_ADDR", "127.0.0.1")
         env.setdefault("MASTER_PORT", str(free_port()))
     _bound_every_group(timeout)
-    deepspeed.init_distributed(auto_mpi_discovery=mpi, timeout=timeout, verbose=False)
+    printed = io.StringIO()
+    with contextlib.redirect_stdout(printed):  # DeepSpeed prints one line per rank when it loads its CPU comm op
+        deepspeed.init_distributed(auto_mpi_discovery=mpi, timeout=timeout, verbose=False)
+    print("".join(without_op_loaded(printed.getvalue())), end="", flush=True)
     _unlink_shm_allreduce_buffer()
     return DistInfo(dist.get_rank(), dist.get_world_size(), int(env.get("LOCAL_RANK", 0)))
+
+
+def without_op_loaded(text: str) -> list[str]:
+    """``text``'s lines (ends kept) but DeepSpeed's "DeepSpeed deepspeed.ops.<name> built successfully", which it
+    prints on every rank at every launch when it loads an op it built before (``deepspeed/comm/torch.py``)."""
+    return [line for line in text.splitlines(keepends=True)
+            if not re.fullmatch(r"DeepSpeed deepspeed\.ops\.\S+ built successfully\s*", line)]
 
 
 def readable_arch_list(env: dict[str, str] | os._Environ) -> str | None:

@@ -188,3 +188,10 @@ def test_an_updates_figures_are_reduced_in_one_all_reduce_the_same_on_every_rank
     finally:
         if started:
             dist.destroy_process_group()
+
+
+def test_deepspeeds_op_loaded_line_is_dropped_from_what_init_prints():
+    from ds_minimodel.train.distributed import without_op_loaded
+
+    text = "DeepSpeed deepspeed.ops.comm.deepspeed_shm_comm_op built successfully\nsomething else\n"
+    assert without_op_loaded(text) == ["something else\n"]
