@@ -108,6 +108,8 @@ class Record(Fields):
         """A meta.json's contents, its named fields checked by type, its kind by name; the rest into ``details``."""
         if not isinstance(data, dict) or "weights_sha256" not in data:
             raise InputError(f"{source}: not a checkpoint description (no 'weights_sha256')")
+        if "kind" in data and data["kind"] is None:  # written as null: no kind, as a Step-1 checkpoint has
+            data = {k: v for k, v in data.items() if k != "kind"}
         if data.get("kind", Kind.PRETRAINED.value) not in {k.value for k in Kind}:
             raise InputError(f"{source}: unknown kind {data['kind']!r}; known: {', '.join(k.value for k in Kind)}")
         fields = dataclass_from_dict(Fields, {k: v for k, v in data.items() if k in NAMED}, str(source))

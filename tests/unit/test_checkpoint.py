@@ -103,6 +103,7 @@ def test_meta_json_is_a_typed_record_and_files_written_before_it_still_load(fold
     assert record.kind == checkpoint.Kind.PRETRAINED and record.lineage == old["weights_sha256"]
     assert record.step == 40 and record.tokenizer.path == "/data/en/spm.model"
     assert record.details == {"variant": "base", "stage": "x"} and record.to_json() == old
+    assert checkpoint.Record.from_json({**old, "kind": None}, "old/meta.json") == record  # null: no kind
     for bad, message in (({**old, "step": "40"}, "step must be int | None, got '40'"),
                          ({**old, "kind": "weights"}, "unknown kind 'weights'"),
                          ({**old, "tokenizer": {"path": "spm.model"}}, "tokenizer: sha256 is required"),
