@@ -11,10 +11,12 @@ check fails. ``--print`` shows the command instead of running it.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import os
 import shutil
 import socket
 import sys
+from dataclasses import dataclass
 from pathlib import Path
 
 from ds_minimodel.cluster.hostfile import check_batch, read_hostfile, valid_host
@@ -59,7 +61,26 @@ def local_command(launcher: str, ranks: int, master_port: int, script: str, args
     raise ValueError(f"launcher must be 'deepspeed' or 'torchrun', got {launcher!r}")
 
 
-def deepspeed_command(args: argparse.Namespace, hosts: dict[str, int]) -> list[str]:
+@dataclass(frozen=True, kw_only=True)
+class LaunchRequest:
+    """One multi-node launch (the ``launch`` command's options; each one's ``--help`` says what it is)."""
+
+    hostfile: Path
+    script: str
+    script_args: list[str] = dataclasses.field(default_factory=list)
+    master_addr: str | None = None
+    master_port: int = 29500
+    no_ssh: bool = False
+    node_rank: int = 0
+    launcher: str | None = None
+
+    @classmethod
+    def from_args(cls, args: argparse.Namespace) -> LaunchRequest:
+        names = {f.name for f in dataclasses.fields(cls)}
+        return cls(**{k: v for k, v in vars(args).items() if k in names})
+
+
+def deepspeed_command(args: LaunchRequest, hosts: dict[str, int]) -> list[str]:
     runner = deepspeed_runner()
     master = args.master_addr or next(iter(hosts))
     cmd = [runner, "--hostfile", str(args.hostfile), "--master_addr", master, "--master_port", str(args.master_port)]
@@ -76,7 +97,7 @@ ENTRY_SCRIPTS = ("run_pretrain.py", "run_adapt.py", "run_finetune.py")
 """The package's training scripts: each requires --ds-config."""
 
 
-def check(args: argparse.Namespace) -> dict[str, int]:
+def check(args: LaunchRequest) -> dict[str, int]:
     hosts = read_hostfile(args.hostfile)
     if args.no_ssh and len(set(hosts.values())) != 1:
         # DeepSpeed's per-node mode takes one --num_gpus for every node.
@@ -121,8 +142,9 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
+    request = LaunchRequest.from_args(args)  # the command line ends here
     try:
-        cmd = deepspeed_command(args, check(args))
+        cmd = deepspeed_command(request, check(request))
     except InputError as err:
         return report(err)
     print(" ".join(cmd), flush=True)
