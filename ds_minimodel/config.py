@@ -220,6 +220,12 @@ def dataclass_from_dict(cls: type, data: Any, source: str) -> Any:
         raise InputError(_explain(cls, err.errors(), source)) from None
 
 
+def known_fields(cls: type, values: dict[str, Any]) -> dict[str, Any]:
+    """The entries of ``values`` that name a field of dataclass ``cls`` (a command's parsed options hold others)."""
+    names = {f.name for f in dataclasses.fields(cls)}
+    return {k: v for k, v in values.items() if k in names}
+
+
 def _refuse_unknown_keys(cls: type) -> None:
     """Every dataclass reachable from ``cls``'s annotations refuses keys it has no field for (pydantic's default for
     a plain dataclass is to drop them silently)."""

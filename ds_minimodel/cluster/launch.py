@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ds_minimodel.cluster.hostfile import check_batch, read_hostfile, valid_host
-from ds_minimodel.config import read_json
+from ds_minimodel.config import known_fields, read_json
 from ds_minimodel.errors import InputError, report
 
 
@@ -76,8 +76,7 @@ class LaunchRequest:
 
     @classmethod
     def from_args(cls, args: argparse.Namespace) -> LaunchRequest:
-        names = {f.name for f in dataclasses.fields(cls)}
-        return cls(**{k: v for k, v in vars(args).items() if k in names})
+        return cls(**known_fields(cls, vars(args)))
 
 
 def deepspeed_command(args: LaunchRequest, hosts: dict[str, int]) -> list[str]:

@@ -3,7 +3,6 @@ datasheet peaks its utilisation is measured against (shared by ``tools.bench`` a
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import os
 import platform
 import sys
@@ -12,6 +11,8 @@ from pathlib import Path
 from typing import Any
 
 import torch
+
+from ds_minimodel.config import known_fields
 
 # Dense tensor-core peaks from the vendors' datasheets, TFLOP/s (no sparsity). Matched against the name CUDA reports
 # in this order: every word of a key must be in it. The SXM H100 reports itself as "NVIDIA H100 80GB HBM3", without
@@ -57,8 +58,7 @@ class BenchSpec:
     @classmethod
     def from_args(cls, args: argparse.Namespace) -> BenchSpec:
         """The parsed options that are settings (the command, the stages and ``--json`` are the command's own)."""
-        names = {f.name for f in dataclasses.fields(cls)}
-        return cls(**{k: v for k, v in vars(args).items() if k in names})
+        return cls(**known_fields(cls, vars(args)))
 
 
 def environment(args: BenchSpec) -> dict[str, Any]:
