@@ -9,6 +9,11 @@
 |            |                                            | source rows, weighted by similarity in static vectors  |
 |            |                                            | trained on the target data (Dobler and de Melo, 2023); |
 |            |                                            | drawn where the piece is too rare to have a vector     |
+| `wechsel`  | only the 5 special pieces: their rows      | the softmax-weighted mixture (temperature 0.1) of the  |
+|            |                                            | rows of its 10 nearest source pieces, by cosine of     |
+|            |                                            | static vectors of both languages aligned by an         |
+|            |                                            | orthogonal map fitted on a bilingual word list         |
+|            |                                            | (Minixhofer et al., 2022); drawn where it has no vector|
 
 "Drawn" is N(0, std), the paper's (``new_rows="normal"``), or per dimension N(mean, std) of the source rows
 (``new_rows="source"``), which puts a new row at the scale the body has seen rather than far inside it. Every row
@@ -28,8 +33,22 @@ from torch import nn
 
 from ds_minimodel.data.tokenizer import NUM_SPECIAL, SPECIAL_PIECES
 
-INITS = ("overlap", "specials", "focus")
+INITS = ("overlap", "specials", "focus", "wechsel")
 NEW_ROWS = ("normal", "source")
+
+
+@dataclass(frozen=True)
+class AlignedVectors:
+    """WECHSEL's inputs: static vectors of the target's and the source's pieces, both already in the common space
+    (``data.bilingual.Alignment``: the target's mapped, both centred and unit-length)."""
+
+    target: np.ndarray
+    target_known: np.ndarray
+    source: np.ndarray
+    source_known: np.ndarray
+    record: dict[str, Any]
+    neighbours: int = 10
+    temperature: float = 0.1
 
 
 @dataclass
@@ -167,18 +186,59 @@ def focus_weights(vectors: np.ndarray, known: np.ndarray, src_ids: torch.Tensor
     return targets, candidates, weights
 
 
+def wechsel_weights(aligned: AlignedVectors, candidates: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """WECHSEL's mixtures: (targets, neighbours (len(targets), k) source ids, weights (len(targets), k)). Targets
+    are the non-special target pieces with a static vector; each row's weights are the softmax, at the aligned
+    vectors' temperature, of its cosine to its k most similar ``candidates`` (source ids) in the common space."""
+    is_special = np.arange(len(aligned.target)) < NUM_SPECIAL
+    targets = np.flatnonzero(aligned.target_known & ~is_special)
+    k = min(aligned.neighbours, len(candidates))
+    if not len(targets) or not k:
+        return targets, np.zeros((len(targets), 0), dtype=np.int64), np.zeros((len(targets), 0))
+    mapped = unit(aligned.target[targets].astype(np.float64))
+    pool = unit(aligned.source[candidates].astype(np.float64))
+    neighbours, weights = [], []
+    for chunk in np.array_split(np.arange(len(targets)), max(1, len(targets) // 1024)):
+        cosine = mapped[chunk] @ pool.T
+        top = np.argpartition(-cosine, k - 1, axis=1)[:, :k]
+        scores = np.take_along_axis(cosine, top, axis=1) / aligned.temperature
+        scores = np.exp(scores - scores.max(1, keepdims=True))
+        neighbours.append(candidates[top])
+        weights.append(scores / scores.sum(1, keepdims=True))
+    return targets, np.concatenate(neighbours), np.concatenate(weights)
+
+
+def unit(x: np.ndarray) -> np.ndarray:
+    return x / np.maximum(np.linalg.norm(x, axis=1, keepdims=True), 1e-12)
+
+
+def mix_rows(rows: InitialRows, at: np.ndarray, sources: np.ndarray, weights: np.ndarray,
+             source_embeddings: torch.Tensor, source_bias: torch.Tensor) -> None:
+    """Row ``at[i]`` (and its bias) becomes ``sum_j weights[i, j] * source row sources[i, j]``, in fp64."""
+    if not len(at) or not sources.size:
+        return
+    w = torch.from_numpy(weights).to(torch.float64)[:, :, None]
+    ids = torch.from_numpy(sources)
+    emb = (w * source_embeddings.detach().double().cpu()[ids]).sum(1)
+    b = (w[:, :, 0] * source_bias.detach().double().cpu()[ids]).sum(1)
+    index = torch.from_numpy(at)
+    rows.embeddings[index.to(rows.embeddings.device)] = emb.to(rows.embeddings.device, rows.embeddings.dtype)
+    rows.bias[index.to(rows.bias.device)] = b.to(rows.bias.device, rows.bias.dtype)
+
+
 def initial_rows(init: str, source_pieces: list[str], source_embeddings: torch.Tensor, source_bias: torch.Tensor,
                  target_pieces: list[str], *, std: float, generator: torch.Generator, new_rows: str = "normal",
                  static: tuple[np.ndarray, np.ndarray, dict[str, Any]] | None = None,
-                 shared_with: set[str] | None = None) -> InitialRows:
+                 aligned: AlignedVectors | None = None, shared_with: set[str] | None = None) -> InitialRows:
     """The rows ``init`` builds (see the module's table). ``static`` = (vectors, known, record) from
-    ``data.static_vectors.train_static_vectors`` on the target data, for ``focus``. ``shared_with``: copy (and mix
-    from) only the pieces of this vocabulary too (``shared_source_ids``). Every initialiser draws its new rows from
+    ``data.static_vectors.train_static_vectors`` on the target data, for ``focus``; ``aligned`` both languages'
+    vectors and their map, for ``wechsel``. ``shared_with``: copy (and mix from) only the pieces of this vocabulary
+    too (``shared_source_ids``). Every initialiser draws its new rows from
     ``generator`` first, in the same order, so the rows no mixture replaces equal ``overlap``'s."""
     if init not in INITS:
         raise ValueError(f"init {init!r}: one of {', '.join(INITS)}")
     src_ids = source_ids_checked(source_pieces, source_embeddings, source_bias, target_pieces,
-                                 specials_only=init == "specials", shared_with=shared_with)
+                                 specials_only=init in ("specials", "wechsel"), shared_with=shared_with)
     embeddings, bias, stats = copy_or_draw(src_ids, source_embeddings, source_bias, std=std, generator=generator,
                                            new_rows=new_rows)
     copied = src_ids >= 0
@@ -202,6 +262,21 @@ def initial_rows(init: str, source_pieces: list[str], source_embeddings: torch.T
         nonzero = (weights > 0).sum(1) if len(targets) else np.zeros(0)
         record.update(mixed=len(targets) if len(candidates) else 0, candidates=len(candidates),
                       sources_per_row=float(nonzero.mean()) if len(nonzero) else 0.0, static_vectors=static_record)
+    if init == "wechsel":
+        if aligned is None:
+            raise ValueError("init 'wechsel' needs both languages' static vectors and their alignment")
+        if len(aligned.target) != len(target_pieces) or len(aligned.source) != len(source_pieces):
+            raise ValueError(f"static vectors for {len(aligned.target)} target and {len(aligned.source)} source "
+                             f"pieces; the vocabularies have {len(target_pieces)} and {len(source_pieces)}")
+        usable = aligned.source_known & (np.arange(len(source_pieces)) >= NUM_SPECIAL)
+        if shared_with is not None:
+            usable &= np.array([piece in shared_with for piece in source_pieces])
+        targets, neighbours, weights = wechsel_weights(aligned, np.flatnonzero(usable))
+        rows = InitialRows(embeddings, bias, copied)
+        mix_rows(rows, targets, neighbours, weights, source_embeddings, source_bias)
+        record.update(mixed=len(targets) if neighbours.size else 0, candidates=int(usable.sum()),
+                      sources_per_row=int(neighbours.shape[1]), temperature=aligned.temperature,
+                      alignment=aligned.record)
     record["drawn"] = len(target_pieces) - record["copied"] - record.get("mixed", 0)
     return InitialRows(embeddings, bias, copied, stats, record)
 

@@ -254,6 +254,9 @@ class Pipeline:
             anchored = {"shared_with": str(tokenizer_path(self._data(self.cfg.relearn_anchor, needed_by)))}
         elif relearn:
             init = "specials"
+        if init == "wechsel":  # (no source-relearn control with wechsel: PipelineConfig.check refuses it)
+            word_list = next(t.word_list for t in self.cfg.targets if t.lang == lang)
+            anchored = {"word_list": word_list, "source_data": str(self._data(self.cfg.source.lang, needed_by))}
         self._train(AdaptSpec, self.step2_dir(lang, system), f"{Step.ADAPT}-{lang}-{system}",
                     {"system": system, "body": str(body), "data": str(data), **anchored, "init": init, "lang": lang,
                      "seq_len": self.cfg.seq_len, "seed": self.seed,

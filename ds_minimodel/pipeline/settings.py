@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from ds_minimodel.config import FinetuneConfig, TrainConfig, dataclass_from_dict, get_preset, read_json
+from ds_minimodel.data.bilingual import WordList
 from ds_minimodel.errors import InputError, require_file
 from ds_minimodel.systems import AT, DEPTH_FAMILY, Depths, depth_of, get_system, is_system, system_names
 
@@ -40,7 +41,8 @@ class Step1Settings(StageSettings):
 class Step2Settings(StageSettings):
     init: str = "overlap"
     """How the new embeddings start (``run_adapt.py --init``; ``model.embedding_init``): overlap (the paper),
-    focus. The source-relearn control uses specials, or this with ``relearn_anchor``."""
+    focus, wechsel (needs each target's ``word_list``). The source-relearn control uses specials, or this with
+    ``relearn_anchor``."""
     new_rows: str = "normal"
     """Rows that get no source row or mixture: normal (N(0, init_std), the paper) or source (the source rows' N(mean,
     std))."""
@@ -79,6 +81,9 @@ class CorpusSettings:
     """SentencePiece's character coverage (default: chosen by script, see ``data.tokenizer``)."""
     tokenizer: str | None = None
     """An existing tokenizer to use instead of training one: a SentencePiece model or a Hugging Face folder."""
+    word_list: str | None = None
+    """A target language's bilingual word list with the source language (``step2.init`` wechsel; one
+    'target_word<TAB>source_word' pair a line; ``scripts/make_dictionaries.py``)."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -240,9 +245,23 @@ def check(cfg: PipelineConfig, source: str, *, world_size: int | None) -> None:
     if step2.init not in INITS or step2.init == "specials" or step2.new_rows not in NEW_ROWS:
         raise InputError(f"{source}: step2.init must be one of {', '.join(i for i in INITS if i != 'specials')} and "
                          f"step2.new_rows one of {', '.join(NEW_ROWS)}; got {step2.init!r}, {step2.new_rows!r}")
-    if step2.init == "focus" and importlib.util.find_spec("gensim") is None:
-        raise InputError(f"{source}: step2.init focus trains static vectors with gensim, which is not installed "
-                         "(pip install gensim, or the package's [focus] extra)")
+    if step2.init in ("focus", "wechsel") and importlib.util.find_spec("gensim") is None:
+        raise InputError(f"{source}: step2.init {step2.init} trains static vectors with gensim, which is not "
+                         "installed (pip install gensim, or the package's [focus] extra)")
+    if cfg.source.word_list is not None:
+        raise InputError(f"{source}: source.word_list: a word list belongs to a target language")
+    if step2.init == "wechsel" and cfg.source_relearn:
+        raise InputError(f"{source}: the source-relearn control (source_relearn) with step2.init wechsel would align "
+                         "the source language with itself; run it with overlap or focus")
+    for target in cfg.targets:
+        if step2.init == "wechsel" and target.word_list is None:
+            raise InputError(f"{source}: step2.init wechsel needs a bilingual word list for every target language; "
+                             f"{target.lang} has none (targets[].word_list)")
+        if target.word_list is not None:
+            if step2.init != "wechsel":
+                raise InputError(f"{source}: {target.lang}'s word_list is used by step2.init wechsel only, "
+                                 f"not {step2.init}")
+            WordList.read(target.word_list)
     ft = cfg.finetuning(source)
     if not ft.seeds:
         raise InputError(f"{source}: step3 needs a non-empty list of integer seeds")

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import argparse
 import functools
+import importlib.util
 from pathlib import Path
 from typing import Any
 
@@ -25,14 +26,15 @@ import torch
 from torch import nn
 
 from ds_minimodel import flops
+from ds_minimodel.data.bilingual import WordList, fit_alignment
 from ds_minimodel.data.prepare import tokenizer_path
 from ds_minimodel.data.static_vectors import StaticSettings, train_static_vectors
 from ds_minimodel.data.streams import MLMBatchStream, PackedDataset, TokenShards
-from ds_minimodel.data.tokenizer import load_tokenizer, open_tokenizer
+from ds_minimodel.data.tokenizer import AnyTokenizer, load_tokenizer, open_tokenizer
 from ds_minimodel.errors import InputError
 from ds_minimodel.model import hf
 from ds_minimodel.model.bodies import body_of
-from ds_minimodel.model.embedding_init import INITS, NEW_ROWS, anchor_copied_rows, initial_rows
+from ds_minimodel.model.embedding_init import INITS, NEW_ROWS, AlignedVectors, anchor_copied_rows, initial_rows
 from ds_minimodel.model.encoder import MaskedLM
 from ds_minimodel.model.loading import load_mlm
 from ds_minimodel.model.transforms import (
@@ -59,6 +61,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--init", choices=INITS, default="overlap", help=doc("init"))
     p.add_argument("--new-rows", choices=NEW_ROWS, default="normal", help=doc("new_rows"))
     p.add_argument("--shared-with", type=Path, metavar="TOKENIZER", help=doc("shared_with"))
+    p.add_argument("--word-list", type=Path, help=doc("word_list"))
+    p.add_argument("--source-data", type=Path, help=doc("source_data"))
     p.add_argument("--freeze-copied", action="store_true", help=doc("freeze_copied"))
     p.add_argument("--train-positions", action="store_true", help=doc("train_positions"))
     p.add_argument("--train-embedding-norm", action="store_true", help=doc("train_embedding_norm"))
@@ -91,6 +95,37 @@ def disable_dropout(model: nn.Module) -> None:
             module.attention_dropout = 0.0
 
 
+def check_wechsel_inputs(spec: AdaptSpec, source_sha256: str) -> None:
+    """WECHSEL's two extra inputs exist and fit: a word list, and source text prepared with the body's tokenizer."""
+    if spec.init != "wechsel":
+        for name in ("word_list", "source_data"):
+            if getattr(spec, name) is not None:
+                raise InputError(f"--{name.replace('_', '-')} is used by --init wechsel only, not {spec.init}")
+        return
+    if spec.word_list is None or spec.source_data is None:
+        raise InputError("--init wechsel needs --word-list (a bilingual word list) and --source-data (the source "
+                         "corpus prepared with the body's tokenizer)")
+    if importlib.util.find_spec("gensim") is None:
+        raise InputError("--init wechsel trains static vectors with gensim: pip install gensim, or the package's "
+                         "[focus] extra")
+    WordList.read(spec.word_list)
+    prepared = TokenShards.open(spec.source_data)
+    if prepared.tokenizer_sha256 != source_sha256:
+        raise InputError(f"{spec.source_data}: prepared with tokenizer {prepared.tokenizer_sha256[:12]}, the body's "
+                         f"is {source_sha256[:12]}: --source-data must be the body's own language and tokenizer")
+
+
+def align_static_vectors(spec: AdaptSpec, target: AnyTokenizer, source: AnyTokenizer) -> AlignedVectors:
+    """Both languages' static vectors and the orthogonal map between them (``data.bilingual``)."""
+    settings = StaticSettings(seed=spec.seed)
+    t_vec, t_known, t_record = train_static_vectors(spec.data, target.pieces(), settings)
+    s_vec, s_known, s_record = train_static_vectors(spec.source_data, source.pieces(), settings)
+    words = WordList.read(spec.word_list)
+    alignment = fit_alignment(words, (target.encode, t_vec, t_known), (source.encode, s_vec, s_known))
+    return AlignedVectors(alignment.target(t_vec), t_known, alignment.source(s_vec), s_known,
+                          {**alignment.record, "target_vectors": t_record, "source_vectors": s_record})
+
+
 def build(spec: AdaptSpec, ctx: Context) -> Built:
     """The Step-2 stage: the body frozen, the target's rows initialised, the stream of target text."""
     # Every input is checked before anything is written: a refused run leaves --out as it was.
@@ -105,6 +140,7 @@ def build(spec: AdaptSpec, ctx: Context) -> Built:
     target = load_tokenizer({"path": str(tokenizer_path(spec.data)), "sha256": shards.tokenizer_sha256}, spec.data)
     model, body_meta = load_body(spec.system, spec.body)
     source = load_tokenizer(body_meta.tokenizer_dict, spec.body)
+    check_wechsel_inputs(spec, source.sha256)
     if train_cfg.seq_len > model.cfg.max_positions:
         raise InputError(f"--seq-len {train_cfg.seq_len} exceeds the body's max_positions {model.cfg.max_positions}")
 
@@ -112,16 +148,18 @@ def build(spec: AdaptSpec, ctx: Context) -> Built:
     # rows; same seed on every rank, so every rank builds the same rows (FOCUS's static vectors included).
     generator = torch.Generator().manual_seed(spec.seed)
     source_embeddings, source_bias = extract_embeddings(model)
-    static = None
+    static = aligned = None
     if spec.init == "focus":
         static = train_static_vectors(spec.data, target.pieces(), StaticSettings(seed=spec.seed))
+    if spec.init == "wechsel":
+        aligned = align_static_vectors(spec, target, source)
     shared_with = None
     if spec.shared_with is not None:
         anchor = open_tokenizer(spec.shared_with)
         shared_with = set(anchor.pieces())
     rows = initial_rows(spec.init, source.pieces(), source_embeddings, source_bias, target.pieces(),
                         std=model.cfg.init_std, generator=generator, new_rows=spec.new_rows, static=static,
-                        shared_with=shared_with)
+                        aligned=aligned, shared_with=shared_with)
     overlap = rows.stats
     swap_embeddings(model, rows.embeddings, rows.bias)
     trainable = freeze_for_adaptation(model, train_positions=spec.train_positions,

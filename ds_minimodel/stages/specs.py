@@ -189,7 +189,10 @@ class AdaptSpec(MLMSpec):
     """overlap: pieces shared with the source vocabulary start from the source rows (the paper); specials: only the
     5 special pieces do (the source-relearn control: Step 2 on the source language itself, from scratch); focus: as
     overlap, and every other piece that occurs in --data is a sparsemax mixture of shared pieces' source rows, by
-    similarity in static vectors trained on --data (FOCUS, Dobler and de Melo 2023; needs gensim)"""
+    similarity in static vectors trained on --data (FOCUS, Dobler and de Melo 2023; needs gensim); wechsel: the 5
+    special pieces copied, every other piece that occurs in --data a softmax mixture of its 10 nearest source
+    pieces' rows, in static vectors of --data and --source-data aligned on --word-list (WECHSEL, Minixhofer et al.
+    2022; needs gensim)"""
     new_rows: str = "normal"
     """rows that get no source row or mixture: normal = N(0, init_std) (the paper); source = N(mean, std) of the
     source rows, per dimension"""
@@ -197,6 +200,11 @@ class AdaptSpec(MLMSpec):
     """copy (and, for focus, mix from) only the source rows of pieces that this tokenizer has too: with the source
     corpus as --data, the anchored source-relearn control (English relearned with the rows German's initialisation
     would take from English)"""
+    word_list: Path | None = None
+    """wechsel: a bilingual word list, one 'target_word<TAB>source_word' pair a line
+    (scripts/make_dictionaries.py builds them from FreeDict)"""
+    source_data: Path | None = None
+    """wechsel: the source corpus prepared with the body's tokenizer (prepare_data.py), for its static vectors"""
     freeze_copied: bool = False
     """keep the rows copied from source rows (and their output biases) unchanged: fixed anchors; sets Step 2's
     weight decay to 0, so that they stay bit-identical"""

@@ -2,6 +2,7 @@
 the frozen-body guarantees in process, and plugging embeddings into the primary model."""
 from __future__ import annotations
 
+import dataclasses
 import json
 import sys
 from pathlib import Path
@@ -9,6 +10,7 @@ from pathlib import Path
 import pytest
 import torch
 
+from ds_minimodel.errors import InputError
 from ds_minimodel.model.loading import load_mlm
 from ds_minimodel.stages.specs import AdaptSpec
 from ds_minimodel.train import checkpoint
@@ -201,3 +203,23 @@ def test_focus_with_anchored_copies_over_two_bf16_zero2_ranks(primaries, de_data
     other = run_cmd(torchrun_cmd(1, "run_adapt.py", *[a for a in args if a != "--freeze-copied"], "--resume"),
                     check=False)
     assert other.returncode != 0 and "init_options" in other.stderr
+
+
+def test_wechsel_inputs_are_checked_before_any_work(en_data, de_data, tmp_path):
+    """--init wechsel needs a readable word list and source text prepared with the body's own tokenizer; the other
+    initialisers refuse WECHSEL's options rather than ignore them. (The mixtures themselves: test_embedding_init.)"""
+    from ds_minimodel.data.tokenizer import Tokenizer
+    from ds_minimodel.stages.adapt import check_wechsel_inputs
+
+    words = tmp_path / "de-en.tsv"
+    words.write_text("Haus\thouse\n", encoding="utf-8")
+    english = Tokenizer.load(en_data / "spm.model").sha256
+    spec = AdaptSpec(system="bl_base", body=tmp_path, data=de_data, out=tmp_path / "a", ds_config=tmp_path,
+                     init="wechsel", word_list=words, source_data=en_data)
+    check_wechsel_inputs(spec, english)
+    for changes, message in (({"word_list": None}, "needs --word-list"),
+                             ({"word_list": tmp_path / "none.tsv"}, "cannot read"),
+                             ({"source_data": de_data}, "must be the body's own language and tokenizer"),
+                             ({"init": "focus"}, "--word-list is used by --init wechsel only, not focus")):
+        with pytest.raises(InputError, match=message):
+            check_wechsel_inputs(dataclasses.replace(spec, **changes), english)

@@ -1,6 +1,6 @@
-"""The Step-2 initialisers' mechanisms (model.embedding_init): sparsemax, FOCUS's mixtures, rows drawn at the
-source's scale, anchored rows. Constructed vocabularies and vectors; the static vectors' training and the whole
-Step 2 with these options run in tests/integration/test_adapt.py."""
+"""The Step-2 initialisers' mechanisms (model.embedding_init): sparsemax, FOCUS's and WECHSEL's mixtures, rows
+drawn at the source's scale, anchored rows. Constructed vocabularies and vectors; the static vectors' training and
+the whole Step 2 with these options run in tests/integration/test_adapt.py."""
 from __future__ import annotations
 
 import numpy as np
@@ -10,12 +10,14 @@ import torch
 from ds_minimodel.config import get_preset
 from ds_minimodel.data.tokenizer import NUM_SPECIAL, SPECIAL_PIECES
 from ds_minimodel.model.embedding_init import (
+    AlignedVectors,
     anchor_copied_rows,
     draw_rows,
     focus_weights,
     initial_rows,
     shared_source_ids,
     sparsemax,
+    wechsel_weights,
 )
 from ds_minimodel.model.encoder import MaskedLM
 
@@ -119,3 +121,48 @@ def test_the_anchored_relearn_control_copies_only_what_another_vocabulary_shares
                         generator=torch.Generator().manual_seed(0), shared_with={"▁b", "▁q"})
     assert rows.copied.sum() == 6 and rows.record["drawn"] == 5
     assert torch.equal(rows.embeddings[5], src_emb[6]) and not torch.equal(rows.embeddings[10], src_emb[5])
+
+
+def test_wechsel_mixes_the_k_nearest_source_rows_after_the_map_with_softmax_weights():
+    """Target vectors are the source ones turned by a known rotation: mapped back, each target piece's nearest source
+    piece is its translation, and the weights are the softmax of the top-k cosines at temperature 0.1."""
+    rng = np.random.default_rng(0)
+    source = SPECIALS + [f"▁s{i}" for i in range(12)]
+    target = SPECIALS + [f"▁t{i}" for i in range(12)] + ["▁rare"]
+    src_emb, src_bias = torch.randn(len(source), 8, dtype=torch.float64), torch.randn(len(source), dtype=torch.float64)
+    src_vec = rng.normal(size=(len(source), 6))
+    rotation, _ = np.linalg.qr(rng.normal(size=(6, 6)))
+    tgt_vec = np.zeros((len(target), 6))
+    tgt_vec[NUM_SPECIAL:NUM_SPECIAL + 12] = src_vec[NUM_SPECIAL:] @ rotation.T  # ▁ti is ▁si, rotated
+    tgt_known = np.ones(len(target), dtype=bool)
+    tgt_known[-1] = False  # ▁rare: no vector, drawn
+    src_known = np.ones(len(source), dtype=bool)
+    src_known[NUM_SPECIAL + 11] = False  # ▁s11 has no vector: never a neighbour
+    # In the common space: the target's vectors turned back by the map (data.bilingual.Alignment.target).
+    aligned = AlignedVectors(tgt_vec @ rotation, tgt_known, src_vec, src_known, {"kind": "test"}, neighbours=3)
+    candidates = np.flatnonzero(src_known & (np.arange(len(source)) >= NUM_SPECIAL))
+    targets, neighbours, weights = wechsel_weights(aligned, candidates)
+    assert targets.tolist() == list(range(NUM_SPECIAL, NUM_SPECIAL + 12))
+    assert neighbours.shape == weights.shape == (12, 3)
+    assert np.allclose(weights.sum(1), 1) and (weights > 0).all() and set(neighbours.ravel()) <= set(candidates)
+    unit_src = src_vec / np.linalg.norm(src_vec, axis=1, keepdims=True)
+    for row, (nb, w) in enumerate(zip(neighbours, weights)):
+        cos = unit_src[candidates] @ unit_src[NUM_SPECIAL + row] if row < 11 else None
+        if cos is not None:
+            assert nb[np.argmax(w)] == NUM_SPECIAL + row  # its own translation is the heaviest neighbour
+            top = np.sort(cos)[-3:]
+            assert np.allclose(np.sort(w), np.sort(np.exp(top / 0.1) / np.exp(top / 0.1).sum()))
+
+    rows = initial_rows("wechsel", source, src_emb, src_bias, target, std=0.02,
+                        generator=torch.Generator().manual_seed(0), aligned=aligned)
+    for i, t in enumerate(targets):
+        expected = (torch.from_numpy(weights[i])[:, None] * src_emb[torch.from_numpy(neighbours[i])]).sum(0)
+        assert torch.allclose(rows.embeddings[t], expected)
+        assert torch.allclose(rows.bias[t], (torch.from_numpy(weights[i]) * src_bias[neighbours[i]]).sum())
+    assert rows.copied.tolist() == [True] * NUM_SPECIAL + [False] * 13  # only the special pieces are copies
+    overlap = initial_rows("overlap", source, src_emb, src_bias, target, std=0.02,
+                           generator=torch.Generator().manual_seed(0))
+    assert torch.equal(rows.embeddings[-1], overlap.embeddings[-1]) and rows.bias[-1] == 0
+    assert rows.record["mixed"] == 12 and rows.record["drawn"] == 1 and rows.record["candidates"] == 11
+    with pytest.raises(ValueError, match="alignment"):
+        initial_rows("wechsel", source, src_emb, src_bias, target, std=0.02, generator=torch.Generator())

@@ -275,3 +275,33 @@ def test_step1_forgetting_and_step2_initialiser_settings_reach_their_launches_an
         cfg = PipelineConfig.load(path)
         with pytest.raises(InputError, match=rf"{path}: step2.init must be one of overlap, focus"):
             check(cfg, str(path), world_size=1)
+
+
+def test_wechsel_takes_each_targets_word_list_and_the_source_data_and_refuses_what_it_cannot_use(
+        tmp_path, monkeypatch):
+    from ds_minimodel.pipeline.settings import check
+
+    base = json.loads((Path(__file__).resolve().parents[2] / "configs/demo.json").read_text())
+    words = tmp_path / "de-en.tsv"
+    words.write_text("Haus\thouse\n", encoding="utf-8")
+    target = {**base["targets"][0], "word_list": str(words)}
+    wechsel = {**base["step2"], "init": "wechsel"}
+    pipeline = demo_pipeline(tmp_path, step2=wechsel, targets=[target])
+    launched = {}
+    monkeypatch.setattr(pipeline, "_finished", lambda *a: Path("body"))
+    monkeypatch.setattr(pipeline, "_data", lambda lang, *a: Path(f"data/{lang}"))
+    monkeypatch.setattr(pipeline, "_train", lambda spec, run_dir, name, values: launched.update(
+        {name: spec.from_dict({**values, "out": str(run_dir)}, name)}))
+    pipeline._step2("minijoint", "de")
+    spec = launched["step2-de-minijoint"]
+    assert (spec.init, spec.word_list, spec.source_data, spec.data) == ("wechsel", words, Path("data/en"),
+                                                                       Path("data/de"))
+    for changes, message in (
+            ({"step2": wechsel}, "step2.init wechsel needs a bilingual word list for every target language; de"),
+            ({"targets": [target]}, "de's word_list is used by step2.init wechsel only, not overlap"),
+            ({"step2": wechsel, "targets": [target], "source_relearn": ["bl_base"]}, "would align the source"),
+            ({"step2": wechsel, "targets": [{**target, "word_list": str(tmp_path / "none.tsv")}]}, "cannot read")):
+        path = tmp_path / "bad.json"
+        path.write_text(json.dumps({**base, "out": str(tmp_path / "out"), **changes}))
+        with pytest.raises(InputError, match=message):
+            check(PipelineConfig.load(path), str(path), world_size=1)
