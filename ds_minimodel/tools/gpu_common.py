@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from ds_minimodel.config import read_json, write_json
-from ds_minimodel.train.distributed import readable_arch_list
+from ds_minimodel.train.distributed import native_build_env
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -91,7 +91,7 @@ class Run:
     def env(self) -> dict[str, str]:
         env = {**os.environ, "PYTHONUNBUFFERED": "1",
                "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")]))}
-        readable_arch_list(env)  # for what builds DeepSpeed's ops outside a training process (FusedAdam's prebuild)
+        native_build_env(env)  # for what builds DeepSpeed's ops outside a training process (FusedAdam's prebuild)
         return env
 
     def sh(self, name: str, cmd: list[str], timeout: float) -> tuple[int | None, str, float]:

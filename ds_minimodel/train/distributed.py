@@ -6,6 +6,7 @@ import datetime
 import io
 import os
 import re
+import sys
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -44,7 +45,7 @@ def init_distributed(timeout: datetime.timedelta = DEFAULT_DIST_TIMEOUT) -> Dist
     """
     import deepspeed
 
-    readable_arch_list(os.environ)
+    native_build_env(os.environ)
     if dist.is_initialized():
         return DistInfo(dist.get_rank(), dist.get_world_size(), int(os.environ.get("LOCAL_RANK", 0)))
     env = os.environ
@@ -69,6 +70,50 @@ def without_op_loaded(text: str) -> list[str]:
     prints on every rank at every launch when it loads an op it built before (``deepspeed/comm/torch.py``)."""
     return [line for line in text.splitlines(keepends=True)
             if not re.fullmatch(r"DeepSpeed deepspeed\.ops\.\S+ built successfully\s*", line)]
+
+
+def native_build_env(env: dict[str, str] | os._Environ) -> None:
+    """Make ``env`` one in which DeepSpeed's JIT op builds (its CPU comm op, FusedAdam) find what they did last time:
+    a readable ``TORCH_CUDA_ARCH_LIST`` (``readable_arch_list``) and this environment's own ninja first on PATH
+    (``own_ninja_first``)."""
+    readable_arch_list(env)
+    own_ninja_first(env)
+
+
+def build_cpu_comm_op() -> str:
+    """Build DeepSpeed's CPU communication op now, as a CPU training process would load it at its first launch
+    (``scripts/setup_env.sh`` runs this once: C++ with g++ and ninja, about 1.5 min on 2 cores). Returns what was
+    done, for the caller to print."""
+    native_build_env(os.environ)
+    if torch.cuda.is_available():
+        return "a CUDA GPU is present: DeepSpeed's CPU communication op is not used here, nothing built"
+    os.environ.setdefault("DS_ACCELERATOR", "cpu")
+    from deepspeed.accelerator import get_accelerator
+
+    builder = get_accelerator().create_op_builder("ShareMemCommBuilder")
+    if builder is None or not builder.is_compatible():
+        return "DeepSpeed has no CPU communication op for this machine: nothing to build"
+    with contextlib.redirect_stdout(io.StringIO()):
+        builder.load(verbose=False)
+    where = os.environ.get("TORCH_EXTENSIONS_DIR", "torch's extension cache")
+    return f"DeepSpeed's CPU communication op is built, in {where}"
+
+
+def own_ninja_first(env: dict[str, str] | os._Environ) -> None:
+    """Put the ninja installed beside this interpreter (the pip package DeepSpeed depends on) first on ``env``'s PATH.
+
+    torch builds an op by running whichever ``ninja`` PATH finds, in one build folder per op. Two ninja versions
+    do not share that folder: ninja 1.12 changed how its build log hashes commands, so a system ninja (Debian 12:
+    1.11) and the pip one (1.13) each find every command changed since the other built, and rebuild the op
+    (measured: DeepSpeed's CPU comm op rebuilt in full, about 85 s on this 2-core machine, at each switch between a
+    shell with the venv's bin on PATH and one without). With the interpreter's own ninja always first, every
+    process of one environment builds with the same ninja, and an op is built once."""
+    own = Path(sys.executable).parent
+    if not (own / "ninja").is_file():
+        return
+    entries = env.get("PATH", "").split(os.pathsep)
+    if entries[0] != str(own):
+        env["PATH"] = os.pathsep.join([str(own), *(e for e in entries if e and e != str(own))])
 
 
 def readable_arch_list(env: dict[str, str] | os._Environ) -> str | None:
