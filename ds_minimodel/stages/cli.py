@@ -120,6 +120,32 @@ def drop_scheduler_start(record: logging.LogRecord) -> bool:
     return SCHEDULER_START not in record.getMessage()
 
 
+SUMMARY_FILE = "summary.json"
+"""The run's closing summary (``stages.runner.run_stage``), written by rank 0 into the run folder at each end of a
+process (finished or stopped): the figures the closing line prints, and every metric of the last update."""
+
+
+def write_summary(run_dir: Path, summary: dict[str, Any]) -> None:
+    tmp = run_dir / f".{SUMMARY_FILE}.tmp"
+    tmp.write_text(json.dumps(summary, sort_keys=True, indent=1, default=str) + "\n", encoding="utf-8")
+    os.replace(tmp, run_dir / SUMMARY_FILE)
+
+
+def summary_line(summary: dict[str, Any], run_dir: Path) -> str:
+    """One line for a person: how the run ended, its last loss, its scores, and its checkpoint."""
+    how = f"stopped by {summary['stopped_by']}" if summary.get("stopped_by") else "finished"
+    parts = [f"[{summary.get('run', 'run')}] {how} at update {summary['step']:,} of {summary['steps']:,}"]
+    if "loss" in summary:
+        parts.append(f"loss {summary['loss']:.4f}")
+    for split in ("dev",):
+        scores = summary.get(split)
+        if isinstance(scores, dict):
+            parts.append(f"{split} " + ", ".join(f"{k} {v:.2f}" for k, v in scores.items()
+                                                 if isinstance(v, (int, float))))
+    parts.append(f"checkpoint {summary['checkpoint']}; every figure in {run_dir / SUMMARY_FILE}")
+    return "; ".join(parts)
+
+
 def run_main(run: Callable[[Any], dict[str, Any]], spec: RunSpec) -> int:
     """Run a stage; bad input exits 2 with one line naming the file and the problem, no traceback."""
     import torch.distributed as dist
@@ -145,7 +171,8 @@ def run_main(run: Callable[[Any], dict[str, Any]], spec: RunSpec) -> int:
         return 130
     if dist.is_initialized():
         if dist.get_rank() == 0:
-            print(json.dumps(summary, sort_keys=True, default=str), flush=True)
+            write_summary(Path(spec.out), summary)
+            print(summary_line(summary, Path(spec.out)), flush=True)
         dist.barrier()
         # Free what sits in reference cycles (the DeepSpeed engine, its tensors) while the process group is alive:
         # left to interpreter shutdown, Gloo state freed late can abort the process ("terminate called without an

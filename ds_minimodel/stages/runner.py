@@ -124,7 +124,8 @@ def run_stage(spec: RunSpec, build: Builder) -> Outcome:
     info.seed_ranks_apart(spec.seed)
     result = train(built.stage, built.stream, ds_config=ds_config, train_cfg=built.train_cfg, run_dir=Path(spec.out),
                    log_root=spec.log_root, resume=spec.resume, batch=batch)
-    summary = {"step": result.step, "tokens": result.tokens, "flops": result.flops,
+    summary = {"run": built.stage.name, "step": result.step, "steps": built.train_cfg.steps,
+               "tokens": result.tokens, "flops": result.flops,
                "checkpoint": str(result.checkpoint), "stopped_by": result.stopped_by, **result.last_metrics,
                **built.summary(result)}
     return Outcome(summary=summary, built=built, result=result)

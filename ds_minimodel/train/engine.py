@@ -234,7 +234,7 @@ class Loop:
                                    flops=step * stage.flops_per_update,
                                    v100_days=to_gpu_days(step * stage.flops_per_update))
                     logger.log(metrics, step)
-                    progress.update(step, loss)
+                    progress.update(step, loss, metrics["tokens_per_s"])
                 if step % cfg.save_every == 0 or step == cfg.steps or stats.stop:
                     self.save(step)
                 if stats.stop and step < cfg.steps:
@@ -279,24 +279,40 @@ def _engine_metrics(engine: Any, scale_watch: LossScaleWatch | None) -> dict[str
 
 
 class _progress:
-    """A tqdm bar on rank 0 when attached to a terminal; plain lines otherwise (batch-job logs stay readable)."""
+    """A tqdm bar on rank 0 when attached to a terminal; plain lines otherwise (batch-job logs stay readable), each
+    with the loss, the tokens per second of that update and the time left at the pace since this run started."""
 
     def __init__(self, name: str, start: int, total: int, *, enabled: bool):
         self.name, self.enabled, self.bar = name, enabled, None
+        self.start, self.total, self.started = start, total, time.perf_counter()
         if enabled and os.isatty(2):
             from tqdm import tqdm
 
             self.bar = tqdm(total=total, initial=start, desc=name, unit="upd", dynamic_ncols=True)
 
-    def update(self, step: int, loss: float) -> None:
+    def update(self, step: int, loss: float, tokens_per_s: float) -> None:
         if not self.enabled:
             return
         if self.bar is not None:
             self.bar.n = step
-            self.bar.set_postfix(loss=f"{loss:.4f}")
-        else:
-            print(f"[{self.name}] update {step} loss {loss:.4f}", flush=True)
+            self.bar.set_postfix(loss=f"{loss:.4f}", tok_s=f"{tokens_per_s:,.0f}")
+            return
+        line = f"[{self.name}] update {step} loss {loss:.4f}, {tokens_per_s:,.0f} tokens/s"
+        if step < self.total and step > self.start:
+            left = (time.perf_counter() - self.started) / (step - self.start) * (self.total - step)
+            line += f", {duration(left)} left"
+        print(line, flush=True)
 
     def close(self) -> None:
         if self.bar is not None:
             self.bar.close()
+
+
+def duration(seconds: float) -> str:
+    """``1 h 05 min``, ``4 min 10 s``, ``35 s``."""
+    seconds = int(round(seconds))
+    if seconds >= 3600:
+        return f"{seconds // 3600} h {seconds % 3600 // 60:02d} min"
+    if seconds >= 60:
+        return f"{seconds // 60} min {seconds % 60:02d} s"
+    return f"{seconds} s"

@@ -108,7 +108,8 @@ def test_sigterm_sigusr1_and_ctrl_c_save_and_resume_exactly(en_data, tmp_path, r
         assert proc.returncode == (130 if sig == signal.SIGINT else 0), stderr[-3000:]
         step = checkpoint.load_meta(checkpoint.latest_checkpoint(out)).step
         assert after <= step < STEPS and f"{sig.name}: saved" in stdout and "--resume" in stdout
-        assert json.loads(stdout.strip().splitlines()[-1])["stopped_by"] == sig.name
+        assert json.loads((out / "summary.json").read_text())["stopped_by"] == sig.name
+        assert f"stopped by {sig.name} at update {step:,} of {STEPS:,}" in stdout.strip().splitlines()[-1]
         stops.append(step)
     assert stops[0] < stops[1]
     run_cmd(cmd + ["--resume"])

@@ -80,7 +80,10 @@ def run(tmp_path_factory) -> dict:
                         "finetune": {"max_len": 128, "doc_stride": 32, "epochs": 1}}]
     path = tmp_path / "pipeline.json"
     path.write_text(json.dumps(config))
-    proc = run_cmd([sys.executable, "-m", "ds_minimodel", "pipeline", "--config", str(path)], timeout=600)
+    # Through torchrun, as the demo pipeline's test launches: one interpreter fewer per launch than the deepspeed
+    # launcher, whose launches test_pretrain.py and test_cluster.py run.
+    proc = run_cmd([sys.executable, "-m", "ds_minimodel", "pipeline", "--config", str(path), "--launcher", "torchrun"],
+                   timeout=600)
     yield {"out": tmp_path / "out", "config": path, "env_path": env_path, "stdout": proc.stdout}
     mp.undo()
 
@@ -179,7 +182,8 @@ def test_further_pretraining_runs_are_scored_beside_the_main_one(tmp_path):
     task["test"] = {"de": head(REPO / task["test"]["de"], tmp_path / "test.de.jsonl", 50)}
     path = tmp_path / "pipeline.json"
     path.write_text(json.dumps(config))
-    run_cmd([sys.executable, "-m", "ds_minimodel", "pipeline", "--config", str(path)], timeout=600)
+    run_cmd([sys.executable, "-m", "ds_minimodel", "pipeline", "--config", str(path), "--launcher", "torchrun"],
+            timeout=600)
 
     out = tmp_path / "out"
     main, extra = (json.loads((folder / "step1/base/run.json").read_text()) for folder in (out, out / "pretrain-seed5"))

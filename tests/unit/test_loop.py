@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 from pathlib import Path
 
@@ -16,7 +17,7 @@ from ds_minimodel.config import TrainConfig
 from ds_minimodel.ds_config import BatchSizes
 from ds_minimodel.errors import TrainingError
 from ds_minimodel.train import checkpoint
-from ds_minimodel.train.engine import Loop, Stage
+from ds_minimodel.train.engine import Loop, Stage, duration
 
 
 class Engine:
@@ -110,8 +111,15 @@ def loop(tmp_path, stream, steps=6, **stage_options) -> Loop:
                 run_dir=tmp_path / "run")
 
 
-def test_the_loop_counts_logs_and_saves_on_its_cadence_and_resumes_where_it_saved(one_rank, saves, tmp_path):
+def test_the_loop_counts_logs_and_saves_on_its_cadence_and_resumes_where_it_saved(one_rank, saves, tmp_path,
+                                                                                    capsys):
     result = loop(tmp_path, Stream(), save_initial=True).run(resume=False)
+    # Rank 0's progress in a log (no terminal): loss, tokens per second, and the time left until the last update.
+    lines = [line for line in capsys.readouterr().out.splitlines() if line.startswith("[toy] update")]
+    assert [line.split()[2] for line in lines] == ["2", "4", "6"], lines
+    pattern = r"\[toy\] update \d loss \d+\.\d{4}, [\d,]+ tokens/s(, \d+ s left)?"
+    assert all(re.fullmatch(pattern, line) for line in lines) and "left" in lines[0] and "left" not in lines[-1]
+    assert (duration(35.2), duration(250), duration(3900)) == ("35 s", "4 min 10 s", "1 h 05 min")
     assert (result.step, result.samples, result.tokens, result.flops) == (6, 24, 24, 60.0)
     assert sorted(saves) == [0, 4, 6] and result.checkpoint == tmp_path / "run" / checkpoint.tag_for(6)
     assert saves[4]["data_position"] == {"position": 4} and saves[4]["tokens"] == 16 and saves[4]["flops"] == 40.0
@@ -131,3 +139,20 @@ def test_a_stop_request_saves_that_update_and_stops_and_a_nan_names_the_last_che
     with pytest.raises(TrainingError, match=r"non-finite loss nan at update 5; .* the last good checkpoint is "
                                             r".*step_00000004"):
         loop(tmp_path / "other", Stream({5: "nan"})).run(resume=False)
+
+
+def test_the_closing_summary_is_one_readable_line_and_a_file(tmp_path):
+    from ds_minimodel.stages.cli import SUMMARY_FILE, summary_line, write_summary
+
+    finetune = {"run": "step3-lohelp-base-seed1", "step": 186, "steps": 186, "loss": 1.34, "stopped_by": None,
+                "checkpoint": "runs/x/checkpoints/step_00000186", "dev": {"accuracy": 38.9535, "macro_f1": 16.06,
+                                                                          "language": "en"}}
+    assert summary_line(finetune, tmp_path) == (
+        "[step3-lohelp-base-seed1] finished at update 186 of 186; loss 1.3400; dev accuracy 38.95, macro_f1 16.06; "
+        f"checkpoint runs/x/checkpoints/step_00000186; every figure in {tmp_path / SUMMARY_FILE}")
+    stopped = {"run": "step1-base", "step": 1377, "steps": 3000, "loss": 4.1, "stopped_by": "SIGTERM",
+               "checkpoint": "c"}
+    assert summary_line(stopped, tmp_path).startswith("[step1-base] stopped by SIGTERM at update 1,377 of 3,000; ")
+    write_summary(tmp_path, finetune)
+    assert json.loads((tmp_path / SUMMARY_FILE).read_text()) == finetune
+    assert [p.name for p in tmp_path.iterdir()] == [SUMMARY_FILE]  # no temporary file left
