@@ -8,7 +8,10 @@
 #
 # With EN_DATA (English prepared with the body's tokenizer), every variant also relearns English with only the rows
 # the first language's initialisation would copy (--shared-with its tokenizer), scored on English dev: the anchored
-# source-relearn control. A variant is NAME=OPTIONS (run_adapt.py options, commas for spaces). JOBS processes at a
+# source-relearn control (not for WECHSEL variants: it would align English with itself). A variant is NAME=OPTIONS
+# (run_adapt.py options, commas for spaces; {lang} stands for the language and {en} for EN_DATA, as WECHSEL's
+# options need: wechsel=--init,wechsel,--word-list,reference_data/dictionaries/{lang}-en.tsv,--source-data,{en},
+# with the lists of scripts/make_dictionaries.py). JOBS processes at a
 # time (default 2), one thread each; DS_ACCELERATOR=cuda and PYTHON for a GPU machine (scripts/gpu_ladder.sh).
 # Finished runs are skipped when run again, an interrupted one resumes. Output: $OUT/dev_scores.jsonl (one record
 # per classifier, variant, checkpoint), $OUT/align.jsonl and the table this prints.
@@ -48,17 +51,26 @@ for seed in $SEEDS; do
   jobs_list+=("train $OUT/ft-seed$seed run_finetune.py --model $BODY --task lohelp --format generic
     --train $T/train.en.jsonl --ds-config $FT_CONFIG --epochs $EPOCHS --max-len 128 --pooling cls --seed $seed")
 done
+options_for() {  # options_for VARIANT_OPTIONS LANG: commas to spaces, {lang} and {en} filled in
+  local options=${1//\{lang\}/$2}
+  options=${options//\{en\}/${EN_DATA:-}}
+  echo "${options//,/ }"
+}
 for lang in $LANGS; do
   for variant in $VARIANTS; do
-    name=${variant%%=*} options=${variant#*=}
+    name=${variant%%=*}
     jobs_list+=("train $OUT/step2-$lang-$name run_adapt.py --system bl_base --body $BODY --data $DATA/$lang
       --lang $lang --ds-config $STEP2_CONFIG --seq-len 128 --steps $STEP2_STEPS --save-every $STEP2_SAVE
-      ${options//,/ }")
+      $(options_for "${variant#*=}" "$lang")")
   done
 done
 ANCHOR=${LANGS%% *}
+variants_of() {  # variants_of LANG: the variants run for LANG (en-anchored: all but WECHSEL's)
+  local variant
+  for variant in $VARIANTS; do [[ $1 == en-anchored && $variant == *wechsel* ]] || echo "$variant"; done
+}
 if [ -n "${EN_DATA:-}" ]; then  # the anchored source-relearn control: English with German's copied rows only
-  for variant in $VARIANTS; do
+  for variant in $(variants_of en-anchored); do
     name=${variant%%=*} options=${variant#*=}
     jobs_list+=("train $OUT/step2-en-anchored-$name run_adapt.py --system bl_base --body $BODY --data $EN_DATA
       --lang en --shared-with $DATA/$ANCHOR/spm.model --ds-config $STEP2_CONFIG --seq-len 128 --steps $STEP2_STEPS
@@ -78,7 +90,7 @@ for seed in $SEEDS; do
   scoring+=("\"$PY\" -m ds_minimodel evaluate --task-model $model --test $T/dev.en.jsonl --lang en
     > $OUT/en-seed$seed.json")
   for lang in $LANGS ${EN_DATA:+en-anchored}; do
-    for variant in $VARIANTS; do
+    for variant in $(variants_of "$lang"); do
       name=${variant%%=*}
       scoring+=("\"$PY\" -m ds_minimodel evaluate --task-model $model --embeddings $OUT/step2-$lang-$name/checkpoints/step_*
         --test $T/dev.${lang%-anchored}.jsonl --lang ${lang%-anchored} > $OUT/scores-seed$seed-$lang-$name.part")
@@ -97,6 +109,6 @@ join_parts() {  # join_parts FILE PART...: the parts in order into FILE; a missi
   cat "$@" > "$file"
 }
 join_parts "$OUT/dev_scores.jsonl" $(for seed in $SEEDS; do for lang in $LANGS ${EN_DATA:+en-anchored}; do
-  for variant in $VARIANTS; do echo "$OUT/scores-seed$seed-$lang-${variant%%=*}.part"; done; done; done)
+  for variant in $(variants_of "$lang"); do echo "$OUT/scores-seed$seed-$lang-${variant%%=*}.part"; done; done; done)
 join_parts "$OUT/align.jsonl" $(for lang in $LANGS; do echo "$OUT/align-$lang.part"; done)
 "$PY" scripts/ladder_table.py "$OUT"

@@ -1,9 +1,7 @@
 """Joining the process group, whichever launcher started the ranks (deepspeed, torchrun, srun, mpirun, plain python)."""
 from __future__ import annotations
 
-import contextlib
 import datetime
-import io
 import os
 import re
 import sys
@@ -57,46 +55,42 @@ def init_distributed(timeout: datetime.timedelta = DEFAULT_DIST_TIMEOUT) -> Dist
         env.setdefault("MASTER_ADDR", "127.0.0.1")
         env.setdefault("MASTER_PORT", str(free_port()))
     _bound_every_group(timeout)
-    printed = io.StringIO()
-    with contextlib.redirect_stdout(printed):  # DeepSpeed prints one line per rank when it loads its CPU comm op
-        deepspeed.init_distributed(auto_mpi_discovery=mpi, timeout=timeout, verbose=False)
-    print("".join(without_op_loaded(printed.getvalue())), end="", flush=True)
-    _unlink_shm_allreduce_buffer()
+    skip_inference_comm_op()
+    deepspeed.init_distributed(auto_mpi_discovery=mpi, timeout=timeout, verbose=False)
     return DistInfo(dist.get_rank(), dist.get_world_size(), int(env.get("LOCAL_RANK", 0)))
 
 
-def without_op_loaded(text: str) -> list[str]:
-    """``text``'s lines (ends kept) but DeepSpeed's "DeepSpeed deepspeed.ops.<name> built successfully", which it
-    prints on every rank at every launch when it loads an op it built before (``deepspeed/comm/torch.py``)."""
-    return [line for line in text.splitlines(keepends=True)
-            if not re.fullmatch(r"DeepSpeed deepspeed\.ops\.\S+ built successfully\s*", line)]
+def skip_inference_comm_op() -> str | None:
+    """Keep DeepSpeed from building and loading its CPU shared-memory communication op; returns the op's name where
+    it was skipped (on the CPU accelerator), else None.
+
+    On CPU, ``deepspeed.init_distributed`` compiles that op with g++ the first time a process starts its group
+    (about 85 s on 2 cores, needing a C++ compiler on the machine), then on every launch loads it, prints "built
+    successfully" from each rank and maps a 69 MB /dev/shm buffer per rank, which it never unlinks. It serves one
+    function, ``inference_all_reduce``: the all-reduce of tensor-parallel inference (``deepspeed.module_inject``),
+    which training never calls; training's collectives go through torch.distributed. DeepSpeed decides from its
+    per-process table of compatible ops (``deepspeed.ops.__compatible_ops__``, kept as one editable dict); marked
+    incompatible there, the op is neither built nor loaded, and ``inference_all_reduce`` would use torch's
+    all-reduce."""
+    import deepspeed.ops
+    from deepspeed.accelerator import get_accelerator
+
+    accelerator = get_accelerator()
+    if accelerator.device_name() != "cpu":
+        return None
+    builder = accelerator.create_op_builder("ShareMemCommBuilder")
+    if builder is None:
+        return None
+    deepspeed.ops.__compatible_ops__[builder.NAME] = False
+    return builder.NAME
 
 
 def native_build_env(env: dict[str, str] | os._Environ) -> None:
-    """Make ``env`` one in which DeepSpeed's JIT op builds (its CPU comm op, FusedAdam) find what they did last time:
-    a readable ``TORCH_CUDA_ARCH_LIST`` (``readable_arch_list``) and this environment's own ninja first on PATH
-    (``own_ninja_first``)."""
+    """Make ``env`` one in which DeepSpeed's JIT op builds (FusedAdam on a GPU, any op a DeepSpeed config asks for)
+    find what they built last time: a readable ``TORCH_CUDA_ARCH_LIST`` (``readable_arch_list``) and this
+    environment's own ninja first on PATH (``own_ninja_first``)."""
     readable_arch_list(env)
     own_ninja_first(env)
-
-
-def build_cpu_comm_op() -> str:
-    """Build DeepSpeed's CPU communication op now, as a CPU training process would load it at its first launch
-    (``scripts/setup_env.sh`` runs this once: C++ with g++ and ninja, about 1.5 min on 2 cores). Returns what was
-    done, for the caller to print."""
-    native_build_env(os.environ)
-    if torch.cuda.is_available():
-        return "a CUDA GPU is present: DeepSpeed's CPU communication op is not used here, nothing built"
-    os.environ.setdefault("DS_ACCELERATOR", "cpu")
-    from deepspeed.accelerator import get_accelerator
-
-    builder = get_accelerator().create_op_builder("ShareMemCommBuilder")
-    if builder is None or not builder.is_compatible():
-        return "DeepSpeed has no CPU communication op for this machine: nothing to build"
-    with contextlib.redirect_stdout(io.StringIO()):
-        builder.load(verbose=False)
-    where = os.environ.get("TORCH_EXTENSIONS_DIR", "torch's extension cache")
-    return f"DeepSpeed's CPU communication op is built, in {where}"
 
 
 def own_ninja_first(env: dict[str, str] | os._Environ) -> None:
@@ -148,22 +142,5 @@ def _bound_every_group(timeout: datetime.timedelta) -> None:
     c10d.default_pg_timeout = timeout
     if isinstance(getattr(c10d, "default_pg_nccl_timeout", None), datetime.timedelta):
         c10d.default_pg_nccl_timeout = timeout
-
-
-def _unlink_shm_allreduce_buffer() -> None:
-    """Remove the name of DeepSpeed's CPU shared-memory all-reduce buffer once every rank has mapped it.
-
-    On CPU, DeepSpeed's shm_comm creates /dev/shm/deepspeed_allreduce_buffer_<uid>_<addr>_<port>_<rank> (69 MB per
-    rank) while the group initialises and never unlinks it: every CPU run leaked its buffers until /dev/shm, which
-    is RAM, filled up (measured: 22 GB after a day of test runs, and a machine swapping to a halt). Each rank maps
-    every other rank's buffer inside init_distributed, so after a barrier the names can go; the mappings stay
-    valid, and the memory is freed when the last process using it exits, also when it is killed.
-    """
-    addr, port = os.environ.get("MASTER_ADDR"), os.environ.get("MASTER_PORT")
-    path = Path("/dev/shm") / f"deepspeed_allreduce_buffer_{os.getuid()}_{addr}_{port}_{dist.get_rank()}"
-    if not path.exists():
-        return
-    dist.barrier()
-    path.unlink(missing_ok=True)
 
 

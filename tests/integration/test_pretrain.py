@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import sys
 from pathlib import Path
 
@@ -39,9 +40,17 @@ def test_minijoint_two_ranks_both_heads_learn(en_data, tmp_path):
     ds_config = tmp_path / "ds.json"
     ds_config.write_text(json.dumps(config))
     out = tmp_path / "minijoint"
-    run_cmd(deepspeed_cmd(2, "run_pretrain.py", "--variant", "minijoint", *TINY, "--ds-config", str(ds_config),
-                          "--data", str(en_data), "--out", str(out), "--steps", "40", "--log-every", "5",
-                          "--save-every", "20"))
+    # An empty extension cache stays empty: on CPU nothing is compiled (DeepSpeed's shared-memory op, which only
+    # tensor-parallel inference uses, is skipped), nothing is announced, no shared-memory buffer is left.
+    extensions = tmp_path / "torch_extensions"
+    cmd = deepspeed_cmd(2, "run_pretrain.py", "--variant", "minijoint", *TINY, "--ds-config", str(ds_config),
+                        "--data", str(en_data), "--out", str(out), "--steps", "40", "--log-every", "5",
+                        "--save-every", "20")
+    proc = run_cmd(cmd, env={"TORCH_EXTENSIONS_DIR": str(extensions)})
+    assert not extensions.exists() or not any(extensions.iterdir())
+    assert "built successfully" not in proc.stdout + proc.stderr
+    port = cmd[cmd.index("--master_port") + 1]
+    assert not list(Path("/dev/shm").glob(f"deepspeed_allreduce_buffer_{os.getuid()}_*_{port}_*"))
     records = read_metrics(out)
     assert [r["step"] for r in records] == list(range(5, 41, 5))
     for head in ("loss_main", "loss_aux"):

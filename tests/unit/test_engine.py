@@ -190,8 +190,16 @@ def test_an_updates_figures_are_reduced_in_one_all_reduce_the_same_on_every_rank
             dist.destroy_process_group()
 
 
-def test_deepspeeds_op_loaded_line_is_dropped_from_what_init_prints():
-    from ds_minimodel.train.distributed import without_op_loaded
+def test_deepspeeds_inference_comm_op_is_not_built_for_training_on_cpu(monkeypatch):
+    """On the CPU accelerator the shared-memory op that only tensor-parallel inference uses is marked incompatible,
+    so init_distributed neither compiles nor loads it (the end to end check, an empty extension cache staying empty
+    through a launch: tests/integration/test_cluster.py)."""
+    import deepspeed.ops
+    from deepspeed.comm.torch import build_shm_op
 
-    text = "DeepSpeed deepspeed.ops.comm.deepspeed_shm_comm_op built successfully\nsomething else\n"
-    assert without_op_loaded(text) == ["something else\n"]
+    from ds_minimodel.train.distributed import skip_inference_comm_op
+
+    monkeypatch.setitem(deepspeed.ops.__compatible_ops__, "deepspeed_shm_comm", True)
+    assert skip_inference_comm_op() == "deepspeed_shm_comm"
+    assert deepspeed.ops.__compatible_ops__["deepspeed_shm_comm"] is False
+    assert build_shm_op() is None  # what DeepSpeed's CPU backend calls in init_distributed: no build, no load
