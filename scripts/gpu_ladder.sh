@@ -9,6 +9,10 @@
 #   LANGS=de STEP2_STEPS=4 STEP2_SAVE=2 EPOCHS=0.01 bash scripts/gpu_ladder.sh     # a size of seconds, on a CPU
 #
 # LIMIT (seconds, default 300): ladders still going then are stopped, and what finished is packed.
+# WECHSEL variants (scripts/init_ladder.sh) need the word lists and the English text prepared with the bodies'
+# tokenizer: carry reference_data/dictionaries (python scripts/make_dictionaries.py) and that folder, and set
+# EN_DATA=<folder> VARIANTS="... wechsel=--init,wechsel,--word-list,reference_data/dictionaries/{lang}-en.tsv,
+# --source-data,{en}" (one word, no spaces; checked on a CPU at a size of seconds with the reference body).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 source scripts/gpu_env.sh
