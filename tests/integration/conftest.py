@@ -69,13 +69,17 @@ PIPELINE_TEST_SIZE = 400
 
 @pytest.fixture(scope="session")
 def demo_pipeline(tmp_path_factory) -> dict:
-    """configs/demo.json through the pipeline (2 CPU ranks, the demo preset) with its output in a temporary folder and
-    shorter stages. Its Step-1 and Step-1b models are also the bodies the Step-2 tests adapt (test_adapt.py), and
-    its Step-2 runs are the ones test_adapt.py checks: under ZeRO stage 1 here (stage 0 is every other run's, and
-    test_adapt.py's FOCUS run trains under stage 2 in bf16)."""
+    """configs/demo.json through the pipeline (the demo preset) with its output in a temporary folder, shorter stages
+    and one CPU rank where the demo has two (same global batch, two micro-batches an update): at this model size an
+    update takes as long on one rank as on two, and the suite's other worker gets the second core. The pipeline's
+    two-rank launches are tested in test_slurm.py (and every stage's own two-rank runs in test_pretrain.py,
+    test_adapt.py, test_cluster.py). Its Step-1 and Step-1b models are also the bodies the Step-2 tests adapt
+    (test_adapt.py), and its Step-2 runs are the ones test_adapt.py checks: under ZeRO stage 1 here (stage 0 is every
+    other run's, and test_adapt.py's FOCUS run trains under stage 2 in bf16 on two ranks)."""
     root = tmp_path_factory.mktemp("pipeline")
     config = json.loads((REPO / "configs/demo.json").read_text())
     config["out"] = str(root / "out")
+    config["ranks"] = 1
     config["step1"].update(steps=900, save_every=900, log_every=100)
     config["step1b"].update(steps=60, save_every=60, log_every=30)
     zero1 = json.loads((REPO / config["step2"]["ds_config"]).read_text())
@@ -102,6 +106,6 @@ def demo_pipeline(tmp_path_factory) -> dict:
 
 @pytest.fixture(scope="session")
 def primaries(demo_pipeline) -> dict[str, Path]:
-    """The pipeline's Step-1 models (demo preset, 2 ranks): normal, MiniJoint and BL_SMALL."""
+    """The pipeline's Step-1 models (demo preset): normal, MiniJoint and BL_SMALL."""
     out = demo_pipeline["out"]
     return {v: checkpoint.latest_checkpoint(out / "step1" / v) for v in ("base", "minijoint", "small")}

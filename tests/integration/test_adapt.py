@@ -1,4 +1,4 @@
-"""Mini-models and Step 2 end to end: MiniPost's Step 1b, adaptation of all four systems to German on 2 CPU ranks,
+"""Mini-models and Step 2 end to end: MiniPost's Step 1b, adaptation of all four systems to German,
 the frozen-body guarantees in process, and plugging embeddings into the primary model."""
 from __future__ import annotations
 
@@ -23,7 +23,7 @@ pytestmark = pytest.mark.xdist_group("demo_pipeline")
 
 @pytest.fixture(scope="session")
 def minipost(demo_pipeline) -> Path:
-    """The pipeline's Step 1b (2 ranks): the normal primary's bottom layers + new ones, trained on English."""
+    """The pipeline's Step 1b: the normal primary's bottom layers + new ones, trained on English."""
     return checkpoint.latest_checkpoint(demo_pipeline["out"] / "step1b" / "minipost")
 
 
@@ -47,7 +47,7 @@ SYSTEMS = ("bl_base", "bl_small", "minijoint", "minipost")
 
 @pytest.fixture(scope="session")
 def adapted(demo_pipeline) -> dict[str, Path]:
-    """The pipeline's Step 2 of all four systems to German (2 ranks, ZeRO stage 1, 60 updates, saved every 30)."""
+    """The pipeline's Step 2 of all four systems to German (ZeRO stage 1, 60 updates, saved every 30)."""
     return {system: demo_pipeline["out"] / "step2" / "de" / system for system in SYSTEMS}
 
 

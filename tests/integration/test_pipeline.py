@@ -1,4 +1,4 @@
-"""The four steps end to end through the pipeline runner on the shipped demo data (2 CPU ranks, the demo preset),
+"""The four steps end to end through the pipeline runner on the shipped demo data (one CPU rank, the demo preset),
 at fewer updates than the README's demo: finetuning with frozen embeddings, zero-shot transfer to German for every
 system, Step-2 checkpoint and seed, and a re-run that skips every finished step."""
 from __future__ import annotations
