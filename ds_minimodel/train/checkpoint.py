@@ -313,8 +313,15 @@ def resume(engine: Any, ckpt_dir: Path, *, trainable_only: bool = False) -> Reco
     """
     meta = load_meta(ckpt_dir)
     engine.checkpoint_engine.load = safe_load  # DeepSpeed reads every file of the folder through this
-    load_path, _ = engine.load_checkpoint(str(ckpt_dir.parent), tag=ckpt_dir.name,
-                                          load_module_strict=not trainable_only)
+    try:
+        load_path, _ = engine.load_checkpoint(str(ckpt_dir.parent), tag=ckpt_dir.name,
+                                              load_module_strict=not trainable_only)
+    except Exception as err:  # DeepSpeed's ZeRORuntimeException; every rank raises it alike
+        saved = re.search(r"used a DP world size of (\d+) but the current world size is (\d+)", str(err))
+        if saved is None:
+            raise
+        raise InputError(f"{ckpt_dir}: saved by {saved[1]} rank(s) under ZeRO, resumed here by {saved[2]}: DeepSpeed "
+                         f"cannot re-partition ZeRO's optimizer state; resume with {saved[1]} rank(s)") from None
     if load_path is None:
         raise InputError(f"{ckpt_dir}: DeepSpeed could not load this checkpoint")
     rng_path, error = ckpt_dir / _rng_file(dist.get_rank()), None

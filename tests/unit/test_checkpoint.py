@@ -113,3 +113,25 @@ def test_meta_json_is_a_typed_record_and_files_written_before_it_still_load(fold
     (folder / "meta.json").write_text(json.dumps({**old, "step": 4.5}))
     with pytest.raises(InputError, match=rf"{folder / 'meta.json'}: step must be int"):
         checkpoint.load_meta(folder)
+
+
+def test_resuming_a_zero_run_on_another_rank_count_is_refused_with_the_count_that_saved_it(tmp_path: Path) -> None:
+    """DeepSpeed cannot re-partition ZeRO's optimizer state for another world size and says so in a traceback from
+    deep inside load_checkpoint; resume names the checkpoint and the number of ranks to resume with instead."""
+    from deepspeed.runtime.zero.utils import ZeRORuntimeException
+
+    folder = tmp_path / "checkpoints" / "step_00000060"
+    folder.mkdir(parents=True)
+    (folder / "meta.json").write_text(json.dumps({"weights_sha256": "0" * 64, "step": 60}))
+
+    class Engine:
+        checkpoint_engine = type("CheckpointEngine", (), {})()
+
+        def load_checkpoint(self, *args, **kwargs):
+            raise ZeRORuntimeException("The checkpoint being loaded used a DP world size of 1 but the current world "
+                                       "size is 2. Automatic adjustment of ZeRO's optimizer state partitioning with a "
+                                       "new world size is not currently supported.")
+
+    with pytest.raises(InputError, match=rf"{folder}: saved by 1 rank\(s\) under ZeRO, resumed here by 2: .*resume "
+                                         r"with 1 rank\(s\)"):
+        checkpoint.resume(Engine(), folder)
