@@ -61,6 +61,8 @@ class FinetuneSettings:
     """Sequence tasks: classify from the <s> position (RoBERTa) or from the mean over real tokens."""
     doc_stride: int = FinetuneConfig.doc_stride
     """QA: overlap between consecutive context windows."""
+    log_every: int = 50
+    """Updates between a run's progress lines and metrics records (a finetuning run is a few hundred updates)."""
 
 
 FORMAT_FINETUNING: dict[str, dict[str, Any]] = {"squad": {"max_len": 384, "doc_stride": 128}}

@@ -11,6 +11,7 @@ import os
 import signal
 import sys
 import threading
+import warnings
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any, NoReturn
@@ -150,6 +151,8 @@ def run_main(run: Callable[[Any], dict[str, Any]], spec: RunSpec) -> int:
     """Run a stage; bad input exits 2 with one line naming the file and the problem, no traceback."""
     import torch.distributed as dist
 
+    # torch warns once per rank that DeepSpeed's ZeRO calls a deprecated all-gather: DeepSpeed's to change, not ours.
+    warnings.filterwarnings("ignore", message=r".*all_gather_into_tensor.* is deprecated", category=FutureWarning)
     deepspeed_log = logging.getLogger("DeepSpeed")
     deepspeed_log.setLevel(logging.WARNING)
     if drop_scheduler_start not in deepspeed_log.filters:

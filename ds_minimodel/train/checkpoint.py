@@ -22,7 +22,9 @@ Rank 0 does the side effects; every rank takes part in the collectives (STYLE ha
 """
 from __future__ import annotations
 
+import contextlib
 import hashlib
+import io
 import os
 import re
 import shutil
@@ -196,8 +198,10 @@ def _full_precision_weights(engine: Any, ckpt_dir: Path, trainable_only: bool) -
     if engine.zero_optimization_stage() > 0:
         from deepspeed.utils.zero_to_fp32 import get_fp32_state_dict_from_zero_checkpoint
 
-        gathered = get_fp32_state_dict_from_zero_checkpoint(
-            str(ckpt_dir.parent), tag=ckpt_dir.name, exclude_frozen_parameters=trainable_only)
+        # It prints five lines (and a progress bar) per call, at every checkpoint of every Step-2 run: not ours to show.
+        with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):
+            gathered = get_fp32_state_dict_from_zero_checkpoint(
+                str(ckpt_dir.parent), tag=ckpt_dir.name, exclude_frozen_parameters=trainable_only)
     # Frozen parameters are not in the optimizer: those (and buffers) come from the module.
     return {name: gathered.get(name, current[name]).detach().float().cpu().clone() for name in names}
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import csv
 import json
+import re
 import sys
 from collections import Counter
 from pathlib import Path
@@ -41,6 +42,20 @@ def finetuned(out: Path, primary: str, seed: int) -> Path:
 
 def primary_checkpoint(out: Path, primary: str) -> Path:
     return checkpoint.latest_checkpoint(out / "step1" / primary)
+
+
+def test_the_run_prints_a_readable_page_not_logs(pipeline):
+    """What a person reads (issue 31): no INFO lines, no raw dict, no DeepSpeed checkpoint-conversion chatter; every
+    Step-4 score names its task, language, system (or primary), checkpoint and seed; and the whole run, 14 training
+    launches, Step 4 and the analysis with its tables, fits in a few screens."""
+    lines = pipeline["stdout"].splitlines()
+    assert not [line for line in lines if "[INFO]" in line or line.lstrip().startswith("{")]
+    assert not [line for line in lines if "zero checkpoint" in line or "FutureWarning" in line]
+    scores = [line for line in lines if line.startswith("[step4]")]
+    pattern = (r"\[step4\] lohelp (de|en) (\w+ update \d+|primary \w+, own embeddings) seed \d: "
+               r"accuracy \d+\.\d, macro_f1 \d+\.\d")
+    assert scores and all(re.fullmatch(pattern, line) for line in scores), scores
+    assert len(lines) <= 250, f"{len(lines)} lines"  # at the demo fixture's lengths; about 100 of them tables
 
 
 def test_every_system_checkpoint_and_seed_is_scored_in_german(pipeline):
