@@ -2,9 +2,11 @@
 this machine's ranks (or the batch job's), and whether a run is finished."""
 from __future__ import annotations
 
+import codecs
 import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -16,8 +18,11 @@ from ds_minimodel.train import checkpoint
 LAUNCHERS = ("deepspeed", "torchrun", "srun")
 
 
-def launch(script: str, args: list[str], ranks: int, launcher: str = "deepspeed", *, verbose: bool = False) -> None:
-    """Run a training entry point; a failure stops the pipeline with its exit code.
+def launch(script: str, args: list[str], ranks: int, launcher: str = "deepspeed", *, verbose: bool = False,
+           log: Path | None = None) -> None:
+    """Run a training entry point; a failure stops the pipeline with its exit code. With ``log``, everything the
+    job prints (output and errors, in order) goes to that file, appended at each launch, and is echoed here
+    (``run_logged``).
 
     ``deepspeed`` or ``torchrun``: ``ranks`` processes on this machine (``launch.local_command``; one process when
     ``ranks`` is 1). ``srun``: one task per rank of the enclosing batch job's allocation (its nodes x tasks per
@@ -33,9 +38,33 @@ def launch(script: str, args: list[str], ranks: int, launcher: str = "deepspeed"
     print("$ " + " ".join(cmd), flush=True)
     env = {k: v for k, v in os.environ.items()
            if k not in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT")}
-    proc = subprocess.run(cmd, env=env)
-    if proc.returncode:
-        raise SystemExit(f"pipeline: {script} exited with {proc.returncode}")
+    code = subprocess.run(cmd, env=env).returncode if log is None else run_logged(cmd, env, log)
+    if code:
+        raise SystemExit(f"pipeline: {script} exited with {code}" + (f"; its whole output: {log}" if log else ""))
+
+
+def run_logged(cmd: list[str], env: dict[str, str], log: Path, *, poll: float = 0.2) -> int:
+    """Run ``cmd`` with its output and errors appended to ``log``, echoing what it writes to this process's stdout
+    as it comes; returns its exit code. The job writes to the file, not to a pipe this process reads: if this
+    process is stopped first (a signal to the whole process group), the ranks still save, print and exit."""
+    log.parent.mkdir(parents=True, exist_ok=True)
+    with log.open("ab") as sink:
+        sink.write(("$ " + " ".join(cmd) + "\n").encode())
+        sink.flush()
+        start = sink.tell()
+        proc = subprocess.Popen(cmd, env={**env, "PYTHONUNBUFFERED": "1"}, stdout=sink, stderr=subprocess.STDOUT)
+    text = codecs.getincrementaldecoder("utf-8")(errors="replace")  # a character may straddle two reads
+    with log.open("rb") as source:
+        source.seek(start)
+        while True:
+            done = proc.poll() is not None
+            chunk = text.decode(source.read(), final=done)
+            if chunk:
+                sys.stdout.write(chunk)
+                sys.stdout.flush()
+            if done:
+                return proc.returncode
+            time.sleep(poll)
 
 
 class StoppedEarly(Exception):
@@ -52,7 +81,7 @@ def finished(run_dir: Path) -> bool:
 
 
 def train_step(spec: type[RunSpec], run_dir: Path, values: dict[str, Any], spec_file: Path, ranks: int,
-               launcher: str = "deepspeed", *, verbose: bool = False) -> None:
+               launcher: str = "deepspeed", *, verbose: bool = False, log: Path | None = None) -> None:
     """One training job: its spec (``values``; resumed where it holds a run) into ``spec_file``, then launched."""
     if finished(run_dir):
         print(f"[pipeline] {run_dir}: done, skipped", flush=True)
@@ -60,7 +89,7 @@ def train_step(spec: type[RunSpec], run_dir: Path, values: dict[str, Any], spec_
     values = {**values, "out": str(run_dir), "resume": (run_dir / checkpoint.RUN).is_file()}
     spec_file.parent.mkdir(parents=True, exist_ok=True)
     spec.from_dict(values, f"{spec_file} (the pipeline's settings)").write(spec_file)
-    launch(spec.ENTRY, ["--config", str(spec_file)], ranks, launcher, verbose=verbose)
+    launch(spec.ENTRY, ["--config", str(spec_file)], ranks, launcher, verbose=verbose, log=log)
     if not finished(run_dir):
         raise StoppedEarly(f"pipeline: {run_dir} stopped before its last update; run the pipeline again to resume")
 

@@ -216,7 +216,8 @@ class Pipeline:
     def _train(self, spec: type[RunSpec], run_dir: Path, run_name: str, values: dict[str, Any]) -> None:
         name = run_name + self.suffix
         train_step(spec, run_dir, {**values, "log_root": str(self.log_root), "run_name": name},
-                   self.root / "specs" / f"{name}.json", self.cfg.ranks, self.launcher, verbose=self.verbose)
+                   self.root / "specs" / f"{name}.json", self.cfg.ranks, self.launcher, verbose=self.verbose,
+                   log=self.root / "logs" / f"{name}.log")
 
     def _prepare(self) -> dict[str, Any]:
         for corpus in [self.cfg.source, *self.cfg.targets]:
@@ -376,7 +377,7 @@ class Pipeline:
 
 
 PIPELINE_FOLDERS = ("data", *(s for s in Step if s != Step.PREPARE), "minis", "tensorboard", "analysis",
-                    "slurm")
+                    "slurm", "specs", "logs")
 
 
 # Files that mark a folder as another command's output (a run, a checkpoint or model, a data folder, an HF model).

@@ -305,3 +305,42 @@ def test_wechsel_takes_each_targets_word_list_and_the_source_data_and_refuses_wh
         path.write_text(json.dumps({**base, "out": str(tmp_path / "out"), **changes}))
         with pytest.raises(InputError, match=message):
             check(PipelineConfig.load(path), str(path), world_size=1)
+
+
+def test_a_jobs_whole_output_goes_to_its_log_and_to_the_screen_and_survives_the_pipeline(tmp_path, capsys):
+    """launch(..., log=...): the job's output and errors land in its log in order, appended at each launch, and are
+    echoed as they come; the job writes to the file, so it needs nothing from the pipeline's process."""
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    from ds_minimodel.pipeline.launching import launch
+
+    job = tmp_path / "job.py"
+    job.write_text("import sys\nprint('update 1 loss 2.0')\nprint('a warning', file=sys.stderr)\n"
+                   "print('Grüße')\nsys.exit(int(sys.argv[1]))\n", encoding="utf-8")
+    log = tmp_path / "logs" / "step1-base.log"
+    launch(str(job), ["0"], 1, log=log)
+    shown = capsys.readouterr().out
+    assert shown.splitlines()[1:] == ["update 1 loss 2.0", "a warning", "Grüße"]
+    with pytest.raises(SystemExit, match=f"exited with 3; its whole output: {log}"):
+        launch(str(job), ["3"], 1, log=log)
+    lines = log.read_text(encoding="utf-8").splitlines()
+    assert [line for line in lines if not line.startswith("$ ")] == ["update 1 loss 2.0", "a warning", "Grüße"] * 2
+    # The pipeline's process killed mid-job (as a signal to the whole process group does): the job still finishes,
+    # prints and exits normally, into its log.
+    slow = tmp_path / "slow.py"
+    slow.write_text("import time\ntime.sleep(1.0)\nprint('saved and stopped', flush=True)\n")
+    runner = (f"from pathlib import Path\nfrom ds_minimodel.pipeline.launching import launch\n"
+              f"launch({str(slow)!r}, [], 1, log=Path({str(tmp_path / 'slow.log')!r}))\n")
+    pipeline = subprocess.Popen([sys.executable, "-c", runner], stdout=subprocess.DEVNULL)
+    deadline = time.monotonic() + 60
+    while not (tmp_path / "slow.log").is_file() and time.monotonic() < deadline:  # the job has started
+        time.sleep(0.05)
+    pipeline.send_signal(signal.SIGKILL)
+    pipeline.wait()
+    deadline = time.monotonic() + 10
+    while "saved and stopped" not in (tmp_path / "slow.log").read_text() and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert "saved and stopped" in (tmp_path / "slow.log").read_text()
