@@ -170,6 +170,9 @@ def build(spec: AdaptSpec, ctx: Context) -> Built:
     init_options = {"new_rows": spec.new_rows, "freeze_copied": spec.freeze_copied}
     if shared_with is not None:
         init_options["shared_with"] = {"path": str(anchor.path), "sha256": anchor.sha256}
+    if aligned is not None:  # a resume with another word list or source text is another initialisation
+        init_options["word_list"] = {"path": aligned.record["word_list"], "sha256": aligned.record["word_list_sha256"]}
+        init_options["source_data"] = aligned.record["source_vectors"]["data"]
     frozen = {k: v for k, v in model.state_dict().items() if k not in trainable}
     body_sha256 = checkpoint.weights_sha256(frozen)
     if spec.body_dropout == "off":
