@@ -51,8 +51,8 @@ def train_static_vectors(data_dir: Path | str, pieces: list[str], settings: Stat
     try:
         from gensim.models import FastText
     except ImportError:
-        raise InputError("static vectors (--init focus) need gensim: pip install gensim, or the package's [focus] "
-                         "extra") from None
+        raise InputError("static vectors (--init focus or wechsel) need gensim: pip install gensim, or the "
+                         "package's [focus] extra") from None
     import gensim
 
     shards = TokenShards.open(data_dir)

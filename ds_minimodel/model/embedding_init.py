@@ -31,6 +31,7 @@ import numpy as np
 import torch
 from torch import nn
 
+from ds_minimodel.data.bilingual import unit_rows
 from ds_minimodel.data.tokenizer import NUM_SPECIAL, SPECIAL_PIECES
 
 INITS = ("overlap", "specials", "focus", "wechsel")
@@ -180,7 +181,7 @@ def focus_weights(vectors: np.ndarray, known: np.ndarray, src_ids: torch.Tensor
     candidates = np.flatnonzero((ids >= 0) & known & ~is_special)
     if not len(targets) or not len(candidates):
         return targets, candidates, np.zeros((len(targets), len(candidates)))
-    unit = vectors / np.maximum(np.linalg.norm(vectors, axis=1, keepdims=True), 1e-12)
+    unit = unit_rows(vectors)
     weights = np.concatenate([sparsemax(unit[chunk] @ unit[candidates].T)
                               for chunk in np.array_split(targets, max(1, len(targets) // 1024))])
     return targets, candidates, weights
@@ -195,8 +196,8 @@ def wechsel_weights(aligned: AlignedVectors, candidates: np.ndarray) -> tuple[np
     k = min(aligned.neighbours, len(candidates))
     if not len(targets) or not k:
         return targets, np.zeros((len(targets), 0), dtype=np.int64), np.zeros((len(targets), 0))
-    mapped = unit(aligned.target[targets].astype(np.float64))
-    pool = unit(aligned.source[candidates].astype(np.float64))
+    mapped = unit_rows(aligned.target[targets].astype(np.float64))
+    pool = unit_rows(aligned.source[candidates].astype(np.float64))
     neighbours, weights = [], []
     for chunk in np.array_split(np.arange(len(targets)), max(1, len(targets) // 1024)):
         cosine = mapped[chunk] @ pool.T
@@ -208,13 +209,10 @@ def wechsel_weights(aligned: AlignedVectors, candidates: np.ndarray) -> tuple[np
     return targets, np.concatenate(neighbours), np.concatenate(weights)
 
 
-def unit(x: np.ndarray) -> np.ndarray:
-    return x / np.maximum(np.linalg.norm(x, axis=1, keepdims=True), 1e-12)
-
-
-def mix_rows(rows: InitialRows, at: np.ndarray, sources: np.ndarray, weights: np.ndarray,
+def mix_rows(embeddings: torch.Tensor, bias: torch.Tensor, at: np.ndarray, sources: np.ndarray, weights: np.ndarray,
              source_embeddings: torch.Tensor, source_bias: torch.Tensor) -> None:
-    """Row ``at[i]`` (and its bias) becomes ``sum_j weights[i, j] * source row sources[i, j]``, in fp64."""
+    """Row ``at[i]`` of ``embeddings`` (and of ``bias``) becomes ``sum_j weights[i, j] * source row sources[i, j]``,
+    computed in fp64."""
     if not len(at) or not sources.size:
         return
     w = torch.from_numpy(weights).to(torch.float64)[:, :, None]
@@ -222,8 +220,8 @@ def mix_rows(rows: InitialRows, at: np.ndarray, sources: np.ndarray, weights: np
     emb = (w * source_embeddings.detach().double().cpu()[ids]).sum(1)
     b = (w[:, :, 0] * source_bias.detach().double().cpu()[ids]).sum(1)
     index = torch.from_numpy(at)
-    rows.embeddings[index.to(rows.embeddings.device)] = emb.to(rows.embeddings.device, rows.embeddings.dtype)
-    rows.bias[index.to(rows.bias.device)] = b.to(rows.bias.device, rows.bias.dtype)
+    embeddings[index.to(embeddings.device)] = emb.to(embeddings.device, embeddings.dtype)
+    bias[index.to(bias.device)] = b.to(bias.device, bias.dtype)
 
 
 def initial_rows(init: str, source_pieces: list[str], source_embeddings: torch.Tensor, source_bias: torch.Tensor,
@@ -272,8 +270,7 @@ def initial_rows(init: str, source_pieces: list[str], source_embeddings: torch.T
         if shared_with is not None:
             usable &= np.array([piece in shared_with for piece in source_pieces])
         targets, neighbours, weights = wechsel_weights(aligned, np.flatnonzero(usable))
-        rows = InitialRows(embeddings, bias, copied)
-        mix_rows(rows, targets, neighbours, weights, source_embeddings, source_bias)
+        mix_rows(embeddings, bias, targets, neighbours, weights, source_embeddings, source_bias)
         record.update(mixed=len(targets) if neighbours.size else 0, candidates=int(usable.sum()),
                       sources_per_row=int(neighbours.shape[1]), temperature=aligned.temperature,
                       alignment=aligned.record)

@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import argparse
 import functools
-import importlib.util
 from pathlib import Path
 from typing import Any
 
@@ -95,32 +94,31 @@ def disable_dropout(model: nn.Module) -> None:
             module.attention_dropout = 0.0
 
 
-def check_wechsel_inputs(spec: AdaptSpec, source_sha256: str) -> None:
-    """WECHSEL's two extra inputs exist and fit: a word list, and source text prepared with the body's tokenizer."""
+def check_wechsel_inputs(spec: AdaptSpec, source_sha256: str) -> WordList | None:
+    """WECHSEL's two extra inputs exist and fit: a word list (returned, read), and source text prepared with the
+    body's tokenizer. None for the other initialisers, which refuse those options."""
     if spec.init != "wechsel":
         for name in ("word_list", "source_data"):
             if getattr(spec, name) is not None:
                 raise InputError(f"--{name.replace('_', '-')} is used by --init wechsel only, not {spec.init}")
-        return
+        return None
     if spec.word_list is None or spec.source_data is None:
         raise InputError("--init wechsel needs --word-list (a bilingual word list) and --source-data (the source "
                          "corpus prepared with the body's tokenizer)")
-    if importlib.util.find_spec("gensim") is None:
-        raise InputError("--init wechsel trains static vectors with gensim: pip install gensim, or the package's "
-                         "[focus] extra")
-    WordList.read(spec.word_list)
+    words = WordList.read(spec.word_list)
     prepared = TokenShards.open(spec.source_data)
     if prepared.tokenizer_sha256 != source_sha256:
         raise InputError(f"{spec.source_data}: prepared with tokenizer {prepared.tokenizer_sha256[:12]}, the body's "
                          f"is {source_sha256[:12]}: --source-data must be the body's own language and tokenizer")
+    return words
 
 
-def align_static_vectors(spec: AdaptSpec, target: AnyTokenizer, source: AnyTokenizer) -> AlignedVectors:
+def align_static_vectors(spec: AdaptSpec, words: WordList, target: AnyTokenizer, source: AnyTokenizer
+                         ) -> AlignedVectors:
     """Both languages' static vectors and the orthogonal map between them (``data.bilingual``)."""
     settings = StaticSettings(seed=spec.seed)
     t_vec, t_known, t_record = train_static_vectors(spec.data, target.pieces(), settings)
     s_vec, s_known, s_record = train_static_vectors(spec.source_data, source.pieces(), settings)
-    words = WordList.read(spec.word_list)
     alignment = fit_alignment(words, (target.encode, t_vec, t_known), (source.encode, s_vec, s_known))
     return AlignedVectors(alignment.target(t_vec), t_known, alignment.source(s_vec), s_known,
                           {**alignment.record, "target_vectors": t_record, "source_vectors": s_record})
@@ -140,7 +138,7 @@ def build(spec: AdaptSpec, ctx: Context) -> Built:
     target = load_tokenizer({"path": str(tokenizer_path(spec.data)), "sha256": shards.tokenizer_sha256}, spec.data)
     model, body_meta = load_body(spec.system, spec.body)
     source = load_tokenizer(body_meta.tokenizer_dict, spec.body)
-    check_wechsel_inputs(spec, source.sha256)
+    words = check_wechsel_inputs(spec, source.sha256)
     if train_cfg.seq_len > model.cfg.max_positions:
         raise InputError(f"--seq-len {train_cfg.seq_len} exceeds the body's max_positions {model.cfg.max_positions}")
 
@@ -151,8 +149,8 @@ def build(spec: AdaptSpec, ctx: Context) -> Built:
     static = aligned = None
     if spec.init == "focus":
         static = train_static_vectors(spec.data, target.pieces(), StaticSettings(seed=spec.seed))
-    if spec.init == "wechsel":
-        aligned = align_static_vectors(spec, target, source)
+    if words is not None:
+        aligned = align_static_vectors(spec, words, target, source)
     shared_with = None
     if spec.shared_with is not None:
         anchor = open_tokenizer(spec.shared_with)

@@ -138,11 +138,9 @@ def summary_line(summary: dict[str, Any], run_dir: Path) -> str:
     parts = [f"[{summary.get('run', 'run')}] {how} at update {summary['step']:,} of {summary['steps']:,}"]
     if "loss" in summary:
         parts.append(f"loss {summary['loss']:.4f}")
-    for split in ("dev",):
-        scores = summary.get(split)
-        if isinstance(scores, dict):
-            parts.append(f"{split} " + ", ".join(f"{k} {v:.2f}" for k, v in scores.items()
-                                                 if isinstance(v, (int, float))))
+    dev = summary.get("dev")
+    if isinstance(dev, dict):
+        parts.append("dev " + ", ".join(f"{k} {v:.2f}" for k, v in dev.items() if isinstance(v, (int, float))))
     parts.append(f"checkpoint {summary['checkpoint']}; every figure in {run_dir / SUMMARY_FILE}")
     return "; ".join(parts)
 
