@@ -100,6 +100,8 @@ def main_reference(pack: Path, out: Path) -> None:
     for path in sorted((pack / "tasks/lohelp").glob("*.jsonl")):
         write_xz(out / "tasks/lohelp" / f"{path.name}.xz", path.read_bytes(), lzma)
         print(f"tasks/lohelp/{path.name}: {path.stat().st_size / 1e6:.2f} MB")
+    # Which help page is in which split: what keeps dev and test pages out of scripts/make_help_lexicons.py's lists.
+    (out / "tasks/lohelp/splits.tsv").write_bytes((pack / "tasks/lohelp/splits.tsv").read_bytes())
 
 
 def write_xz(path: Path, data: bytes, lzma) -> None:

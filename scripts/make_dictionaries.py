@@ -56,12 +56,12 @@ def dictd_files(deb: bytes, name: str) -> tuple[str, str]:
         return read(".index").decode("utf-8"), gzip.decompress(read(".dict.dz")).decode("utf-8")
 
 
-def fetch(name: str, sha256: str, debs: Path | None) -> bytes:
-    filename = f"dict-freedict-{name}_{VERSION}_all.deb"
+def fetch_deb(archive: str, filename: str, sha256: str, debs: Path | None) -> bytes:
+    """A Debian package, from ``debs`` if given (no download) or from the archive folder, checked by its SHA-256."""
     if debs is not None:
         blob = (debs / filename).read_bytes()
     else:
-        with urllib.request.urlopen(f"{ARCHIVE}/{filename}", timeout=120) as response:
+        with urllib.request.urlopen(f"{archive}/{filename}", timeout=120) as response:
             blob = response.read()
     if hashlib.sha256(blob).hexdigest() != sha256:
         raise SystemExit(f"{filename}: SHA-256 {hashlib.sha256(blob).hexdigest()} is not the pinned {sha256}")
@@ -77,7 +77,8 @@ def main() -> None:
     args.out.mkdir(parents=True, exist_ok=True)
     for lang in args.langs:
         name, sha256 = PACKAGES[lang]
-        pairs = dictd_pairs(*dictd_files(fetch(name, sha256, args.debs), name))
+        deb = fetch_deb(ARCHIVE, f"dict-freedict-{name}_{VERSION}_all.deb", sha256, args.debs)
+        pairs = dictd_pairs(*dictd_files(deb, name))
         path = args.out / f"{lang}-en.tsv"
         tmp = path.with_name(f".{path.name}.tmp")
         tmp.write_text(f"# FreeDict {name} {VERSION} (GPL), single-word pairs; scripts/make_dictionaries.py\n"

@@ -2,7 +2,8 @@
 
 A word list is a UTF-8 text file of ``target_word<TAB>source_word`` lines (one pair a line, a word may appear in
 many pairs; ``#`` starts a comment line). ``scripts/make_dictionaries.py`` builds them from Debian's FreeDict
-packages (dictd format, parsed by ``dictd_pairs``); any other list in that shape works the same.
+packages (dictd format, parsed by ``dictd_pairs``), ``scripts/make_help_lexicons.py`` from word alignments of
+parallel help pages (``lexicon_from_links``); any other list in that shape works the same.
 
 The alignment itself: each word's vector is the mean of the static vectors of the pieces its own tokenizer splits it
 into (``data.static_vectors``: vectors of pieces, not words); an orthogonal map, fitted by scipy's
@@ -65,6 +66,33 @@ def dictd_pairs(index_text: str, dict_text: str) -> list[tuple[str, str]]:
             for word in _translations(line):
                 pairs[(head, word)] = None
     return list(pairs)
+
+
+def parse_links(line: str) -> list[tuple[int, int]]:
+    """One line of word links in the Pharaoh format aligners write (``0-0 1-2 ...``: source index, target index)."""
+    return [(int(a), int(b)) for a, b in (link.split("-") for link in line.split())]
+
+
+def lexicon_from_links(target: list[list[str]], source: list[list[str]], forward: list[list[tuple[int, int]]],
+                       backward: list[list[tuple[int, int]]], *, min_count: int = 3, min_share: float = 0.3
+                       ) -> list[tuple[str, str, int]]:
+    """(target word, source word, links) from word-aligned parallel sentences: the links both alignment directions
+    agree on (their intersection, the high-precision symmetrisation), counted by word pair over alphabetic words of
+    two letters or more; a pair is kept when it is linked at least ``min_count`` times and carries at least
+    ``min_share`` of its target word's links. Both link lists index (target word, source word); most links first."""
+    from collections import Counter
+
+    pairs: Counter[tuple[str, str]] = Counter()
+    for t_words, s_words, fwd, bwd in zip(target, source, forward, backward, strict=True):
+        for i, j in set(fwd) & set(bwd):
+            t, s = t_words[i], s_words[j]
+            if len(t) > 1 and len(s) > 1 and t.isalpha() and s.isalpha():
+                pairs[(t, s)] += 1
+    per_word: Counter[str] = Counter()
+    for (t, _), n in pairs.items():
+        per_word[t] += n
+    kept = [(t, s, n) for (t, s), n in pairs.items() if n >= min_count and n >= min_share * per_word[t]]
+    return sorted(kept, key=lambda p: (-p[2], p[0], p[1]))
 
 
 @dataclass(frozen=True)

@@ -5,7 +5,15 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from ds_minimodel.data.bilingual import DICTD_DIGITS, WordList, dictd_number, dictd_pairs, fit_alignment
+from ds_minimodel.data.bilingual import (
+    DICTD_DIGITS,
+    WordList,
+    dictd_number,
+    dictd_pairs,
+    fit_alignment,
+    lexicon_from_links,
+    parse_links,
+)
 from ds_minimodel.errors import InputError
 
 
@@ -86,3 +94,26 @@ def test_the_alignment_recovers_a_rotation_from_word_pairs(tmp_path):
         short.write_text("t0\ts0\nt1\ts1\n", encoding="utf-8")
         fit_alignment(WordList.read(short), (target_encode, target_vectors, target_known[:-1]), source,
                       max_pieces=2)
+
+
+def test_a_lexicon_keeps_the_pairs_both_alignment_directions_link_often():
+    target = [["Die", "Zelle", "ist", "leer", "."]] * 4 + [["Zelle", "3"]]
+    source = [["The", "cell", "is", "empty", "."]] * 4 + [["cell", "3"]]
+    both = [(0, 0), (1, 1), (2, 2), (4, 4)]
+    forward = [both + [(3, 3)]] * 4 + [[(0, 0), (1, 1)]]
+    backward = [both] * 4 + [[(0, 0), (1, 1)]]
+    lexicon = lexicon_from_links(target, source, forward, backward, min_count=3)
+    # 'leer'-'empty' is linked one way only, '.' and '3' are not words: neither is kept; 'Zelle' has 5 links.
+    assert lexicon == [("Zelle", "cell", 5), ("Die", "The", 4), ("ist", "is", 4)]
+    assert lexicon_from_links(target, source, forward, backward, min_count=5) == [("Zelle", "cell", 5)]
+    # A translation that carries under min_share of its word's links is noise of the aligner, not a sense.
+    noisy = [[(1, 1)]] * 9 + [[(1, 0)]] * 3
+    words = [["x", "Zelle"]] * 12
+    english = [["the", "cell"]] * 12
+    assert lexicon_from_links(words, english, noisy, noisy, min_count=3, min_share=0.3) == [("Zelle", "cell", 9)]
+    assert ("Zelle", "the", 3) in lexicon_from_links(words, english, noisy, noisy, min_count=3, min_share=0.2)
+
+
+def test_pharaoh_links_are_parsed_as_index_pairs():
+    assert parse_links("0-0 2-1 10-3") == [(0, 0), (2, 1), (10, 3)]
+    assert parse_links("") == []

@@ -1,0 +1,117 @@
+"""Build in-domain bilingual word lists for ``--init wechsel`` from the LibreOffice help's parallel pages.
+
+    python scripts/make_help_lexicons.py [--langs de fr es] [--debs DIR] [--out reference_data/lexicons]
+
+Debian's ``libreoffice-help-en-us`` and ``libreoffice-help-<lang>`` (4:7.4.7-1+deb12u14, MPL-2.0) are fetched from
+the Debian archive, or read from ``--debs`` where they were downloaded before (``apt-get download
+libreoffice-help-de``), checked against the SHA-256 pinned below and unpacked in memory. Every help page's paragraphs
+are paired across the two languages by page and element id (``data.help_pages``), **only on pages outside the
+lohelp task's dev and test splits** (``reference_data/tasks/lohelp/splits.tsv``; pages of modules the task does not
+use count as train, as they do for the corpora), and a pair whose English or target text is a dev or test item is
+dropped too. The pairs' words are aligned in both directions by eflomal (Östling and Tiedemann, 2016;
+``pip install eflomal``), and the word pairs both directions link often become ``<lang>-en.help.tsv``
+(``target_word<TAB>english_word``; ``data.bilingual.lexicon_from_links``).
+
+eflomal samples, and takes no seed: a rebuild gives a list that differs in its rarest pairs. The lists the results
+were measured with ship in ``reference_data/lexicons/`` (the help text's licence, MPL-2.0, allows it).
+"""
+from __future__ import annotations
+
+import argparse
+import io
+import json
+import os
+import re
+import sys
+import tarfile
+import tempfile
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from make_dictionaries import deb_members, fetch_deb  # noqa: E402
+
+from ds_minimodel.data.bilingual import lexicon_from_links, parse_links  # noqa: E402
+from ds_minimodel.data.help_pages import page_paragraphs, parallel_paragraphs  # noqa: E402
+
+VERSION = "4:7.4.7-1+deb12u14"
+PACKAGES = {  # language: (package suffix, folder under usr/share/libreoffice/help, SHA-256 of the .deb)
+    "en": ("en-us", "en-US", "8faa840285734d6cfe1ed25537b48f07e74bd6412e3917bf8e5f8a653f7b3712"),
+    "de": ("de", "de", "00490b63c509ac96f7f212d6a6e40452d3e0d1f97ccf4b824dd5ec4c01e8277f"),
+    "fr": ("fr", "fr", "c796530d3e95af1ea4d054076682efc8aad2b569ae9513f3d4a776b2df3fd206"),
+    "es": ("es", "es", "9128a84d83d92c8b1c618d90469d16affddb7d1290b09d42a0c5109cb16f0480"),
+}
+ARCHIVE = "https://deb.debian.org/debian/pool/main/libr/libreoffice"
+WORD = re.compile(r"\w+|[^\w\s]")
+
+
+def help_pages(lang: str, debs: Path | None) -> dict[str, dict[str, str]]:
+    """``{page path below text/: {id: text}}`` of one language's help package."""
+    suffix, folder, sha256 = PACKAGES[lang]
+    deb = fetch_deb(ARCHIVE, f"libreoffice-help-{suffix}_{VERSION.split(':', 1)[1]}_all.deb", sha256, debs)
+    data = next(v for k, v in deb_members(deb).items() if k.startswith("data.tar"))
+    prefix = f"./usr/share/libreoffice/help/{folder}/text/"
+    pages = {}
+    with tarfile.open(fileobj=io.BytesIO(data)) as tar:
+        for member in tar.getmembers():
+            if member.isfile() and member.name.startswith(prefix) and member.name.endswith(".html"):
+                html = tar.extractfile(member).read().decode("utf-8")
+                pages[member.name[len(prefix):]] = page_paragraphs(html)
+    return pages
+
+
+def held_out(task: Path) -> tuple[set[str], set[str]]:
+    """(pages of the dev and test splits, texts of every dev and test item in any language)."""
+    pages = set()
+    for line in (task / "splits.tsv").read_text(encoding="utf-8").splitlines()[1:]:
+        page, _, split = line.split("\t")
+        if split in ("dev", "test"):
+            pages.add(page)
+    texts = set()
+    for path in sorted(task.glob("*.jsonl")):
+        if path.name.split(".")[0] in ("dev", "test"):
+            texts.update(json.loads(line)["text"] for line in path.read_text(encoding="utf-8").splitlines())
+    return pages, texts
+
+
+def align(target: list[list[str]], source: list[list[str]]) -> tuple[list, list]:
+    import eflomal
+
+    with tempfile.TemporaryDirectory() as tmp:
+        fwd, bwd = Path(tmp, "fwd"), Path(tmp, "bwd")
+        eflomal.Aligner().align([" ".join(s) for s in target], [" ".join(s) for s in source],
+                                links_filename_fwd=str(fwd), links_filename_rev=str(bwd))
+        read = lambda path: [parse_links(line) for line in path.read_text().splitlines()]  # noqa: E731
+        return read(fwd), read(bwd)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--langs", nargs="+", default=["de", "fr", "es"], choices=[k for k in PACKAGES if k != "en"])
+    parser.add_argument("--debs", type=Path, help="folder holding the .deb files already (no download)")
+    parser.add_argument("--task", type=Path, default=Path("reference_data/tasks/lohelp"),
+                        help="the task folder: splits.tsv and the dev/test files to keep out")
+    parser.add_argument("--out", type=Path, default=Path("reference_data/lexicons"))
+    parser.add_argument("--min-count", type=int, default=3)
+    args = parser.parse_args()
+    pages, texts = held_out(args.task)
+    english = {p: paras for p, paras in help_pages("en", args.debs).items() if p not in pages}
+    args.out.mkdir(parents=True, exist_ok=True)
+    for lang in args.langs:
+        pairs = [(key, t, s) for key, t, s in parallel_paragraphs(help_pages(lang, args.debs), english)
+                 if t not in texts and s not in texts]
+        target = [WORD.findall(t) for _, t, _ in pairs]
+        source = [WORD.findall(s) for _, _, s in pairs]
+        lexicon = lexicon_from_links(target, source, *align(target, source), min_count=args.min_count)
+        path = args.out / f"{lang}-en.help.tsv"
+        tmp = path.with_name(f".{path.name}.tmp")
+        tmp.write_text(f"# LibreOffice help {VERSION} (MPL-2.0), {len(pairs):,} parallel paragraphs of pages outside "
+                       f"lohelp's dev/test, eflomal links in both directions, pairs linked >= {args.min_count} "
+                       "times; scripts/make_help_lexicons.py\n"
+                       + "".join(f"{t}\t{s}\n" for t, s, _ in lexicon), encoding="utf-8")
+        os.replace(tmp, path)
+        print(f"{path}: {len(lexicon):,} pairs, {len({t for t, _, _ in lexicon}):,} {lang} words, "
+              f"from {len(pairs):,} paragraph pairs")
+
+
+if __name__ == "__main__":
+    main()
