@@ -18,7 +18,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 : "${BODY:?set BODY to a Step-1 checkpoint or model folder}" "${OUT:?set OUT to an output folder}"
-LANGS=${LANGS:-"de"} SEEDS=${SEEDS:-"1"} DATA=${DATA:-runs/reference/data}
+LANGS=${LANGS:-"de"} SEEDS=${SEEDS-"1"} DATA=${DATA:-runs/reference/data}
 STEP2_STEPS=${STEP2_STEPS:-600} STEP2_SAVE=${STEP2_SAVE:-100}
 STEP2_CONFIG=${STEP2_CONFIG:-ds_configs/cpu_bf16_reference.json}
 FT_CONFIG=${FT_CONFIG:-ds_configs/cpu_bf16_finetune.json} EPOCHS=${EPOCHS:-3}
