@@ -207,16 +207,18 @@ def order_key(name: str) -> tuple[int, int, str]:
 
 
 def get_system(name: str, *, source: str = "--system") -> System:
+    """The registered system ``name``; an unknown one is refused, named after ``source`` ("" for none)."""
     if not is_system(name):
-        raise InputError(f"{source}: unknown system {name!r}; known: {', '.join(SYSTEMS)} and {DEPTH_FAMILY}{AT}N "
+        raise InputError(f"{source + ': ' if source else ''}unknown system {name!r}; known: {', '.join(SYSTEMS)} and {DEPTH_FAMILY}{AT}N "
                          "(the second head after layer N)")
     return SYSTEMS[name]
 
 
 def get_primary(name: str, *, source: str = "--variant") -> Primary:
+    """The registered primary ``name``; an unknown one is refused, named after ``source`` ("" for none)."""
     load_plugins()
     if name not in PRIMARIES and not _register_depth_variant(name):
-        raise InputError(f"{source}: unknown primary {name!r}; known: {', '.join(PRIMARIES)}")
+        raise InputError(f"{source + ': ' if source else ''}unknown primary {name!r}; known: {', '.join(PRIMARIES)}")
     return PRIMARIES[name]
 
 

@@ -16,7 +16,6 @@ records the body's hash so the embeddings are only ever plugged into a model of 
 """
 from __future__ import annotations
 
-import argparse
 import functools
 from pathlib import Path
 from typing import Any
@@ -41,40 +40,16 @@ from ds_minimodel.model.transforms import (
     freeze_for_adaptation,
     swap_embeddings,
 )
-from ds_minimodel.stages.cli import add_training_args, run_main, spec_from_command_line
+from ds_minimodel.stages.cli import run_main, spec_from_command_line
 from ds_minimodel.stages.runner import Built, Context, run_stage
-from ds_minimodel.stages.specs import AdaptSpec, help_of, require_one_of
+from ds_minimodel.stages.specs import AdaptSpec, check_fields, one_of
 from ds_minimodel.stages.steps import LOSSES
 from ds_minimodel.systems import Step, get_system
 from ds_minimodel.train import checkpoint
 from ds_minimodel.train.engine import Stage
 
-
-def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    doc = functools.partial(help_of, AdaptSpec)
-    p.add_argument("--system", type=_system, required=True, help=doc("system"))
-    p.add_argument("--body", type=Path, required=True, help=doc("body"))
-    p.add_argument("--lang", help=doc("lang"))
-    p.add_argument("--body-dropout", choices=("on", "off"), default="on", help=doc("body_dropout"))
-    p.add_argument("--init", choices=INITS, default="overlap", help=doc("init"))
-    p.add_argument("--new-rows", choices=NEW_ROWS, default="normal", help=doc("new_rows"))
-    p.add_argument("--shared-with", type=Path, metavar="TOKENIZER", help=doc("shared_with"))
-    p.add_argument("--word-list", type=Path, help=doc("word_list"))
-    p.add_argument("--source-data", type=Path, help=doc("source_data"))
-    p.add_argument("--freeze-copied", action="store_true", help=doc("freeze_copied"))
-    p.add_argument("--train-positions", action="store_true", help=doc("train_positions"))
-    p.add_argument("--train-embedding-norm", action="store_true", help=doc("train_embedding_norm"))
-    add_training_args(p, AdaptSpec)
-    return p
-
-
-def _system(name: str) -> str:
-    try:
-        get_system(name)
-    except InputError as err:
-        raise argparse.ArgumentTypeError(str(err)) from None
-    return name
+CHECKS = {"system": functools.partial(get_system, source=""), "init": one_of(INITS), "new_rows": one_of(NEW_ROWS)}
+"""What the spec's annotations cannot say about its values (``specs.check_fields``)."""
 
 
 def load_body(system: str, folder: Path) -> tuple[MaskedLM, dict[str, Any]]:
@@ -127,9 +102,7 @@ def align_static_vectors(spec: AdaptSpec, words: WordList, target: AnyTokenizer,
 def build(spec: AdaptSpec, ctx: Context) -> Built:
     """The Step-2 stage: the body frozen, the target's rows initialised, the stream of target text."""
     # Every input is checked before anything is written: a refused run leaves --out as it was.
-    get_system(spec.system)  # a spec file's unknown system, refused by name
-    require_one_of("init", spec.init, INITS)
-    require_one_of("new_rows", spec.new_rows, NEW_ROWS)
+    check_fields(spec, CHECKS)  # a spec file's unknown system or initialiser, refused by name
     ds_config = ctx.ds_config
     train_cfg = ctx.train_cfg
     info, batch = ctx.info, ctx.batch
@@ -226,4 +199,4 @@ def without_weight_decay(ds_config: dict[str, Any]) -> dict[str, Any]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    return run_main(run, spec_from_command_line(build_parser(), AdaptSpec, argv))
+    return run_main(run, spec_from_command_line(AdaptSpec, argv, description=__doc__, checks=CHECKS))

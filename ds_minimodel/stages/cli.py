@@ -1,9 +1,6 @@
-"""Command-line pieces shared by the entry scripts: the training options every stage has, and error handling."""
+"""Command-line pieces shared by the entry scripts: a stage's options derived from its spec (tyro), and errors."""
 from __future__ import annotations
 
-import argparse
-import dataclasses
-import functools
 import gc
 import json
 import logging
@@ -18,97 +15,74 @@ from typing import Any, NoReturn
 
 from ds_minimodel.errors import InputError, TrainingError, report
 from ds_minimodel.folders import require_output
-from ds_minimodel.stages.specs import MLMSpec, RunSpec, help_of
+from ds_minimodel.stages.specs import RunSpec, check_fields
 from ds_minimodel.train import checkpoint
 from ds_minimodel.train.faults import StopSignals
 
+LAUNCHER_RANK = ("--local_rank", "--local-rank")
+"""What the ``deepspeed`` launcher appends to every rank's command line; the rank comes from the environment."""
 
-def number(kind: type, *, low: float, strict: bool = False, below: float | None = None) -> Callable[[str], Any]:
-    """An argparse type: ``kind`` (int or float) at least ``low`` (above it where ``strict``), under ``below``."""
-    bounds = (f"above {low:g}" if strict else f"at least {low:g}") + (f" and below {below:g}" if below else "")
 
-    def parse(text: str) -> Any:
+def without_launcher_rank(argv: list[str]) -> list[str]:
+    """``argv`` without the launcher's ``--local_rank=N`` (or ``--local_rank N``)."""
+    out, skip = [], False
+    for arg in argv:
+        if skip:
+            skip = False
+        elif arg in LAUNCHER_RANK:
+            skip = True
+        elif not arg.startswith(tuple(f"{name}=" for name in LAUNCHER_RANK)):
+            out.append(arg)
+    return out
+
+
+def option_name(field: str) -> str:
+    """The command-line option that sets a spec field (``from_`` is ``--from``)."""
+    return "--" + field.rstrip("_").replace("_", "-")
+
+
+CONFIG_HELP = ("Or --config SPEC_JSON alone: a spec file (JSON, ds_minimodel.stages.specs; the pipeline writes one "
+               "per job) holding every setting.")
+
+
+def spec_from_command_line(spec: type[RunSpec], argv: list[str] | None = None, *, description: str = "",
+                           checks: dict[str, Callable[[Any], None]] | None = None) -> RunSpec:
+    """The stage's spec: read from ``--config SPEC_JSON``, or built from options that tyro derives from the spec's
+    fields (names, types, defaults, and the fields' docstrings as help). Every value is then checked against its
+    field's annotation, as a spec file's are, and by ``checks`` (``specs.check_fields``: the names a registry
+    holds); a bad value exits 2 with one line naming the option. The command-line layer ends
+    here: below it, stages take specs."""
+    import tyro
+
+    argv = without_launcher_rank(sys.argv[1:] if argv is None else list(argv))
+    prog = Path(sys.argv[0]).name
+    config = [i for i, arg in enumerate(argv) if arg == "--config" or arg.startswith("--config=")]
+    asks_help = "-h" in argv or "--help" in argv
+    if config and not asks_help:
+        at = config[0]
+        path = argv[at].split("=", 1)[1] if "=" in argv[at] else (argv[at + 1] if at + 1 < len(argv) else "")
+        rest = argv[:at] + argv[at + (1 if "=" in argv[at] else 2):]
+        if not path:
+            _usage_error(prog, "--config needs a spec file")
+        if rest:
+            _usage_error(prog, f"--config {path} holds every setting; leave out {' '.join(rest)} (or --config)")
         try:
-            value = kind(text)
-        except ValueError:
-            raise argparse.ArgumentTypeError(f"expected {'a whole number' if kind is int else 'a number'} "
-                                             f"{bounds}, got {text!r}") from None
-        if value < low or (strict and value == low) or (below is not None and value >= below) or value != value:
-            raise argparse.ArgumentTypeError(f"must be {bounds}, got {text}")
-        return value
-
-    parse.__name__ = kind.__name__  # argparse names the type in its messages
-    return parse
-
-
-COUNT, POSITIVE_INT, POSITIVE = number(int, low=0), number(int, low=1), number(float, low=0, strict=True)
-FRACTION = number(float, low=0, below=1)  # warm-up shares
-PROBABILITY = number(float, low=0, strict=True, below=1)  # mask rates
-
-
-def add_training_args(p: argparse.ArgumentParser, spec: type[MLMSpec]) -> None:
-    """The options of every MLM stage (``stages.specs.MLMSpec``) and of every stage (``add_run_spec_args``)."""
-    doc, default = _docs_and_defaults(spec)
-    p.add_argument("--data", type=Path, required=True, help=doc("data"))
-    p.add_argument("--steps", type=POSITIVE_INT, help=doc("steps"))
-    p.add_argument("--seq-len", type=POSITIVE_INT, default=default["seq_len"], help=doc("seq_len"))
-    p.add_argument("--mask-prob", type=PROBABILITY, default=default["mask_prob"], help=doc("mask_prob"))
-    p.add_argument("--keep-checkpoints", type=POSITIVE_INT, help=doc("keep_checkpoints"))
-    add_run_spec_args(p, spec)
-
-
-def add_run_spec_args(p: argparse.ArgumentParser, spec: type[RunSpec]) -> None:
-    """The options of every training stage (``stages.specs.RunSpec``), their defaults and help texts the spec's, and
-    the entry scripts' own: a spec file instead of options, and the launcher's rank."""
-    doc, default = _docs_and_defaults(spec)
-    p.add_argument("--ds-config", type=Path, required=True, help=doc("ds_config"))
-    p.add_argument("--out", type=Path, required=True, help=doc("out"))
-    p.add_argument("--seed", type=COUNT, default=default["seed"], help=doc("seed"))
-    p.add_argument("--save-every", type=POSITIVE_INT, default=default["save_every"], help=doc("save_every"))
-    p.add_argument("--log-every", type=POSITIVE_INT, default=default["log_every"], help=doc("log_every"))
-    p.add_argument("--warmup-ratio", type=FRACTION, default=default["warmup_ratio"], help=doc("warmup_ratio"))
-    p.add_argument("--resume", action="store_true", help=doc("resume"))
-    p.add_argument("--allow-config-change", action="store_true", help=doc("allow_config_change"))
-    p.add_argument("--log-root", type=Path, help=doc("log_root"))
-    p.add_argument("--run-name", help=doc("run_name"))
-    p.add_argument("--activation-checkpointing", action="store_true", help=doc("activation_checkpointing"))
-    p.add_argument("--compile", action="store_true", help=doc("compile"))
-    p.add_argument("--prefetch", type=COUNT, metavar="N", help=doc("prefetch"))
-    p.add_argument("--dist-timeout", type=POSITIVE, default=default["dist_timeout"], metavar="SECONDS",
-                   help=doc("dist_timeout") + " (default %(default)g)")
-    p.add_argument("--config", type=Path, metavar="SPEC_JSON",
-                   help="a spec file (JSON, ds_minimodel.stages.specs; the pipeline writes one per job) holding "
-                        "every setting; no other option goes with it")
-    p.add_argument("--local_rank", "--local-rank", type=int, default=0, help=argparse.SUPPRESS)  # deepspeed launcher
-
-
-def _docs_and_defaults(spec: type[RunSpec]) -> tuple[Callable[[str], str], dict[str, Any]]:
-    return functools.partial(help_of, spec), {f.name: f.default for f in dataclasses.fields(spec)}
-
-
-def spec_from_command_line(parser: argparse.ArgumentParser, spec: type[RunSpec], argv: list[str] | None = None
-                           ) -> RunSpec:
-    """The stage's spec: read from ``--config SPEC_JSON``, or built from the options. The command-line layer
-    ends here: below it, stages take specs."""
-    argv = sys.argv[1:] if argv is None else list(argv)
-    first = argparse.ArgumentParser(add_help=False)
-    first.add_argument("--config", type=Path, help=argparse.SUPPRESS)
-    first.add_argument("--local_rank", "--local-rank", type=int, help=argparse.SUPPRESS)
-    given, rest = first.parse_known_args(argv)
-    if given.config is None or "-h" in rest or "--help" in rest:
-        return spec_from_args(spec, parser.parse_args(argv))
-    if rest:
-        parser.error(f"--config {given.config} holds every setting; leave out {' '.join(rest)} (or --config)")
+            return spec.from_file(Path(path))
+        except InputError as err:
+            raise SystemExit(report(err)) from None
+    parsed = tyro.cli(spec, args=argv, prog=prog, description=f"{description.rstrip()}\n\n{CONFIG_HELP}",
+                      config=(tyro.conf.FlagCreatePairsOff,))
     try:
-        return spec.from_file(given.config)
+        checked = spec.from_dict(parsed.to_dict(), "", name=option_name)
+        check_fields(checked, checks or {}, name=option_name)
     except InputError as err:
-        raise SystemExit(report(err)) from None
+        _usage_error(prog, str(err))
+    return checked
 
 
-def spec_from_args(spec: type[RunSpec], args: argparse.Namespace) -> RunSpec:
-    """A spec from parsed options named after its fields."""
-    values = vars(args)
-    return spec(**{f.name: values[f.name] for f in dataclasses.fields(spec)})
+def _usage_error(prog: str, message: str) -> NoReturn:
+    print(f"{prog}: error: {message}", file=sys.stderr, flush=True)
+    raise SystemExit(2)
 
 
 SCHEDULER_START = "Attempting to get learning rate from scheduler before it has started"

@@ -9,15 +9,13 @@ then derived from --epochs, the training set size and --warmup-ratio.
 """
 from __future__ import annotations
 
-import argparse
-import functools
 from pathlib import Path
 from typing import Any
 
 import torch
 
 from ds_minimodel import flops
-from ds_minimodel.config import FinetuneConfig, write_json
+from ds_minimodel.config import write_json
 from ds_minimodel.data.streams import ArrayStream
 from ds_minimodel.data.tokenizer import load_tokenizer
 from ds_minimodel.errors import InputError
@@ -25,14 +23,11 @@ from ds_minimodel.model.encoder import MAIN_HEAD, POOLINGS, TaskModel
 from ds_minimodel.model.loading import load_mlm
 from ds_minimodel.model.transforms import freeze_for_finetuning
 from ds_minimodel.stages.cli import (
-    POSITIVE,
-    POSITIVE_INT,
-    add_run_spec_args,
     run_main,
     spec_from_command_line,
 )
 from ds_minimodel.stages.runner import Built, Context, run_stage, train_config
-from ds_minimodel.stages.specs import FinetuneSpec, help_of, require_one_of
+from ds_minimodel.stages.specs import FinetuneSpec, check_fields, one_of
 from ds_minimodel.stages.steps import LOSSES
 from ds_minimodel.systems import Step
 from ds_minimodel.tasks.formats import (
@@ -48,23 +43,9 @@ from ds_minimodel.tasks.formats import (
 from ds_minimodel.train import checkpoint
 from ds_minimodel.train.engine import Stage, TrainResult
 
-
-def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    doc = functools.partial(help_of, FinetuneSpec)
-    p.add_argument("--model", type=Path, required=True, help=doc("model"))
-    p.add_argument("--task", required=True, help=doc("task"))
-    p.add_argument("--format", choices=sorted(KIND_OF_FORMAT), required=True, help=doc("format"))
-    p.add_argument("--train", type=Path, required=True, help=doc("train"))
-    p.add_argument("--dev", type=Path, help=doc("dev"))
-    p.add_argument("--dev-format", choices=sorted(KIND_OF_FORMAT), help=doc("dev_format"))
-    p.add_argument("--language", default="en", help=doc("language"))
-    p.add_argument("--epochs", type=POSITIVE, default=FinetuneConfig.epochs, help=doc("epochs"))
-    p.add_argument("--max-len", type=POSITIVE_INT, default=FinetuneConfig.max_len, help=doc("max_len"))
-    p.add_argument("--doc-stride", type=POSITIVE_INT, default=FinetuneConfig.doc_stride, help=doc("doc_stride"))
-    p.add_argument("--pooling", choices=POOLINGS, default=FinetuneConfig.pooling, help=doc("pooling"))
-    add_run_spec_args(p, FinetuneSpec)
-    return p
+CHECKS = {"format": one_of(sorted(KIND_OF_FORMAT)), "dev_format": one_of(sorted(KIND_OF_FORMAT)),
+          "pooling": one_of(POOLINGS)}
+"""What the spec's annotations cannot say about its values (``specs.check_fields``)."""
 
 
 def build_task_model(primary_folder: Path, spec: TaskSpec, seed: int) -> tuple[TaskModel, dict[str, Any]]:
@@ -86,9 +67,7 @@ def build_task_model(primary_folder: Path, spec: TaskSpec, seed: int) -> tuple[T
 
 def build(spec: FinetuneSpec, ctx: Context) -> Built:
     # Every input is read and checked before anything is written.
-    require_one_of("format", spec.format, sorted(KIND_OF_FORMAT))
-    require_one_of("dev_format", spec.dev_format or spec.format, sorted(KIND_OF_FORMAT))
-    require_one_of("pooling", spec.pooling, POOLINGS)
+    check_fields(spec, CHECKS)
     primary_meta = checkpoint.load_meta(spec.model)
     positions = (primary_meta.model_config or {}).get("max_positions")
     if isinstance(positions, int) and spec.max_len > positions:
@@ -141,4 +120,4 @@ def run(spec: FinetuneSpec) -> dict[str, Any]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    return run_main(run, spec_from_command_line(build_parser(), FinetuneSpec, argv))
+    return run_main(run, spec_from_command_line(FinetuneSpec, argv, description=__doc__, checks=CHECKS))

@@ -7,8 +7,6 @@ Entry point of ``run_pretrain.py``; works as a plain process, under the ``deepsp
 """
 from __future__ import annotations
 
-import argparse
-import functools
 from pathlib import Path
 from typing import Any
 
@@ -23,9 +21,9 @@ from ds_minimodel.model import hf
 from ds_minimodel.model.encoder import MaskedLM
 from ds_minimodel.model.loading import load_mlm
 from ds_minimodel.model.transforms import build_minipost, freeze_for_head_training
-from ds_minimodel.stages.cli import COUNT, POSITIVE_INT, add_training_args, run_main, spec_from_command_line
+from ds_minimodel.stages.cli import run_main, spec_from_command_line
 from ds_minimodel.stages.runner import Built, Context, run_stage
-from ds_minimodel.stages.specs import PretrainSpec, help_of
+from ds_minimodel.stages.specs import PretrainSpec, check_fields
 from ds_minimodel.stages.steps import LOSSES
 from ds_minimodel.systems import Depths, Step, get_primary
 from ds_minimodel.train import checkpoint
@@ -36,30 +34,18 @@ STEP1B_VARIANTS = ("minipost", "head")
 """Variants that start from a pretrained model (``--from``) instead of a registered primary (``systems.PRIMARIES``)."""
 
 
-def _variant(name: str) -> str:
+def check_variant(name: str) -> None:
+    """A primary (``systems.PRIMARIES``, ``minijoint@N`` too) or one of ``STEP1B_VARIANTS``."""
     if name in STEP1B_VARIANTS:
-        return name
+        return
     try:
-        get_primary(name)
+        get_primary(name, source="")
     except InputError as err:
-        raise argparse.ArgumentTypeError(f"{err} (or one of {', '.join(STEP1B_VARIANTS)})") from None
-    return name
+        raise InputError(f"{err} (or one of {', '.join(STEP1B_VARIANTS)})") from None
 
 
-def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.ArgumentDefaultsHelpFormatter)
-    doc = functools.partial(help_of, PretrainSpec)
-    p.add_argument("--variant", type=_variant, default="base", help=doc("variant"))
-    p.add_argument("--aux-layer", type=POSITIVE_INT, default=Depths.aux, help=doc("aux_layer"))
-    p.add_argument("--small-layers", type=POSITIVE_INT, default=Depths.small, help=doc("small_layers"))
-    p.add_argument("--preset", default="base", help=doc("preset"))
-    p.add_argument("--model-config", type=Path, help=doc("model_config"))
-    p.add_argument("--from", dest="from_", type=Path, help=doc("from_"))
-    p.add_argument("--keep-layers", type=POSITIVE_INT, default=Depths.keep, help=doc("keep_layers"))
-    p.add_argument("--new-layers", type=POSITIVE_INT, default=Depths.new, help=doc("new_layers"))
-    p.add_argument("--forget-every", type=COUNT, default=0, metavar="K", help=doc("forget_every"))
-    add_training_args(p, PretrainSpec)
-    return p
+CHECKS = {"variant": check_variant}
+"""What the spec's annotations cannot say about its values (``specs.check_fields``)."""
 
 
 def model_config(spec: PretrainSpec, vocab_size: int) -> ModelConfig:
@@ -116,8 +102,7 @@ def build_model(spec: PretrainSpec, shards: TokenShards) -> tuple[MaskedLM, dict
 
 def build(spec: PretrainSpec, ctx: Context) -> Built:
     # Every input is checked before anything is written: a refused run leaves --out as it was.
-    if spec.variant not in STEP1B_VARIANTS:
-        get_primary(spec.variant)  # a spec file's unknown variant, refused by name
+    check_fields(spec, CHECKS)  # a spec file's unknown variant, refused by name
     train_cfg = ctx.train_cfg
     info, batch = ctx.info, ctx.batch
     shards = TokenShards.open(spec.data)
@@ -169,4 +154,4 @@ def run(spec: PretrainSpec) -> dict[str, Any]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    return run_main(run, spec_from_command_line(build_parser(), PretrainSpec, argv))
+    return run_main(run, spec_from_command_line(PretrainSpec, argv, description=__doc__, checks=CHECKS))

@@ -15,12 +15,13 @@ import functools
 import inspect
 import json
 import typing
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated, Any, ClassVar
 
 import pydantic
+import tyro
 
 from ds_minimodel.config import FinetuneConfig, TrainConfig, read_json, type_adapter
 from ds_minimodel.errors import InputError
@@ -82,23 +83,25 @@ class RunSpec:
         return {"stage": self.STAGE, **{f.name: _plain(getattr(self, f.name)) for f in dataclasses.fields(self)}}
 
     @classmethod
-    def from_dict(cls, data: Any, source: str) -> RunSpec:
+    def from_dict(cls, data: Any, source: str, *, name: Callable[[str], str] = str) -> RunSpec:
         """A spec from JSON data, each value validated against its field's annotation; unknown keys, wrong types
-        and out-of-range values are refused with ``source`` and the field named."""
+        and out-of-range values are refused with ``source`` and the field named (as ``name`` spells it: the
+        command line, whose source is "", names its option)."""
+        where = f"{source}: " if source else ""
         if not isinstance(data, dict):
-            raise InputError(f"{source}: expected a JSON object, got {type(data).__name__}")
+            raise InputError(f"{where}expected a JSON object, got {type(data).__name__}")
         data = dict(data)
         stage = data.pop("stage", cls.STAGE)
         if stage != cls.STAGE:
-            raise InputError(f"{source}: a spec for stage {stage!r}, not {cls.STAGE!r}")
+            raise InputError(f"{where}a spec for stage {stage!r}, not {cls.STAGE!r}")
         known = {f.name: f for f in dataclasses.fields(cls)}
         unknown = sorted(set(data) - set(known))
         if unknown:
-            raise InputError(f"{source}: unknown key(s) {', '.join(unknown)}; known keys: {', '.join(known)}")
-        missing = sorted(name for name, f in known.items() if name not in data
+            raise InputError(f"{where}unknown key(s) {', '.join(unknown)}; known keys: {', '.join(known)}")
+        missing = sorted(key for key, f in known.items() if key not in data
                          and f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING)
         if missing:
-            raise InputError(f"{source}: missing key(s) {', '.join(missing)}")
+            raise InputError(f"{where}missing key(s) {', '.join(missing)}")
         hints = _hints(cls)
         values = {}
         for key, value in data.items():
@@ -106,7 +109,7 @@ class RunSpec:
                 values[key] = type_adapter(hints[key]).validate_json(json.dumps(value, default=str), strict=True)
             except pydantic.ValidationError as err:
                 problem = err.errors()[0]["msg"][0].lower() + err.errors()[0]["msg"][1:]
-                raise InputError(f"{source}: {key}: {problem} (got {value!r})") from None
+                raise InputError(f"{where}{name(key)}: {problem} (got {value!r})") from None
         return cls(**values)
 
     @classmethod
@@ -156,7 +159,7 @@ class PretrainSpec(MLMSpec):
     """model size preset: tiny, demo, base, small"""
     model_config: Path | None = None
     """JSON object of ModelConfig fields overriding the preset"""
-    from_: Path | None = None
+    from_: Annotated[Path | None, tyro.conf.arg(name="from")] = None
     """minipost, head: the pretrained primary model (checkpoint, model folder, or a Hugging Face BERT/RoBERTa
     folder)"""
     keep_layers: PositiveInt = Depths.keep
@@ -265,11 +268,29 @@ def read_spec(path: Path) -> RunSpec:
     return SPECS[stage].from_dict(data, str(path))
 
 
-def require_one_of(field: str, value: Any, allowed: Iterable[str]) -> None:
-    """A field with a fixed set of values (its option's ``choices``): a spec file's other value is refused by name."""
+def one_of(allowed: Iterable[str]) -> Callable[[str], None]:
+    """A field check (``check_fields``): the value must be one of ``allowed``, a registry's names."""
     allowed = list(allowed)
-    if value not in allowed:
-        raise InputError(f"{field} must be one of {', '.join(allowed)}, got {value!r}")
+
+    def check(value: str) -> None:
+        if value not in allowed:
+            raise InputError(f"must be one of {', '.join(allowed)}, got {value!r}")
+
+    return check
+
+
+def check_fields(spec: RunSpec, checks: dict[str, Callable[[Any], Any]], *, name: Callable[[str], str] = str
+                 ) -> None:
+    """Each set field's value through its check (a function that raises InputError: the names a registry holds,
+    which an annotation cannot list); the error names the field as ``name`` spells it (the command line: its
+    option)."""
+    for field, check in checks.items():
+        value = getattr(spec, field)
+        if value is not None:
+            try:
+                check(value)
+            except InputError as err:
+                raise InputError(f"{name(field)}: {err}") from None
 
 
 def help_of(cls: type, name: str) -> str:

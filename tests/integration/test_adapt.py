@@ -169,14 +169,14 @@ def test_focus_with_anchored_copies_over_two_bf16_zero2_ranks(primaries, de_data
     from ds_minimodel.data.static_vectors import StaticSettings, train_static_vectors
     from ds_minimodel.data.tokenizer import Tokenizer
     from ds_minimodel.stages import adapt
-    from ds_minimodel.stages.cli import spec_from_args
+    from ds_minimodel.stages.cli import spec_from_command_line
 
     out = tmp_path / "focus"
     args = ["--system", "bl_base", "--body", str(primaries["base"]), "--data", str(de_data), "--init", "focus",
             "--new-rows", "source", "--freeze-copied", "--ds-config", str(REPO / "ds_configs/cpu_bf16_zero2.json"),
             "--out", str(out), "--seq-len", "64", "--steps", "8", "--save-every", "8", "--log-every", "4"]
     # Launched from a spec file (what the options say, as the pipeline writes it), through the real launcher.
-    spec = spec_from_args(AdaptSpec, adapt.build_parser().parse_args(args))
+    spec = spec_from_command_line(AdaptSpec, args, checks=adapt.CHECKS)
     spec.write(tmp_path / "spec.json")
     run_cmd(torchrun_cmd(2, "run_adapt.py", "--config", str(tmp_path / "spec.json")))
     assert json.loads((out / "run.json").read_text())["spec"] == spec.to_dict()

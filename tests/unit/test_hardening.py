@@ -171,21 +171,25 @@ def test_other_mistakes_get_one_line(tmp_path, folders):
 
 
 @pytest.mark.parametrize("argv, message", [
-    (["--epochs", "0"], "argument --epochs: must be above 0, got 0"),  # trained one update at rate 0 before
-    (["--epochs", "-2"], "argument --epochs: must be above 0, got -2"),
-    (["--warmup-ratio", "1.5"], "argument --warmup-ratio: must be at least 0 and below 1, got 1.5"),
-    (["--max-len", "ten"], "argument --max-len: expected a whole number at least 1, got 'ten'"),
-    (["--save-every", "0"], "argument --save-every: must be at least 1, got 0"),
+    (["--epochs", "0"], "error: --epochs: input should be greater than 0 (got 0.0)"),  # trained at rate 0 before
+    (["--epochs", "-2"], "error: --epochs: input should be greater than 0 (got -2.0)"),
+    (["--warmup-ratio", "1.5"], "error: --warmup-ratio: input should be less than 1 (got 1.5)"),
+    (["--max-len", "ten"], "Error parsing --max-len: invalid literal for int() with base 10: 'ten'"),  # tyro's
+    (["--save-every", "0"], "error: --save-every: input should be greater than or equal to 1 (got 0)"),
+    (["--format", "csv"], "error: --format: must be one of conllu, generic, multinli, pawsx, squad, xnli, got 'csv'"),
 ])
-def test_numeric_options_are_checked_where_they_are_parsed(argv, message, capsys):
+def test_bad_options_are_refused_where_they_are_parsed_naming_the_option(argv, message, capsys):
     common = ["--model", "m", "--task", "t", "--format", "generic", "--train", "t.jsonl", "--ds-config", "x.json",
               "--out", "o"]
     with pytest.raises(SystemExit) as exit_:
-        finetune.build_parser().parse_args([*common, *argv])
+        finetune.main([*common, *argv])  # refused before the run folder is looked at
     assert exit_.value.code == 2 and message in capsys.readouterr().err
     with pytest.raises(SystemExit):
-        pretrain.build_parser().parse_args(["--ds-config", "x", "--data", "d", "--out", "o", "--steps", "0"])
-    assert "argument --steps: must be at least 1, got 0" in capsys.readouterr().err
+        pretrain.main(["--ds-config", "x", "--data", "d", "--out", "o", "--steps", "0"])
+    assert "error: --steps: input should be greater than or equal to 1 (got 0)" in capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        pretrain.main(["--ds-config", "x", "--data", "d", "--out", "o", "--variant", "huge"])
+    assert "error: --variant: unknown primary 'huge'" in capsys.readouterr().err
 
 
 def deepspeed_json(tmp_path: Path, name: str, change) -> Path:

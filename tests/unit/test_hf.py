@@ -383,12 +383,12 @@ def _prepare(tmp_path: Path, tokenizer: Path, name: str):
 
 
 def _pretrain_args(*options: str):
-    from ds_minimodel.stages.cli import spec_from_args
-    from ds_minimodel.stages.pretrain import build_parser
+    from ds_minimodel.stages.cli import spec_from_command_line
+    from ds_minimodel.stages.pretrain import CHECKS
     from ds_minimodel.stages.specs import PretrainSpec
 
-    return spec_from_args(PretrainSpec, build_parser().parse_args([*options, "--ds-config", "unused.json", "--out",
-                                                                   "unused"]))
+    return spec_from_command_line(PretrainSpec, [*options, "--ds-config", "unused.json", "--out", "unused"],
+                                  checks=CHECKS)
 
 
 def test_prepare_minipost_head_and_step2_bodies_take_hf_folders(folders, german: Tokenizer, tmp_path: Path) -> None:

@@ -1,7 +1,6 @@
 """Typed stage specs (stages.specs): the command line builds them, files hold them, and every value is checked."""
 from __future__ import annotations
 
-import argparse
 import dataclasses
 import json
 import re
@@ -11,11 +10,11 @@ import pytest
 
 from ds_minimodel.errors import InputError
 from ds_minimodel.stages import adapt, finetune, pretrain
-from ds_minimodel.stages.cli import spec_from_command_line
+from ds_minimodel.stages.cli import option_name, spec_from_command_line
 from ds_minimodel.stages.specs import SPECS, AdaptSpec, FinetuneSpec, PretrainSpec, help_of, read_spec
 from ds_minimodel.train.distributed import DEFAULT_DIST_TIMEOUT
 
-PARSERS = {PretrainSpec: pretrain.build_parser, AdaptSpec: adapt.build_parser, FinetuneSpec: finetune.build_parser}
+STAGES = {PretrainSpec: pretrain, AdaptSpec: adapt, FinetuneSpec: finetune}
 REQUIRED = {
     PretrainSpec: ["--ds-config", "d.json", "--data", "data/en", "--out", "o"],
     AdaptSpec: ["--ds-config", "d.json", "--data", "data/de", "--out", "o", "--system", "bl_base", "--body", "b"],
@@ -24,31 +23,50 @@ REQUIRED = {
 }
 
 
-@pytest.mark.parametrize("spec", list(PARSERS))
-def test_every_option_is_a_spec_field_with_the_same_default_and_every_field_an_option(spec):
-    parser = PARSERS[spec]()
-    options = {a.dest: a for a in parser._actions if a.dest not in ("help", "config", "local_rank")}
-    fields = {f.name: f for f in dataclasses.fields(spec)}
-    assert set(options) == set(fields)
-    for name, f in fields.items():
-        if f.default is not dataclasses.MISSING:
-            assert options[name].default == f.default, name
-        assert options[name].help and help_of(spec, name)  # documented once, in the spec
-    built = spec_from_command_line(parser, spec, REQUIRED[spec])
-    required = {f.name: built.__dict__[f.name] for f in fields.values() if f.default is dataclasses.MISSING}
+def parse(spec, argv):
+    return spec_from_command_line(spec, argv, checks=STAGES[spec].CHECKS)
+
+
+@pytest.mark.parametrize("spec", list(STAGES))
+def test_every_field_is_an_option_with_its_default_and_docstring(spec, capsys):
+    with pytest.raises(SystemExit) as stop:
+        parse(spec, ["--help"])
+    assert stop.value.code == 0
+    page = " ".join(capsys.readouterr().out.split())
+    for f in dataclasses.fields(spec):
+        assert option_name(f.name) in page, f.name
+        assert " ".join(help_of(spec, f.name).split()[:4]) in page, f.name  # documented once, in the spec
+    assert "--config SPEC_JSON" in page
+    built = parse(spec, REQUIRED[spec])
+    required = {f.name: built.__dict__[f.name] for f in dataclasses.fields(spec) if f.default is dataclasses.MISSING}
     assert built == spec(**required)  # the options' defaults are the spec's
 
 
-@pytest.mark.parametrize("spec", list(PARSERS))
+def test_todays_option_spellings_give_the_spec_they_always_gave():
+    got = parse(PretrainSpec, ["--variant", "minipost", "--from", "runs/x", "--keep-layers", "2", "--new-layers", "3",
+                               "--ds-config", "d.json", "--data", "d", "--out", "o", "--resume", "--local_rank=1",
+                               "--allow-config-change", "--prefetch", "0", "--dist-timeout", "60"])
+    assert got == PretrainSpec(variant="minipost", from_=Path("runs/x"), keep_layers=2, new_layers=3,
+                               ds_config=Path("d.json"), data=Path("d"), out=Path("o"), resume=True,
+                               allow_config_change=True, prefetch=0, dist_timeout=60.0)
+    got = parse(AdaptSpec, [*REQUIRED[AdaptSpec], "--init", "wechsel", "--word-list", "w.tsv", "--source-data", "en",
+                            "--freeze-copied", "--body-dropout", "off", "--local_rank", "0"])
+    assert (got.init, got.word_list, got.source_data, got.freeze_copied, got.body_dropout) == (
+        "wechsel", Path("w.tsv"), Path("en"), True, "off")
+    got = parse(FinetuneSpec, [*REQUIRED[FinetuneSpec], "--epochs", "0.5", "--dev-format", "xnli", "--pooling", "mean"])
+    assert (got.epochs, got.dev_format, got.pooling) == (0.5, "xnli", "mean")
+
+
+@pytest.mark.parametrize("spec", list(STAGES))
 def test_a_spec_survives_its_file_and_the_command_line_reads_it(spec, tmp_path):
-    parser = PARSERS[spec]()
-    built = spec_from_command_line(parser, spec, [*REQUIRED[spec], "--seed", "7", "--resume"])
+    built = parse(spec, [*REQUIRED[spec], "--seed", "7", "--resume"])
     built.write(tmp_path / "spec.json")
     assert read_spec(tmp_path / "spec.json") == built == spec.from_file(tmp_path / "spec.json")
-    assert spec_from_command_line(parser, spec, ["--config", str(tmp_path / "spec.json"), "--local_rank=0"]) == built
+    assert parse(spec, ["--config", str(tmp_path / "spec.json"), "--local_rank=0"]) == built
+    assert parse(spec, [f"--config={tmp_path / 'spec.json'}"]) == built
     assert isinstance(built.out, Path) and built.seed == 7 and built.resume
     with pytest.raises(SystemExit):  # a file, or options: not both
-        spec_from_command_line(parser, spec, ["--config", str(tmp_path / "spec.json"), "--seed", "3"])
+        parse(spec, ["--config", str(tmp_path / "spec.json"), "--seed", "3"])
 
 
 def test_spec_files_are_checked_value_by_value_with_the_file_named(tmp_path, capsys):
@@ -71,7 +89,7 @@ def test_spec_files_are_checked_value_by_value_with_the_file_named(tmp_path, cap
     with pytest.raises(InputError, match=r"\"stage\" must be one of pretrain, adapt, finetune"):
         read_spec(path)
     with pytest.raises(SystemExit) as stop:  # the command line: one line, exit 2, no traceback
-        spec_from_command_line(pretrain.build_parser(), PretrainSpec, ["--config", str(path)])
+        parse(PretrainSpec, ["--config", str(path)])
     assert stop.value.code == 2 and "error: " in capsys.readouterr().err
 
 
@@ -81,7 +99,6 @@ def test_specs_name_their_stage_and_take_the_launcher_timeout_default():
     assert PretrainSpec.__dataclass_fields__["dist_timeout"].default == DEFAULT_DIST_TIMEOUT.total_seconds()
     with pytest.raises(KeyError):
         help_of(PretrainSpec, "no_such_field")
-    assert isinstance(pretrain.build_parser(), argparse.ArgumentParser)
 
 
 def test_a_bf16_run_on_a_cpu_without_native_bf16_says_so_before_it_starts():
