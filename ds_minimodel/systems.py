@@ -209,8 +209,8 @@ def order_key(name: str) -> tuple[int, int, str]:
 def get_system(name: str, *, source: str = "--system") -> System:
     """The registered system ``name``; an unknown one is refused, named after ``source`` ("" for none)."""
     if not is_system(name):
-        raise InputError(f"{source + ': ' if source else ''}unknown system {name!r}; known: {', '.join(SYSTEMS)} and {DEPTH_FAMILY}{AT}N "
-                         "(the second head after layer N)")
+        raise InputError(f"{source + ': ' if source else ''}unknown system {name!r}; known: {', '.join(SYSTEMS)} "
+                         f"and {DEPTH_FAMILY}{AT}N (the second head after layer N)")
     return SYSTEMS[name]
 
 
