@@ -1,4 +1,4 @@
-"""configs/reference.json, reference_focus.json and reference_gpu.json cannot rot: their presets, DeepSpeed files,
+"""configs/reference.json, reference_focus.json, reference_wechsel.json and reference_gpu.json cannot rot: their presets, DeepSpeed files,
 shapes, controls and task layout pass the pipeline's pre-flight check on slices of the shipped (xz-compressed)
 reference data, and plan the jobs of the whole method.
 
@@ -43,7 +43,8 @@ def slice_of(packed: Path, out: Path, *, max_bytes: int | None = None, lines: in
     return str(out)
 
 
-@pytest.mark.parametrize("name", ["reference.json", "reference_focus.json", "reference_gpu.json"])
+@pytest.mark.parametrize("name", ["reference.json", "reference_focus.json", "reference_wechsel.json",
+                                  "reference_gpu.json"])
 def test_reference_configs_pass_the_preflight_check_and_plan_every_job(tmp_path, name):
     config = json.loads((REPO / "configs" / name).read_text())
     config.update(out=str(tmp_path / "out"), vocab_size=1000)
@@ -72,4 +73,5 @@ def test_reference_configs_pass_the_preflight_check_and_plan_every_job(tmp_path,
     assert jobs == ["prepare", "step1-base", "step1-minijoint", "step1-small", "step1b-minipost", "step2-bl_base",
                     "step2-bl_small", "step2-minijoint", "step2-minipost", "step3-base", "step3-minijoint",
                     "step3-small", "step4"]
-    assert "en-relearn" in proc.stdout and all(lang in proc.stdout for lang in ("de", "fr", "es"))
+    assert ("en-relearn" in proc.stdout) == bool(config.get("source_relearn"))  # none with WECHSEL
+    assert all(lang in proc.stdout for lang in ("de", "fr", "es"))
