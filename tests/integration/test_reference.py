@@ -1,5 +1,5 @@
-"""configs/reference.json, reference_focus.json, reference_wechsel.json and reference_gpu.json cannot rot: their presets, DeepSpeed files,
-shapes, controls and task layout pass the pipeline's pre-flight check on slices of the shipped (xz-compressed)
+"""configs/reference.json, reference_focus.json, reference_wechsel.json and reference_gpu.json cannot rot: their
+presets, DeepSpeed files, shapes, controls and task layout pass the pipeline's pre-flight check on slices of the shipped (xz-compressed)
 reference data, and plan the jobs of the whole method.
 
 Both run end to end elsewhere: ``test_gpu_run.py`` runs the GPU reference config through the pipeline at a few
