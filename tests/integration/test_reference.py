@@ -1,6 +1,6 @@
 """configs/reference.json, reference_focus.json, reference_wechsel.json and reference_gpu.json cannot rot: their
-presets, DeepSpeed files, shapes, controls and task layout pass the pipeline's pre-flight check on slices of the shipped (xz-compressed)
-reference data, and plan the jobs of the whole method.
+presets, DeepSpeed files, shapes, controls and task layout pass the pipeline's pre-flight check on slices of the
+shipped (xz-compressed) reference data, and plan the jobs of the whole method.
 
 Both run end to end elsewhere: ``test_gpu_run.py`` runs the GPU reference config through the pipeline at a few
 updates on the same data (its settings other than the preset, the DeepSpeed files and the step counts are the CPU
