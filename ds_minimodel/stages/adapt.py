@@ -40,7 +40,7 @@ from ds_minimodel.model.transforms import (
     freeze_for_adaptation,
     swap_embeddings,
 )
-from ds_minimodel.stages.cli import run_main, spec_from_command_line
+from ds_minimodel.stages.cli import option_name, run_main, spec_from_command_line
 from ds_minimodel.stages.runner import Built, Context, run_stage
 from ds_minimodel.stages.specs import AdaptSpec, check_fields, one_of
 from ds_minimodel.stages.steps import LOSSES
@@ -75,7 +75,7 @@ def check_wechsel_inputs(spec: AdaptSpec, source_sha256: str) -> WordList | None
     if spec.init != "wechsel":
         for name in ("word_list", "source_data"):
             if getattr(spec, name) is not None:
-                raise InputError(f"--{name.replace('_', '-')} is used by --init wechsel only, not {spec.init}")
+                raise InputError(f"{option_name(name)} is used by --init wechsel only, not {spec.init}")
         return None
     if spec.word_list is None or spec.source_data is None:
         raise InputError("--init wechsel needs --word-list (a bilingual word list) and --source-data (the source "

@@ -21,6 +21,7 @@ from ds_minimodel.train.faults import StopSignals
 
 LAUNCHER_RANK = ("--local_rank", "--local-rank")
 """What the ``deepspeed`` launcher appends to every rank's command line; the rank comes from the environment."""
+LAUNCHER_RANK_VALUE = tuple(f"{name}=" for name in LAUNCHER_RANK)
 
 
 def without_launcher_rank(argv: list[str]) -> list[str]:
@@ -31,7 +32,7 @@ def without_launcher_rank(argv: list[str]) -> list[str]:
             skip = False
         elif arg in LAUNCHER_RANK:
             skip = True
-        elif not arg.startswith(tuple(f"{name}=" for name in LAUNCHER_RANK)):
+        elif not arg.startswith(LAUNCHER_RANK_VALUE):
             out.append(arg)
     return out
 
