@@ -3,6 +3,7 @@ this machine's ranks (or the batch job's), and whether a run is finished."""
 from __future__ import annotations
 
 import codecs
+import dataclasses
 import os
 import subprocess
 import sys
@@ -12,6 +13,7 @@ from typing import Any
 
 from ds_minimodel.cluster.launch import free_port, local_command
 from ds_minimodel.config import read_json
+from ds_minimodel.errors import InputError
 from ds_minimodel.stages.specs import RunSpec
 from ds_minimodel.train import checkpoint
 
@@ -80,10 +82,36 @@ def finished(run_dir: Path) -> bool:
     return checkpoint.load_meta(latest).step == read_json(run_file)["train"]["steps"]
 
 
+NOT_RESULTS = frozenset({"out", "resume", "log_root", "run_name", "save_every", "log_every", "keep_checkpoints",
+                         "prefetch", "compile", "activation_checkpointing", "dist_timeout", "allow_config_change"})
+"""Spec fields that say where a run is written, how it is saved, logged or computed, not what it learns."""
+
+
+def changed_settings(spec: type[RunSpec], run_dir: Path, values: dict[str, Any]) -> dict[str, tuple[Any, Any]]:
+    """{field: (the finished run's value, ``values``'s)} for every setting of the run in ``run_dir`` that the
+    pipeline now asks differently. Paths are left out: the pipeline derives most of them from its out folder (a
+    run reused from another folder names other paths), and their contents are checked where they are read (the
+    tokenizer's and the initialiser inputs' hashes). A run whose run.json predates the spec record gives none."""
+    recorded = read_json(run_dir / checkpoint.RUN).get("spec")
+    if recorded is None:
+        return {}
+    now = spec.from_dict({**values, "out": str(run_dir)}, "the pipeline's settings").to_dict()
+    paths = {f.name for f in dataclasses.fields(spec) if "Path" in str(f.type)}
+    return {key: (recorded[key], value) for key, value in now.items()
+            if key in recorded and key not in NOT_RESULTS | paths and recorded[key] != value}
+
+
 def train_step(spec: type[RunSpec], run_dir: Path, values: dict[str, Any], spec_file: Path, ranks: int,
                launcher: str = "deepspeed", *, verbose: bool = False, log: Path | None = None) -> None:
     """One training job: its spec (``values``; resumed where it holds a run) into ``spec_file``, then launched."""
     if finished(run_dir):
+        changed = changed_settings(spec, run_dir, values)
+        if changed:
+            raise InputError(
+                f"{run_dir} holds a finished run trained with other settings than {spec_file.stem} asks: "
+                + "; ".join(f"{key} {old!r} there, {new!r} now" for key, (old, new) in changed.items())
+                + ". Its results would stand for settings they were not trained with: give the pipeline another "
+                  "out, restore those settings, or remove that folder to train it again")
         print(f"[pipeline] {run_dir}: done, skipped", flush=True)
         return
     values = {**values, "out": str(run_dir), "resume": (run_dir / checkpoint.RUN).is_file()}

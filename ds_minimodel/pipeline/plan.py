@@ -4,7 +4,8 @@ figures (table2.txt, table3.txt, figure1_speedup.png, figure3_<task>_<lang>.png,
 
     python -m ds_minimodel pipeline --config configs/demo.json
 
-Steps whose outputs exist are skipped; a step whose run folder exists but did not finish is resumed. Training
+Steps whose outputs exist are skipped (if they were trained with the settings the config asks now: otherwise an
+error says which differ); a step whose run folder exists but did not finish is resumed. Training
 steps run as separate processes through the ``deepspeed`` launcher (``ranks`` per node; ``--launcher torchrun``
 or ``srun`` for the others); Step 4 runs in process.
 Relative paths in the config are taken from the current directory.

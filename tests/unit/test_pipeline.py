@@ -344,3 +344,34 @@ def test_a_jobs_whole_output_goes_to_its_log_and_to_the_screen_and_survives_the_
     while "saved and stopped" not in (tmp_path / "slow.log").read_text() and time.monotonic() < deadline:
         time.sleep(0.1)
     assert "saved and stopped" in (tmp_path / "slow.log").read_text()
+
+
+def test_a_finished_run_is_skipped_only_when_it_was_trained_with_the_settings_the_config_asks(
+        tmp_path, monkeypatch, capsys):
+    from ds_minimodel.pipeline import launching
+    from ds_minimodel.stages.specs import AdaptSpec
+
+    values = {"ds_config": "ds.json", "data": "runs/a/data/de", "system": "bl_base", "body": "runs/a/step1/base",
+              "lang": "de", "init": "focus", "steps": 600, "save_every": 100}
+    run_dir = tmp_path / "step2" / "de" / "bl_base"
+    run_dir.mkdir(parents=True)
+    recorded = AdaptSpec.from_dict({**values, "out": str(run_dir)}, "test").to_dict()
+    (run_dir / "run.json").write_text(json.dumps({"spec": recorded, "train": {"steps": 600}}))
+    monkeypatch.setattr(launching, "finished", lambda path: True)
+    monkeypatch.setattr(launching, "launch", lambda *a, **k: pytest.fail("a finished run was launched again"))
+    spec_file = tmp_path / "specs" / "step2-de-bl_base.json"
+
+    def step(**changes):
+        launching.train_step(AdaptSpec, run_dir, {**values, **changes}, spec_file, ranks=1)
+
+    # Where it is written, how it is saved and logged, and the paths (a run reused from another folder): the same run.
+    step(save_every=50, log_every=5, data="runs/b/data/de", body="runs/b/step1/base", ds_config="other.json")
+    assert f"{run_dir}: done, skipped" in capsys.readouterr().out and not spec_file.exists()
+    with pytest.raises(InputError, match=rf"{run_dir} holds a finished run trained with other settings than "
+                                         r"step2-de-bl_base asks: steps 600 there, 1000 now; "
+                                         r"init 'focus' there, 'wechsel' now\. .*another out"):
+        step(init="wechsel", steps=1000)
+    assert not spec_file.exists()
+    # A run recorded before run.json kept its spec cannot be compared: skipped as before.
+    (run_dir / "run.json").write_text(json.dumps({"train": {"steps": 600}}))
+    step(init="wechsel")
