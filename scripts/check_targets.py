@@ -1,0 +1,167 @@
+"""Issue 27's targets, read from a finished pipeline's results.json without the package's own analysis code, so that
+the analysis (analysis/table3.txt, time_to_target.json) is checked by a second reading of the same records.
+
+    python scripts/check_targets.py runs/reference-focus/results.json [--task lohelp] [--json OUT]
+
+Every figure is the mean over finetuning seeds of accuracy or macro-F1 on the test files, at each system's last
+Step-2 checkpoint unless said otherwise:
+- BL_BASE's mean accuracy over the target languages against the mean majority class (at least 10 points above) and
+  against the bag of words in each language (above it);
+- BL_BASE's mean macro-F1 (at least 30) and its share of the English classifier's own macro-F1 on English test
+  (BL_BASE's primary with its own embeddings; at least 60%);
+- the source-relearn control's accuracy on English test as a share of the English classifier's (at least 80%);
+- the paper's shape: BL_SMALL's final score below BL_BASE's; the V100-days each system needs to reach 95% of
+  BL_BASE's final score (the paper's time to target) and, where BL_BASE's update 0 already meets that, to 95% of
+  BL_BASE's gain from update 0 (ours), each by linear interpolation between checkpoints, and the speedup over BL_BASE.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+from collections import defaultdict
+from pathlib import Path
+
+NEAR = 0.95
+
+
+def mean(values):
+    values = list(values)
+    return statistics.fmean(values) if values else None
+
+
+def curves(records, task, metric):
+    """{(lang, system): [(update, v100_days, mean over seeds)]} from the per-seed zero-shot records."""
+    by_point = defaultdict(list)
+    for r in records:
+        if r["task"] == task:
+            by_point[(r["lang"], r["system"], r["step2_update"], r["v100_days"])].append(r[metric])
+    out = defaultdict(list)
+    for (lang, system, update, days), scores in by_point.items():
+        out[(lang, system)].append((update, days, statistics.fmean(scores)))
+    return {key: sorted(points) for key, points in out.items()}
+
+
+def days_to(curve, target):
+    """V100-days at which the curve first reaches ``target`` (linear between checkpoints); None if never."""
+    previous = None
+    for update, days, score in curve:
+        if score >= target:
+            if previous is None:
+                return days
+            p_days, p_score = previous
+            return p_days + (target - p_score) / (score - p_score) * (days - p_days)
+        previous = (days, score)
+    return None
+
+
+def speedups(all_curves, langs, systems, gain, clear):
+    rows = {}
+    for lang in langs:
+        base = all_curves.get((lang, "bl_base"))
+        if not base or not clear[lang]:
+            continue  # no target where BL_BASE does not clearly transfer
+        start, final = base[0][2], base[-1][2]
+        target = NEAR * final
+        if gain:
+            if base[0][0] != 0 or start < target or final <= start:
+                continue  # the paper's target applies
+            target = start + NEAR * (final - start)
+        base_days = days_to(base, target)
+        for system in systems:
+            curve = all_curves.get((lang, system))
+            if not curve:
+                continue
+            days = days_to(curve, target)
+            both = days is not None and base_days is not None and days > 0 and base_days > 0
+            rows[(lang, system)] = {"target": target, "v100_days": days,
+                                    "speedup": base_days / days if both else None}
+    return rows
+
+
+def check(results, task):
+    zero = [r for r in results["zero_shot"] if r["task"] == task]
+    langs = sorted({r["lang"] for r in zero})
+    systems = sorted({r["system"] for r in zero})
+    acc, f1 = curves(zero, task, "accuracy"), curves(zero, task, "macro_f1")
+    final = {key: points[-1][2] for key, points in acc.items()}
+    final_f1 = {key: points[-1][2] for key, points in f1.items()}
+    test = {b["lang"]: b for b in results["baselines"] if b["task"] == task and b["split"] == "test"}
+    english = [r for r in results["source_test"] if r["task"] == task and r["primary"] == "base"]
+    en_acc, en_f1 = mean(r["accuracy"] for r in english), mean(r["macro_f1"] for r in english)
+    base_acc = mean(final[(lang, "bl_base")] for lang in langs)
+    base_f1 = mean(final_f1[(lang, "bl_base")] for lang in langs)
+    majority = mean(test[lang]["majority"] for lang in langs)
+    lines, report = [], {"langs": langs, "systems": systems}
+
+    def say(name, value, ok):
+        report[name] = {"value": value, "met": ok}
+        lines.append(f"{'met   ' if ok else 'MISSED'} {name}: {value}")
+
+    say("BL_BASE mean accuracy - mean majority class >= 10",
+        f"{base_acc:.1f} - {majority:.1f} = {base_acc - majority:.1f}", base_acc - majority >= 10)
+    for lang in langs:
+        value, bow = final[(lang, "bl_base")], test[lang]["bag_of_words"]
+        say(f"BL_BASE {lang} accuracy > bag of words", f"{value:.1f} against {bow:.1f}", value > bow)
+    say("BL_BASE mean macro-F1 >= 30", f"{base_f1:.1f}", base_f1 >= 30)
+    say("BL_BASE mean macro-F1 >= 60% of English test's", f"{base_f1:.1f} / {en_f1:.1f} = {base_f1 / en_f1:.0%}",
+        base_f1 >= 0.6 * en_f1)
+    relearn = [r for r in results.get("source_relearn", []) if r["task"] == task]
+    if relearn:
+        last = max(r["step2_update"] for r in relearn)
+        value = mean(r["accuracy"] for r in relearn if r["step2_update"] == last)
+        say("source-relearn control accuracy >= 80% of the English classifier's (test)",
+            f"{value:.1f} / {en_acc:.1f} = {value / en_acc:.0%}", value >= 0.8 * en_acc)
+    else:
+        lines.append("(no source-relearn control in this run)")
+    if "bl_small" in systems:
+        small = mean(final[(lang, "bl_small")] for lang in langs)
+        say("BL_SMALL mean final accuracy < BL_BASE's", f"{small:.1f} against {base_acc:.1f}", small < base_acc)
+    # The no-speedup-on-noise rule: a language counts only where BL_BASE's final accuracy is above the majority
+    # class by 2 points and by twice its spread over seeds.
+    last = {lang: max(r["step2_update"] for r in zero if r["lang"] == lang and r["system"] == "bl_base")
+            for lang in langs}
+    spread = {lang: statistics.stdev(seeds) if len(seeds) > 1 else 0.0 for lang, seeds in (
+        (lang, [r["accuracy"] for r in zero if r["lang"] == lang and r["system"] == "bl_base"
+                and r["step2_update"] == last[lang]]) for lang in langs)}
+    clear = {lang: final[(lang, "bl_base")] - test[lang]["majority"] > max(2.0, 2 * spread[lang]) for lang in langs}
+    lines.append("BL_BASE clearly above the majority class (by 2 points and twice its spread over seeds) in: "
+                 + (", ".join(lang for lang in langs if clear[lang]) or "none"))
+    for gain in (False, True):
+        rows = speedups(acc, langs, systems, gain, clear)
+        if not rows:
+            continue
+        label = "95% of BL_BASE's gain from update 0 (ours)" if gain else "95% of BL_BASE's final score (paper)"
+        lines.append(f"V100-days to {label}, accuracy:")
+        for (lang, system), row in sorted(rows.items()):
+            days = "never" if row["v100_days"] is None else f"{row['v100_days']:.3g}"
+            speed = "" if row["speedup"] is None else f", speedup {row['speedup']:.2f}"
+            lines.append(f"  {lang} {system}: target {row['target']:.1f}, {days}{speed}")
+        report["gain" if gain else "paper"] = {f"{lang} {system}": row for (lang, system), row in rows.items()}
+    lines.append("final accuracy (macro-F1) per system, mean over languages: " + "; ".join(
+        f"{s} {mean(final[(lang, s)] for lang in langs):.1f} ({mean(final_f1[(lang, s)] for lang in langs):.1f})"
+        for s in systems))
+    return lines, report
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("results", type=Path)
+    parser.add_argument("--task", default="lohelp")
+    parser.add_argument("--json", type=Path, help="also write the checks here")
+    args = parser.parse_args(argv)
+    try:
+        results = json.loads(args.results.read_text())
+    except (OSError, ValueError) as err:
+        print(f"check_targets.py: {args.results}: {err}", file=sys.stderr)
+        return 2
+    lines, report = check(results, args.task)
+    print("\n".join(lines))
+    if args.json:
+        args.json.write_text(json.dumps(report, indent=1) + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
