@@ -9,4 +9,5 @@ export TORCH_EXTENSIONS_DIR=${TORCH_EXTENSIONS_DIR:-$PWD/.venv/torch_extensions}
 # One BLAS thread per rank: two ranks with two threads each on a 2-core machine run several times slower.
 export OMP_NUM_THREADS=${OMP_NUM_THREADS:-1}
 # Finished steps are skipped and an interrupted one resumes, so running this again continues where it stopped.
-python -m ds_minimodel pipeline --config "${CONFIG:-configs/demo.json}"
+# Arguments go to the pipeline (--only JOB, --systems A,B, --list).
+python -m ds_minimodel pipeline --config "${CONFIG:-configs/demo.json}" "$@"

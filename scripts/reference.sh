@@ -6,4 +6,4 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 python3 scripts/unpack_reference_data.py  # each shipped .xz beside itself, once
 # The same installation and environment as the demo, with this config.
-CONFIG=${CONFIG:-configs/reference.json} exec bash scripts/demo.sh
+CONFIG=${CONFIG:-configs/reference.json} exec bash scripts/demo.sh "$@"

@@ -18,4 +18,4 @@ mkdir -p "$OUT"
 for step in data step1 step1b step3; do
   [ -e "$OUT/$step" ] || ln -s "../reference-focus/$step" "$OUT/$step"
 done
-CONFIG=configs/reference_wechsel.json exec bash scripts/reference.sh
+CONFIG=configs/reference_wechsel.json exec bash scripts/reference.sh "$@"
