@@ -3,7 +3,6 @@ this machine's ranks (or the batch job's), and whether a run is finished."""
 from __future__ import annotations
 
 import codecs
-import dataclasses
 import os
 import subprocess
 import sys
@@ -96,9 +95,9 @@ def changed_settings(spec: type[RunSpec], run_dir: Path, values: dict[str, Any])
     if recorded is None:
         return {}
     now = spec.from_dict({**values, "out": str(run_dir)}, "the pipeline's settings").to_dict()
-    paths = {f.name for f in dataclasses.fields(spec) if "Path" in str(f.type)}
+    ignored = NOT_RESULTS | spec.path_fields()
     return {key: (recorded[key], value) for key, value in now.items()
-            if key in recorded and key not in NOT_RESULTS | paths and recorded[key] != value}
+            if key in recorded and key not in ignored and recorded[key] != value}
 
 
 def train_step(spec: type[RunSpec], run_dir: Path, values: dict[str, Any], spec_file: Path, ranks: int,

@@ -113,6 +113,11 @@ class RunSpec:
         return cls(**values)
 
     @classmethod
+    def path_fields(cls) -> frozenset[str]:
+        """The fields that name a file or folder (a ``Path`` in their annotation)."""
+        return frozenset(name for name, hint in _hints(cls).items() if _mentions(hint, Path))
+
+    @classmethod
     def from_file(cls, path: Path) -> RunSpec:
         return cls.from_dict(read_json(path), str(path))
 
@@ -319,6 +324,11 @@ def _docstrings(cls: type) -> dict[str, str]:
 @functools.cache
 def _hints(cls: type) -> dict[str, Any]:
     return typing.get_type_hints(cls, include_extras=True)
+
+
+def _mentions(hint: Any, kind: type) -> bool:
+    """Whether ``kind`` is ``hint`` or inside it (``Path | None``, ``Annotated[Path | None, ...]``)."""
+    return hint is kind or any(_mentions(arg, kind) for arg in typing.get_args(hint))
 
 
 def _plain(value: Any) -> Any:
