@@ -386,14 +386,38 @@ def load_tokenizer(ref: dict | None, owner: str | Path) -> AnyTokenizer:
         raise InputError(f"{owner}: records no tokenizer")
     path = Path(ref["path"])
     if not path.exists() and ref.get("sha256"):
-        # A folder copied from another machine (a cluster, the GPU command's body): the tokenizer it recorded
-        # travels inside it or beside it under the same name, and the hash says whether it is the same one.
-        here = Path(owner) if Path(owner).is_dir() else Path(owner).parent
-        path = next((c for c in (here / path.name, here.parent / path.name) if c.is_file()), path)
+        # Gone from where it was recorded: the first file at a likely place with the recorded hash, else the
+        # nearest one found (refused below by its hash), else the recorded path (refused as missing).
+        found = [c for c in _moved_tokenizer_candidates(path, Path(owner)) if c.exists()]
+        path = next((c for c in found if _sha256_or_none(c) == ref["sha256"]), found[0] if found else path)
     tokenizer = open_tokenizer(path)
     if ref.get("sha256") and tokenizer.sha256 != ref["sha256"]:
         raise InputError(f"{path}: tokenizer changed since {owner} was written (hash differs)")
     return tokenizer
+
+
+def _sha256_or_none(path: Path) -> str | None:
+    try:
+        return open_tokenizer(path).sha256
+    except InputError:
+        return None
+
+
+def _moved_tokenizer_candidates(recorded: Path, owner: Path) -> Iterator[Path]:
+    """Where a tokenizer recorded at a path that is gone may be now, nearest first; the caller checks the hash.
+
+    A folder copied from another machine (a cluster, the GPU command's body) carries the tokenizer inside it or
+    beside it under the same name. A run read from another working directory than the one it was started in, or a
+    whole runs tree moved, keeps it at the recorded path's tail under one of the owner's ancestors
+    (``runs/x/data/en/spm.model`` recorded relative to the directory that holds ``runs/``)."""
+    here = owner if owner.is_dir() else owner.parent
+    yield here / recorded.name
+    yield here.parent / recorded.name
+    tails = [Path(*recorded.parts[i:]) for i in range(len(recorded.parts) - 1) if recorded.parts[i] != recorded.anchor]
+    ancestors = [here.resolve(), *here.resolve().parents]
+    for tail in tails:  # the longest tail first, the most specific match, under the nearest ancestor first
+        for ancestor in ancestors:
+            yield ancestor / tail
 
 
 AnyTokenizer = Tokenizer | HFTokenizer

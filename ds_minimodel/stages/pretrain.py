@@ -66,7 +66,7 @@ def model_config(spec: PretrainSpec, vocab_size: int) -> ModelConfig:
 
 def build_model(spec: PretrainSpec, shards: TokenShards) -> tuple[MaskedLM, dict[str, Any]]:
     """The model this variant trains, and what its checkpoints must record about where it came from."""
-    tokenizer = {"path": str(tokenizer_path(spec.data)), "sha256": shards.tokenizer_sha256}
+    tokenizer = {"path": str(tokenizer_path(spec.data).resolve()), "sha256": shards.tokenizer_sha256}
     torch.manual_seed(spec.seed)  # identical initial weights on every rank
     if spec.variant not in STEP1B_VARIANTS:
         if spec.from_ is not None:

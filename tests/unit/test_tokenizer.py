@@ -193,3 +193,37 @@ def test_a_folder_from_another_machine_finds_its_tokenizer_inside_it_by_hash(mod
     (folder.parent / "spm.model").write_bytes(Path(other).read_bytes())
     with pytest.raises(InputError, match="tokenizer changed since"):
         load_tokenizer(recorded, folder)
+
+
+def test_a_run_read_from_another_directory_or_moved_finds_its_tokenizer_under_the_recorded_tail(
+        model: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from ds_minimodel.data.tokenizer import load_tokenizer
+
+    # A run started in tmp_path/project recorded its tokenizer relative to that directory, as older checkpoints do.
+    project = tmp_path / "project"
+    tokenizer = project / "runs" / "x" / "data" / "en" / "spm.model"
+    checkpoint_dir = project / "runs" / "x" / "step1" / "base" / "checkpoints" / "step_00000010"
+    checkpoint_dir.mkdir(parents=True)
+    tokenizer.parent.mkdir(parents=True)
+    tokenizer.write_bytes(model.read_bytes())
+    # Another file under a shorter tail nearer the checkpoint (were it taken, the hash would refuse it).
+    decoy = project / "runs" / "x" / "step1" / "base" / "en" / "spm.model"
+    decoy.parent.mkdir()
+    decoy.write_bytes(b"not this one")
+    recorded = {"path": "runs/x/data/en/spm.model", "sha256": Tokenizer.load(model).sha256}
+    monkeypatch.chdir(tmp_path)  # another working directory: the relative path is gone from here
+    assert load_tokenizer(recorded, checkpoint_dir).path == tokenizer.resolve()
+    # The whole project moved: an absolute path recorded on the old tree is found at its tail in the new one.
+    moved = tmp_path / "moved"
+    project.rename(moved)
+    recorded_absolute = {"path": str(tokenizer), "sha256": recorded["sha256"]}
+    found = load_tokenizer(recorded_absolute, moved / checkpoint_dir.relative_to(project))
+    assert found.path == (moved / tokenizer.relative_to(project)).resolve()
+    # Only the other file left: refused by name, never read as the run's tokenizer.
+    (moved / tokenizer.relative_to(project)).unlink()
+    with pytest.raises(InputError, match="base/en/spm.model: not a SentencePiece model"):
+        load_tokenizer(recorded, moved / checkpoint_dir.relative_to(project))
+    # Nothing at any tail: the error names the recorded path.
+    (moved / decoy.relative_to(project)).unlink()
+    with pytest.raises(InputError, match="runs/x/data/en/spm.model: cannot read tokenizer model"):
+        load_tokenizer(recorded, moved / checkpoint_dir.relative_to(project))
