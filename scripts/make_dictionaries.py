@@ -1,12 +1,17 @@
 """Build the bilingual word lists that ``--init wechsel`` aligns with, from Debian's FreeDict packages.
 
-    python scripts/make_dictionaries.py [--langs de fr es] [--debs DIR] [--out reference_data/dictionaries]
+    python scripts/make_dictionaries.py [--langs de fr es it=ita ...] [--debs DIR] [--out reference_data/dictionaries]
 
 Each package (``dict-freedict-<xxx>-eng``, version 2022.04.21-1) is fetched from the Debian archive, or read from
-``--debs`` where it was downloaded before (``apt-get download dict-freedict-deu-eng``), checked against the SHA-256
-pinned below, and unpacked in memory; its dictd entries become ``<lang>-en.tsv`` (``target_word<TAB>english_word``,
-single words only; ``data.bilingual.dictd_pairs``). The dictionaries are GPL-licensed, so the lists are rebuilt
-here rather than shipped. German-English (Ding) is large; French and Spanish are small (a few thousand headwords).
+``--debs`` where it was downloaded before (``apt-get download dict-freedict-deu-eng``), and unpacked in memory; its
+dictd entries become ``<lang>-en.tsv`` (``target_word<TAB>english_word``, single words only;
+``data.bilingual.dictd_pairs``). The dictionaries are GPL-licensed, so the lists are rebuilt here rather than
+shipped. German-English (Ding) is large; French and Spanish are small (a few thousand headwords).
+
+Any language FreeDict pairs with English works: ``LANG=XXX`` names the package by FreeDict's three-letter code
+(``it=ita`` for ``dict-freedict-ita-eng``; the list is ``it-en.tsv``); German, French and Spanish need only ``de``,
+``fr``, ``es``. The packages the results used are checked against the SHA-256 pinned below; another language's is
+written into its list's first line, so a result names the exact package it came from.
 """
 from __future__ import annotations
 
@@ -15,8 +20,10 @@ import gzip
 import hashlib
 import io
 import os
+import re
 import sys
 import tarfile
+import urllib.error
 import urllib.request
 from pathlib import Path
 
@@ -24,10 +31,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from ds_minimodel.data.bilingual import dictd_pairs  # noqa: E402
 
 VERSION = "2022.04.21-1"
-PACKAGES = {  # language: (FreeDict name, SHA-256 of the .deb)
-    "de": ("deu-eng", "52fa2ba6c73ebe84df0e4a7b8612a94a45e6026a157fc75f5ae36c4a1106e3db"),
-    "fr": ("fra-eng", "fb853d1f3da00ddddfe60dc3b88b5aaca122eecf3ba5c219131bea479d6274db"),
-    "es": ("spa-eng", "debf5f88fcdaebe824704664cdbb42b6c14f82ab4adda4e91bc388b16200eefc"),
+PACKAGES = {  # language: (FreeDict's code in dict-freedict-<code>-eng, SHA-256 of the .deb)
+    "de": ("deu", "52fa2ba6c73ebe84df0e4a7b8612a94a45e6026a157fc75f5ae36c4a1106e3db"),
+    "fr": ("fra", "fb853d1f3da00ddddfe60dc3b88b5aaca122eecf3ba5c219131bea479d6274db"),
+    "es": ("spa", "debf5f88fcdaebe824704664cdbb42b6c14f82ab4adda4e91bc388b16200eefc"),
 }
 ARCHIVE = "https://deb.debian.org/debian/pool/main/f/freedict"
 
@@ -56,32 +63,62 @@ def dictd_files(deb: bytes, name: str) -> tuple[str, str]:
         return read(".index").decode("utf-8"), gzip.decompress(read(".dict.dz")).decode("utf-8")
 
 
-def fetch_deb(archive: str, filename: str, sha256: str, debs: Path | None) -> bytes:
-    """A Debian package, from ``debs`` if given (no download) or from the archive folder, checked by its SHA-256."""
+def fetch_deb(archive: str, filename: str, sha256: str | None, debs: Path | None) -> tuple[bytes, str]:
+    """(a Debian package, its SHA-256), from ``debs`` if given (no download) or from the archive folder, checked
+    against ``sha256`` where one is pinned."""
     if debs is not None:
+        if not (debs / filename).is_file():
+            raise SystemExit(f"{debs / filename}: not found (apt-get download {filename.split('_')[0]})")
         blob = (debs / filename).read_bytes()
     else:
-        with urllib.request.urlopen(f"{archive}/{filename}", timeout=120) as response:
-            blob = response.read()
-    if hashlib.sha256(blob).hexdigest() != sha256:
-        raise SystemExit(f"{filename}: SHA-256 {hashlib.sha256(blob).hexdigest()} is not the pinned {sha256}")
-    return blob
+        try:
+            with urllib.request.urlopen(f"{archive}/{filename}", timeout=120) as response:
+                blob = response.read()
+        except urllib.error.HTTPError as err:
+            raise SystemExit(f"{archive}/{filename}: {err.code} {err.reason} (does Debian ship this package at "
+                             "this version?)") from None
+    digest = hashlib.sha256(blob).hexdigest()
+    if sha256 is not None and digest != sha256:
+        raise SystemExit(f"{filename}: SHA-256 {digest} is not the pinned {sha256}")
+    if sha256 is None:
+        print(f"{filename}: not pinned here; SHA-256 {digest}", file=sys.stderr)
+    return blob, digest
+
+
+def language_packages(specs: list[str], pinned: dict[str, tuple[str, str]]) -> dict[str, tuple[str, str | None]]:
+    """``{lang: (the package's name for the language, pinned SHA-256 or None)}`` from each ``LANG`` (a language of
+    ``pinned``) or ``LANG=NAME``."""
+    packages = {}
+    for spec in specs:
+        lang, _, name = spec.partition("=")
+        if not lang or not re.fullmatch(r"[A-Za-z0-9-]*", lang + name):
+            raise SystemExit(f"--langs {spec}: expected LANG or LANG=NAME (letters, digits, '-')")
+        if name:
+            packages[lang] = (name, pinned[lang][1] if lang in pinned and pinned[lang][0] == name else None)
+        elif lang in pinned:
+            packages[lang] = pinned[lang]
+        else:
+            raise SystemExit(f"--langs {lang}: no package name known for it; write {lang}=NAME (known: "
+                             f"{', '.join(pinned)})")
+    return packages
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--langs", nargs="+", default=list(PACKAGES), choices=list(PACKAGES))
+    parser.add_argument("--langs", nargs="+", default=list(PACKAGES),
+                        help="LANG or LANG=FREEDICT_CODE, e.g. de fr es it=ita (default: de fr es)")
     parser.add_argument("--debs", type=Path, help="folder holding the .deb files already (no download)")
     parser.add_argument("--out", type=Path, default=Path("reference_data/dictionaries"))
     args = parser.parse_args()
     args.out.mkdir(parents=True, exist_ok=True)
-    for lang in args.langs:
-        name, sha256 = PACKAGES[lang]
-        deb = fetch_deb(ARCHIVE, f"dict-freedict-{name}_{VERSION}_all.deb", sha256, args.debs)
+    for lang, (code, sha256) in language_packages(args.langs, PACKAGES).items():
+        name = f"{code}-eng"
+        deb, digest = fetch_deb(ARCHIVE, f"dict-freedict-{name}_{VERSION}_all.deb", sha256, args.debs)
         pairs = dictd_pairs(*dictd_files(deb, name))
         path = args.out / f"{lang}-en.tsv"
         tmp = path.with_name(f".{path.name}.tmp")
-        tmp.write_text(f"# FreeDict {name} {VERSION} (GPL), single-word pairs; scripts/make_dictionaries.py\n"
+        tmp.write_text(f"# FreeDict {name} {VERSION} (GPL, .deb SHA-256 {digest}), single-word pairs; "
+                       "scripts/make_dictionaries.py\n"
                        + "".join(f"{t}\t{s}\n" for t, s in pairs), encoding="utf-8")
         os.replace(tmp, path)
         print(f"{path}: {len(pairs):,} pairs, {len({t for t, _ in pairs}):,} {lang} words")

@@ -1,6 +1,6 @@
 """Build in-domain bilingual word lists for ``--init wechsel`` from the LibreOffice help's parallel pages.
 
-    python scripts/make_help_lexicons.py [--langs de fr es] [--debs DIR] [--out reference_data/lexicons]
+    python scripts/make_help_lexicons.py [--langs de fr es it ...] [--debs DIR] [--out reference_data/lexicons]
 
 Debian's ``libreoffice-help-en-us`` and ``libreoffice-help-<lang>`` (4:7.4.7-1+deb12u14, MPL-2.0) are fetched from
 the Debian archive, or read from ``--debs`` where they were downloaded before (``apt-get download
@@ -12,6 +12,10 @@ dropped too. The pairs' words are aligned in both directions by eflomal (Östlin
 ``pip install eflomal``), and the word pairs both directions link often become ``<lang>-en.help.tsv``
 (``target_word<TAB>english_word``; ``data.bilingual.lexicon_from_links``).
 
+Any language Debian ships a help package for works (``--langs it``: ``libreoffice-help-it``; ``LANG=SUFFIX`` where
+the package's suffix is not the language's code). The packages the results used are checked against the SHA-256
+pinned below; another's is written into its list's first line.
+
 eflomal samples, and takes no seed: a rebuild gives a list that differs in its rarest pairs. The lists the results
 were measured with ship in ``reference_data/lexicons/`` (the help text's licence, MPL-2.0, allows it).
 """
@@ -20,6 +24,7 @@ from __future__ import annotations
 import argparse
 import io
 import json
+import lzma
 import os
 import re
 import sys
@@ -28,35 +33,38 @@ import tempfile
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from make_dictionaries import deb_members, fetch_deb  # noqa: E402
+from make_dictionaries import deb_members, fetch_deb, language_packages  # noqa: E402
 
 from ds_minimodel.data.bilingual import lexicon_from_links, parse_links  # noqa: E402
 from ds_minimodel.data.help_pages import page_paragraphs, parallel_paragraphs  # noqa: E402
 
 VERSION = "4:7.4.7-1+deb12u14"
-PACKAGES = {  # language: (package suffix, folder under usr/share/libreoffice/help, SHA-256 of the .deb)
-    "en": ("en-us", "en-US", "8faa840285734d6cfe1ed25537b48f07e74bd6412e3917bf8e5f8a653f7b3712"),
-    "de": ("de", "de", "00490b63c509ac96f7f212d6a6e40452d3e0d1f97ccf4b824dd5ec4c01e8277f"),
-    "fr": ("fr", "fr", "c796530d3e95af1ea4d054076682efc8aad2b569ae9513f3d4a776b2df3fd206"),
-    "es": ("es", "es", "9128a84d83d92c8b1c618d90469d16affddb7d1290b09d42a0c5109cb16f0480"),
+PACKAGES = {  # language: (package suffix, SHA-256 of the .deb)
+    "en": ("en-us", "8faa840285734d6cfe1ed25537b48f07e74bd6412e3917bf8e5f8a653f7b3712"),
+    "de": ("de", "00490b63c509ac96f7f212d6a6e40452d3e0d1f97ccf4b824dd5ec4c01e8277f"),
+    "fr": ("fr", "c796530d3e95af1ea4d054076682efc8aad2b569ae9513f3d4a776b2df3fd206"),
+    "es": ("es", "9128a84d83d92c8b1c618d90469d16affddb7d1290b09d42a0c5109cb16f0480"),
 }
+HELP_TEXT = re.compile(r"\./usr/share/libreoffice/help/([^/]+)/text/(.+\.html)")
 ARCHIVE = "https://deb.debian.org/debian/pool/main/libr/libreoffice"
 WORD = re.compile(r"\w+|[^\w\s]")
 
 
-def help_pages(lang: str, debs: Path | None) -> dict[str, dict[str, str]]:
-    """``{page path below text/: {id: text}}`` of one language's help package."""
-    suffix, folder, sha256 = PACKAGES[lang]
-    deb = fetch_deb(ARCHIVE, f"libreoffice-help-{suffix}_{VERSION.split(':', 1)[1]}_all.deb", sha256, debs)
+def help_pages(suffix: str, sha256: str | None, debs: Path | None) -> tuple[dict[str, dict[str, str]], str]:
+    """(``{page path below text/: {id: text}}`` of one language's help package, the package's SHA-256)."""
+    filename = f"libreoffice-help-{suffix}_{VERSION.split(':', 1)[1]}_all.deb"
+    deb, digest = fetch_deb(ARCHIVE, filename, sha256, debs)
     data = next(v for k, v in deb_members(deb).items() if k.startswith("data.tar"))
-    prefix = f"./usr/share/libreoffice/help/{folder}/text/"
-    pages = {}
+    pages, folders = {}, set()
     with tarfile.open(fileobj=io.BytesIO(data)) as tar:
         for member in tar.getmembers():
-            if member.isfile() and member.name.startswith(prefix) and member.name.endswith(".html"):
-                html = tar.extractfile(member).read().decode("utf-8")
-                pages[member.name[len(prefix):]] = page_paragraphs(html)
-    return pages
+            page = HELP_TEXT.fullmatch(member.name)
+            if member.isfile() and page:
+                folders.add(page[1])  # the help's language folder (en-US, de, pt-BR, ...): one per package
+                pages[page[2]] = page_paragraphs(tar.extractfile(member).read().decode("utf-8"))
+    if len(folders) != 1:
+        raise SystemExit(f"{filename}: expected the help pages of one language, found folders {sorted(folders)}")
+    return pages, digest
 
 
 def held_out(task: Path) -> tuple[set[str], set[str]]:
@@ -66,10 +74,15 @@ def held_out(task: Path) -> tuple[set[str], set[str]]:
         page, _, split = line.split("\t")
         if split in ("dev", "test"):
             pages.add(page)
-    texts = set()
-    for path in sorted(task.glob("*.jsonl")):
-        if path.name.split(".")[0] in ("dev", "test"):
-            texts.update(json.loads(line)["text"] for line in path.read_text(encoding="utf-8").splitlines())
+    texts, read = set(), set()
+    for path in sorted([*task.glob("*.jsonl"), *task.glob("*.jsonl.xz")]):
+        split, name = path.name.split(".")[0], path.name.removesuffix(".xz")
+        if split in ("dev", "test") and name not in read:  # a clone holds the .xz files only until unpacked
+            read.add(name)
+            raw = lzma.decompress(path.read_bytes()) if path.suffix == ".xz" else path.read_bytes()
+            texts.update(json.loads(line)["text"] for line in raw.decode("utf-8").splitlines())
+    if not {"dev", "test"} <= {name.split(".")[0] for name in read}:
+        raise SystemExit(f"{task}: no dev or test files (dev.<lang>.jsonl[.xz]) to keep out of the word lists")
     return pages, texts
 
 
@@ -86,25 +99,31 @@ def align(target: list[list[str]], source: list[list[str]]) -> tuple[list, list]
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--langs", nargs="+", default=["de", "fr", "es"], choices=[k for k in PACKAGES if k != "en"])
+    parser.add_argument("--langs", nargs="+", default=["de", "fr", "es"],
+                        help="LANG (libreoffice-help-LANG) or LANG=SUFFIX, e.g. de fr es it pt=pt-pt")
     parser.add_argument("--debs", type=Path, help="folder holding the .deb files already (no download)")
     parser.add_argument("--task", type=Path, default=Path("reference_data/tasks/lohelp"),
                         help="the task folder: splits.tsv and the dev/test files to keep out")
     parser.add_argument("--out", type=Path, default=Path("reference_data/lexicons"))
     parser.add_argument("--min-count", type=int, default=3)
     args = parser.parse_args()
+    langs = language_packages([spec if "=" in spec or spec in PACKAGES else f"{spec}={spec.lower()}"
+                               for spec in args.langs], PACKAGES)
     pages, texts = held_out(args.task)
-    english = {p: paras for p, paras in help_pages("en", args.debs).items() if p not in pages}
+    english, english_sha256 = help_pages(*PACKAGES["en"], args.debs)
+    english = {p: paras for p, paras in english.items() if p not in pages}
     args.out.mkdir(parents=True, exist_ok=True)
-    for lang in args.langs:
-        pairs = [(key, t, s) for key, t, s in parallel_paragraphs(help_pages(lang, args.debs), english)
+    for lang, (suffix, sha256) in langs.items():
+        target_pages, target_sha256 = help_pages(suffix, sha256, args.debs)
+        pairs = [(key, t, s) for key, t, s in parallel_paragraphs(target_pages, english)
                  if t not in texts and s not in texts]
         target = [WORD.findall(t) for _, t, _ in pairs]
         source = [WORD.findall(s) for _, _, s in pairs]
         lexicon = lexicon_from_links(target, source, *align(target, source), min_count=args.min_count)
         path = args.out / f"{lang}-en.help.tsv"
         tmp = path.with_name(f".{path.name}.tmp")
-        tmp.write_text(f"# LibreOffice help {VERSION} (MPL-2.0), {len(pairs):,} parallel paragraphs of pages outside "
+        tmp.write_text(f"# LibreOffice help {VERSION} (MPL-2.0; .deb SHA-256 en {english_sha256}, {lang} "
+                       f"{target_sha256}), {len(pairs):,} parallel paragraphs of pages outside "
                        f"lohelp's dev/test, eflomal links in both directions, pairs linked >= {args.min_count} "
                        "times; scripts/make_help_lexicons.py\n"
                        + "".join(f"{t}\t{s}\n" for t, s, _ in lexicon), encoding="utf-8")
