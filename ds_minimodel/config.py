@@ -5,6 +5,7 @@ batch sizes; these dataclasses own everything else. ``ds_config.resolve_batch`` 
 """
 from __future__ import annotations
 
+import contextlib
 import csv
 import dataclasses
 import functools
@@ -13,6 +14,7 @@ import json
 import os
 import types
 import typing
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -316,14 +318,15 @@ def read_json(path: str | os.PathLike) -> Any:
         raise InputError(f"{path}: not valid JSON: {err.msg} at line {err.lineno} column {err.colno}") from None
 
 
-def write_json(path: str | os.PathLike, data: Any) -> None:
-    """Write JSON atomically: a reader sees the old file or the new one, never half of one."""
+@contextlib.contextmanager
+def atomic_open(path: str | os.PathLike, **open_args: Any) -> Iterator[typing.TextIO]:
+    """A text file written beside ``path`` and renamed over it once complete and on disk: a reader, or the next run
+    after an interruption or a full disk, sees the old file or the new one, never half of one."""
     path = Path(path)
     tmp = path.with_name(f".{path.name}.tmp{os.getpid()}")
     try:
-        with open(tmp, "w", encoding="utf-8") as f:
-            json.dump(data, f, indent=2, sort_keys=True)
-            f.write("\n")
+        with open(tmp, "w", encoding="utf-8", **open_args) as f:
+            yield f
             f.flush()
             os.fsync(f.fileno())
         os.replace(tmp, path)
@@ -332,9 +335,16 @@ def write_json(path: str | os.PathLike, data: Any) -> None:
         raise
 
 
+def write_json(path: str | os.PathLike, data: Any) -> None:
+    """Write JSON atomically (``atomic_open``)."""
+    with atomic_open(path) as f:
+        json.dump(data, f, indent=2, sort_keys=True)
+        f.write("\n")
+
+
 def write_csv(path: str | os.PathLike, rows: list[dict[str, Any]], fieldnames: list[str] | None = None) -> None:
-    """Rows of dicts as CSV with a header: ``fieldnames`` in that order, by default every key, sorted."""
-    with open(path, "w", newline="", encoding="utf-8") as f:
+    """Rows of dicts as CSV with a header, atomically: ``fieldnames`` in that order, by default every key, sorted."""
+    with atomic_open(path, newline="") as f:
         writer = csv.DictWriter(f, fieldnames=fieldnames or sorted({k for r in rows for k in r}))
         writer.writeheader()
         writer.writerows(rows)

@@ -3,7 +3,7 @@
 # It installs the wheels the preparation put in .gpu/wheels (scripts/gpu_env.sh), then runs `ds-minimodel gpu-run`,
 # which writes its JSON, summary, log and archives into $OUT (the device tool's output folder; runs/gpu elsewhere).
 # Extra arguments go to gpu-run, e.g. `bash scripts/gpu_run.sh --parts bench,reference --minutes 4` to rerun what
-# failed.
+# failed (the device tool's $OUT is empty each call; an OUT holding an earlier run's results needs --replace).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT=${OUT:-runs/gpu}

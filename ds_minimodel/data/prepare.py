@@ -12,9 +12,11 @@ tokenizer of a model imported with ds_minimodel.model.hf) has its tokenizer file
 from __future__ import annotations
 
 import argparse
+import contextlib
 import logging
 import os
 import shutil
+from collections.abc import Iterator
 from pathlib import Path
 
 from ds_minimodel.data.hf_tokenizer import HFTokenizer, copy_hf_tokenizer
@@ -22,7 +24,9 @@ from ds_minimodel.data.shards import prepare_corpus
 from ds_minimodel.data.tokenizer import (
     MODEL_TYPES,
     Tokenizer,
+    open_tokenizer,
     read_training_record,
+    replaced_tokenizer_path,
     train_sentencepiece,
     training_arguments,
     training_record_path,
@@ -43,6 +47,45 @@ def tokenizer_path(data_dir: Path) -> Path:
     return hf if hf.is_dir() else Path(data_dir) / TOKENIZER_FILE
 
 
+@contextlib.contextmanager
+def _replacing(target: Path) -> Iterator[None]:
+    """Around the code that puts a new tokenizer at ``target`` (``--force``): the one there is moved aside under its
+    hash first (``replaced_tokenizer_path``), where every checkpoint and model trained with it still finds it; back
+    in place if the new one is not installed; dropped if the new one is the same."""
+    try:
+        old = open_tokenizer(target).sha256 if target.exists() else None
+    except InputError:  # not a readable tokenizer: no model can depend on it
+        old = None
+    kept = None if old is None else replaced_tokenizer_path(target, old)
+    if kept is not None:
+        _remove(kept)
+        os.replace(target, kept)
+        if training_record_path(target).exists():
+            os.replace(training_record_path(target), training_record_path(kept))
+    try:
+        yield
+    except BaseException:
+        if kept is not None and not target.exists():
+            os.replace(kept, target)
+            if training_record_path(kept).exists():
+                os.replace(training_record_path(kept), training_record_path(target))
+        raise
+    if kept is not None:
+        if target.exists() and open_tokenizer(target).sha256 == old:
+            _remove(kept)
+            training_record_path(kept).unlink(missing_ok=True)
+        else:
+            logger.warning("%s: replaced; the tokenizer it held is kept as %s for the models trained with it",
+                           target, kept)
+
+
+def _remove(path: Path) -> None:
+    if path.is_dir():
+        shutil.rmtree(path)
+    else:
+        path.unlink(missing_ok=True)
+
+
 def _copy_tokenizer(source: Path, target: Path, *, force: bool) -> None:
     tokenizer = Tokenizer.load(source)  # refuse a model without the reserved ids before touching the folder
     if target.exists():
@@ -51,11 +94,12 @@ def _copy_tokenizer(source: Path, target: Path, *, force: bool) -> None:
         if not force:
             raise InputError(f"{target}: the folder already holds a different tokenizer than {source}; "
                              "pass --force to replace it (and re-encode the corpus) or choose another --out")
-    temporary = target.with_name(target.name + ".tmp")
-    shutil.copyfile(source, temporary)
-    os.replace(temporary, target)
-    # A training record left by an earlier trained tokenizer would now describe the wrong model.
-    training_record_path(target).unlink(missing_ok=True)
+    with _replacing(target):
+        temporary = target.with_name(target.name + ".tmp")
+        shutil.copyfile(source, temporary)
+        os.replace(temporary, target)
+        # A training record left by an earlier trained tokenizer would now describe the wrong model.
+        training_record_path(target).unlink(missing_ok=True)
 
 
 def _copy_hf_tokenizer(source: Path, target: Path, *, force: bool) -> None:
@@ -66,11 +110,12 @@ def _copy_hf_tokenizer(source: Path, target: Path, *, force: bool) -> None:
         if not force:
             raise InputError(f"{target}: the folder already holds a different tokenizer than {source}; "
                              "pass --force to replace it (and re-encode the corpus) or choose another --out")
-    temporary = target.with_name(target.name + ".tmp")
-    shutil.rmtree(temporary, ignore_errors=True)
-    copy_hf_tokenizer(source, temporary)
-    shutil.rmtree(target, ignore_errors=True)
-    os.replace(temporary, target)
+    with _replacing(target):
+        temporary = target.with_name(target.name + ".tmp")
+        shutil.rmtree(temporary, ignore_errors=True)
+        copy_hf_tokenizer(source, temporary)
+        shutil.rmtree(target, ignore_errors=True)
+        os.replace(temporary, target)
 
 
 def _train_or_reuse(corpus: Path, target: Path, *, force: bool, **options) -> None:
@@ -83,13 +128,14 @@ def _train_or_reuse(corpus: Path, target: Path, *, force: bool, **options) -> No
         how = "with other arguments" if record else "elsewhere"
         raise InputError(f"{target}: the folder already holds a tokenizer trained {how}; pass --force to retrain it, "
                          f"or --tokenizer {target} to keep it")
-    train_sentencepiece(corpus, target.parent / target.stem, **options)
+    with _replacing(target):
+        train_sentencepiece(corpus, target.parent / target.stem, **options)
 
 
 # What a prepared folder holds: the tokenizer (SentencePiece model and its sidecars, or a Hugging Face tokenizer's
 # files), the shards and their index. A folder of only these is this command's own, to continue or re-encode.
 _DATA_FILES = ("meta.json", "lines.npy", "docs.npy", HF_TOKENIZER_DIR)
-_DATA_PREFIXES = ("tokens_", "spm.")
+_DATA_PREFIXES = ("tokens_", "spm.", f"{HF_TOKENIZER_DIR}.")  # spm.<hash>.model: a tokenizer --force replaced
 
 
 def is_data_folder(folder: Path) -> bool:
@@ -124,10 +170,8 @@ def prepare(
         if not force:
             raise InputError(f"{other}: the folder already holds a {'SentencePiece' if hf else 'Hugging Face'} "
                              "tokenizer; pass --force to replace it (and re-encode the corpus) or choose another --out")
-        if other.is_dir():
-            shutil.rmtree(other)
-        else:
-            other.unlink()
+        with _replacing(other):  # kept under its hash for the models trained with it
+            pass
     out_dir.mkdir(parents=True, exist_ok=True)
     if hf:
         _copy_hf_tokenizer(Path(tokenizer), target, force=force)

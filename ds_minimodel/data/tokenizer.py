@@ -385,6 +385,10 @@ def load_tokenizer(ref: dict | None, owner: str | Path) -> AnyTokenizer:
     if not ref or "path" not in ref:
         raise InputError(f"{owner}: records no tokenizer")
     path = Path(ref["path"])
+    if ref.get("sha256"):
+        kept = replaced_tokenizer_path(path, ref["sha256"])  # `prepare --force` put the one it replaced there
+        if kept.exists() and _sha256_or_none(kept) == ref["sha256"]:
+            return open_tokenizer(kept)
     if not path.exists() and ref.get("sha256"):
         # Gone from where it was recorded: the first file at a likely place with the recorded hash, else the
         # nearest one found (refused below by its hash), else the recorded path (refused as missing).
@@ -394,6 +398,13 @@ def load_tokenizer(ref: dict | None, owner: str | Path) -> AnyTokenizer:
     if ref.get("sha256") and tokenizer.sha256 != ref["sha256"]:
         raise InputError(f"{path}: tokenizer changed since {owner} was written (hash differs)")
     return tokenizer
+
+
+def replaced_tokenizer_path(path: Path | str, sha256: str) -> Path:
+    """Where ``prepare --force`` keeps a tokenizer it replaced, under its hash, so that the models trained with it
+    still load: ``spm.model`` -> ``spm.<sha256[:12]>.model``, ``hf_tokenizer/`` -> ``hf_tokenizer.<sha256[:12]>/``."""
+    path = Path(path)
+    return path.with_name(f"{path.stem}.{sha256[:12]}{path.suffix}")
 
 
 def _sha256_or_none(path: Path) -> str | None:

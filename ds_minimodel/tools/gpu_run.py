@@ -310,6 +310,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--systems", help="the reference run's systems, a subset of the config's (default: all)")
     p.add_argument("--no-body", action="store_true", help="train no body of the CPU reference's shape beside the "
                    "reference run (which then has the GPU to itself)")
+    p.add_argument("--replace", action="store_true", help="replace the results of an earlier gpu-run in --out "
+                   "(its JSON, log, archives and body parts); without it such a folder is refused")
     p.add_argument("--relearn", action="store_true", help="keep the config's source-relearn control (one more "
                    "Step-2 launch)")
     args = p.parse_args(argv)
@@ -330,9 +332,14 @@ def main(argv: list[str] | None = None) -> int:
     for folder, mine in ((args.out, "gpu_run.json"), (work, WORK_MARK)):
         if folder.exists() and any(folder.iterdir()) and not (folder / mine).is_file():
             p.error(f"{folder}: not empty and not a gpu-run folder (no {mine}); name an empty or new folder")
+    earlier = [path.name for path in (args.out / "gpu_run.json", *sorted(args.out.glob("body.tar.part-*")),
+                                      args.out / "reference_gpu.tar.gz") if path.is_file()]
+    if earlier and not args.replace:
+        p.error(f"{args.out}: holds an earlier gpu-run's results ({', '.join(earlier[:3])}"
+                f"{', ...' if len(earlier) > 3 else ''}); name a new --out, or pass --replace to replace them")
     for stale in [*args.out.glob("body.tar.part-*"), args.out / "reference_gpu.tar.gz", args.out / "gpu_run.log",
                   *(work / name for name in ("reference_gpu", "bodies", "data"))]:
-        # A previous gpu-run's outputs and scratch: its figures were in the previous gpu_run.json, now replaced.
+        # A previous gpu-run's outputs (--replace) and scratch: its figures are in gpu_run.json, rewritten below.
         shutil.rmtree(stale) if stale.is_dir() else stale.unlink(missing_ok=True)
     args.out.mkdir(parents=True, exist_ok=True)
     work.mkdir(parents=True, exist_ok=True)

@@ -252,10 +252,18 @@ def save(engine: Any, run_dir: Path, step: int, meta: dict[str, Any], *, keep: i
             f"{staging}: could not write the checkpoint of update {step} ({why}); the newest good checkpoint "
             f"is {previous or 'none'}. Free space (or fix permissions) and resume with --resume")
     if rank == 0 and keep is not None:
-        for old in complete_checkpoints(run_dir)[:-keep]:
-            shutil.rmtree(old)
+        prune_checkpoints(run_dir, keep, step)
     dist.barrier()
     return final
+
+
+def prune_checkpoints(run_dir: Path, keep: int, step: int) -> None:
+    """Delete all but the ``keep`` newest complete checkpoints up to update ``step``, the one just written. Newer
+    ones are left alone: a resume skipped them as damaged, or the run went back to an older one on purpose; counting
+    them would delete the checkpoint just written and every good one before it."""
+    upto = [p for p in complete_checkpoints(run_dir) if int(_TAG.match(p.name).group(1)) <= step]
+    for old in upto[:-keep]:
+        shutil.rmtree(old)
 
 
 def _write_failure(error: BaseException, root: Path, previous: Path | None) -> str:

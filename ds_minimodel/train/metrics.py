@@ -15,6 +15,7 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
+from ds_minimodel.config import atomic_open
 from ds_minimodel.ds_config import BatchSizes
 
 
@@ -30,7 +31,8 @@ class MetricsLogger:
         if resume_step and jsonl_path.exists():
             kept = [line for line in jsonl_path.read_text(encoding="utf-8").splitlines()
                     if _step_of(line) is not None and _step_of(line) <= resume_step]
-            jsonl_path.write_text("".join(line + "\n" for line in kept), encoding="utf-8")
+            with atomic_open(jsonl_path) as f:  # the run's only loss history: never left half-written
+                f.write("".join(line + "\n" for line in kept))
         elif not resume_step:
             jsonl_path.unlink(missing_ok=True)
         self._jsonl = open(jsonl_path, "a", encoding="utf-8")

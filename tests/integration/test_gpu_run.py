@@ -108,6 +108,15 @@ def test_a_folder_it_did_not_make_is_refused_before_any_work(tmp_path):
     proc = run_cmd([sys.executable, "-m", "ds_minimodel", "gpu-run", "--tiny", "--out", str(foreign)], check=False)
     assert proc.returncode == 2 and f"{foreign}: not empty and not a gpu-run folder" in proc.stderr
     assert [p.name for p in foreign.iterdir()] == ["notes.txt"] and not (tmp_path / "results-work").exists()
+    # An earlier gpu-run's results (a body took GPU minutes to train) are replaced only when asked.
+    earlier = tmp_path / "earlier"
+    earlier.mkdir()
+    for name in ("gpu_run.json", "body.tar.part-00", "gpu_run.log"):
+        (earlier / name).write_text("{}")
+    proc = run_cmd([sys.executable, "-m", "ds_minimodel", "gpu-run", "--tiny", "--out", str(earlier), "--parts", "env"],
+                   check=False)
+    assert proc.returncode == 2 and "holds an earlier gpu-run's results (gpu_run.json, body.tar.part-00)" in proc.stderr
+    assert sorted(p.name for p in earlier.iterdir()) == ["body.tar.part-00", "gpu_run.json", "gpu_run.log"]
     proc = run_cmd([sys.executable, "-m", "ds_minimodel", "gpu-run", "--tiny", "--out", str(tmp_path / "o"),
                     "--systems", "bl_base,bl_huge"], check=False)
     assert proc.returncode == 2 and "--systems: bl_huge not among configs/reference_gpu.json's" in proc.stderr

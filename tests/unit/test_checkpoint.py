@@ -135,3 +135,19 @@ def test_resuming_a_zero_run_on_another_rank_count_is_refused_with_the_count_tha
     with pytest.raises(InputError, match=rf"{folder}: saved by 1 rank\(s\) under ZeRO, resumed here by 2: .*resume "
                                          r"with 1 rank\(s\)"):
         checkpoint.resume(Engine(), folder)
+
+
+def test_pruning_after_a_resume_past_damaged_checkpoints_keeps_the_one_just_written(tmp_path: Path) -> None:
+    # Updates 2000 and 3000 are damaged; the run resumed from 1000 with --keep-checkpoints 2 and saves at 1500.
+    root = checkpoint.checkpoint_root(tmp_path)
+    for step in (500, 1000, 1500, 2000, 3000):
+        (root / f"step_{step:08d}").mkdir(parents=True)
+        (root / f"step_{step:08d}" / checkpoint.META).write_text("{}")
+    checkpoint.prune_checkpoints(tmp_path, keep=2, step=1500)
+    assert [p.name for p in checkpoint.complete_checkpoints(tmp_path)] == [
+        "step_00001000", "step_00001500", "step_00002000", "step_00003000"]
+    # The usual case, nothing newer: the two newest stay.
+    (root / "step_00004000").mkdir()
+    (root / "step_00004000" / checkpoint.META).write_text("{}")
+    checkpoint.prune_checkpoints(tmp_path, keep=2, step=4000)
+    assert [p.name for p in checkpoint.complete_checkpoints(tmp_path)] == ["step_00003000", "step_00004000"]

@@ -206,3 +206,29 @@ def test_attention_bias_defaults_to_robertas_none_and_names_a_bad_value() -> Non
     assert ModelConfig.from_dict({"attention_bias": "alibi"}).attention_bias == "alibi"
     with pytest.raises(InputError, match="attention_bias must be 'none' or 'alibi', got 'rope'"):
         ModelConfig.from_dict({"attention_bias": "rope"}, source="overrides.json")
+
+
+def test_csv_and_a_resumed_runs_metrics_are_replaced_whole_or_not_at_all(tmp_path: Path, monkeypatch) -> None:
+    # A full disk or a kill while results.csv or a resumed run's metrics.jsonl is rewritten: the old file survives
+    # (metrics.jsonl is the run's only loss history; a resume trims it to the checkpoint's step).
+    from ds_minimodel.config import write_csv
+    from ds_minimodel.train.metrics import MetricsLogger
+
+    table, metrics = tmp_path / "results.csv", tmp_path / "metrics.jsonl"
+    write_csv(table, [{"a": 1}])
+    metrics.write_text("".join(json.dumps({"step": s, "loss": 1.0}) + "\n" for s in (10, 20, 30)))
+    before = {p: p.read_text() for p in (table, metrics)}
+
+    def disk_full(fd):
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(os, "fsync", disk_full)
+    with pytest.raises(OSError, match="No space"):
+        write_csv(table, [{"a": 2}, {"a": 3}])
+    with pytest.raises(OSError, match="No space"):
+        MetricsLogger(metrics, None, enabled=True, resume_step=20)
+    assert {p: p.read_text() for p in (table, metrics)} == before
+    assert sorted(os.listdir(tmp_path)) == ["metrics.jsonl", "results.csv"]
+    monkeypatch.undo()
+    MetricsLogger(metrics, None, enabled=True, resume_step=20).close()
+    assert [json.loads(line)["step"] for line in metrics.read_text().splitlines()] == [10, 20]

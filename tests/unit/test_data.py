@@ -524,3 +524,31 @@ def test_cli_errors(tmp_path: Path, model: Path, capsys: pytest.CaptureFixture) 
         main(["--corpus", str(missing), "--out", str(tmp_path / "out"), "--tokenizer", str(model),
               "--vocab-size", "100"])
     assert exit_.value.code == 2
+
+
+def test_force_keeps_the_replaced_tokenizer_for_the_models_trained_with_it(tmp_path: Path, corpus: Path,
+                                                                            caplog: pytest.LogCaptureFixture) -> None:
+    from ds_minimodel.data.prepare import is_data_folder
+    from ds_minimodel.data.tokenizer import load_tokenizer, read_training_record, replaced_tokenizer_path
+
+    out = tmp_path / "en"
+    args = ["--corpus", str(corpus), "--out", str(out), "--workers", "1", "--no-progress"]
+    assert main(args + ["--vocab-size", "250"]) == 0
+    old = Tokenizer.load(out / "spm.model")
+    recorded = {"path": str(out / "spm.model"), "sha256": old.sha256}  # what a checkpoint over this data records
+    # A retrain that fails (a vocabulary the corpus cannot fill) leaves the tokenizer where it was.
+    assert main(args + ["--vocab-size", "100000", "--force"]) == 2
+    assert Tokenizer.load(out / "spm.model").sha256 == old.sha256
+    assert not replaced_tokenizer_path(out / "spm.model", old.sha256).exists()
+    # The user follows the advice of the error for other arguments and retrains with --force.
+    assert main(args + ["--vocab-size", "200", "--force"]) == 0
+    new = Tokenizer.load(out / "spm.model")
+    kept = replaced_tokenizer_path(out / "spm.model", old.sha256)
+    assert new.sha256 != old.sha256 and kept.is_file() and f"kept as {kept}" in caplog.text
+    assert TokenShards.open(out).tokenizer_sha256 == new.sha256  # the data is the new tokenizer's
+    assert load_tokenizer(recorded, "run/checkpoints/step_00000010").sha256 == old.sha256  # the model's still loads
+    assert read_training_record(kept)["arguments"]["vocab_size"] == 250  # with how it was trained
+    assert is_data_folder(out)  # still the command's own folder: a later prepare may continue it
+    # Retraining with the same arguments gives the same model: nothing more is kept.
+    assert main(args + ["--vocab-size", "200", "--force"]) == 0
+    assert sorted(p.name for p in out.glob("spm.*.model")) == [kept.name]

@@ -496,3 +496,20 @@ def test_export_refuses_architectures_roberta_cannot_hold(change: dict, tmp_path
     checkpoint.save_model_folder(folder, MaskedLM(cfg).state_dict(), {"model_config": cfg.to_dict()})
     with pytest.raises(InputError, match=next(iter(change))):
         hf_export.export_folder(folder, tmp_path / "export")
+
+
+def test_force_over_an_hf_tokenizer_keeps_it_for_the_models_trained_with_it(folders, german: Tokenizer,
+                                                                            tmp_path: Path) -> None:
+    from ds_minimodel.data.prepare import HF_TOKENIZER_DIR, is_data_folder, prepare, tokenizer_path
+    from ds_minimodel.data.tokenizer import load_tokenizer, replaced_tokenizer_path
+
+    roberta, _ = folders["roberta"]
+    shards = _prepare(tmp_path, roberta, "en")
+    recorded = {"path": str(shards.path / HF_TOKENIZER_DIR), "sha256": shards.tokenizer_sha256}
+    with pytest.raises(InputError, match="--force"):  # a SentencePiece model in its place needs --force
+        prepare(tmp_path / "en.txt", shards.path, tokenizer=german.path, workers=1, progress=False)
+    prepare(tmp_path / "en.txt", shards.path, tokenizer=german.path, workers=1, progress=False, force=True)
+    assert tokenizer_path(shards.path) == shards.path / "spm.model"
+    kept = replaced_tokenizer_path(shards.path / HF_TOKENIZER_DIR, recorded["sha256"])
+    assert kept.is_dir() and is_data_folder(shards.path)
+    assert load_tokenizer(recorded, "model").sha256 == recorded["sha256"]  # found where --force put it
