@@ -64,8 +64,9 @@ def _replacing(target: Path) -> Iterator[None]:
             os.replace(training_record_path(target), training_record_path(kept))
     try:
         yield
-    except BaseException:
-        if kept is not None and not target.exists():
+    except BaseException:  # whatever the failed attempt left at target (a half-written model) gives way
+        if kept is not None:
+            _remove(target)
             os.replace(kept, target)
             if training_record_path(kept).exists():
                 os.replace(training_record_path(kept), training_record_path(target))
