@@ -3,11 +3,18 @@ target pieces in. gensim's FastText trains on the folder's own token stream, one
 word (its character n-grams included), so the vectors belong to exactly the tokenizer the folder was prepared with.
 
 One worker thread, seeded: the same folder and settings give the same vectors on every run and every rank, which
-is what lets a resumed Step 2 rebuild its initialisation instead of storing it.
+is what lets a resumed Step 2 rebuild its initialisation instead of storing it. The first run to train them keeps
+them in the folder (``static_vectors/<key>.npz``, keyed by the folder's index, the settings and gensim's version;
+numpy arrays and a JSON record, nothing pickled), so the other systems' Step 2 over the same target data, and every
+resume, read them instead of training again.
 """
 from __future__ import annotations
 
 import hashlib
+import json
+import logging
+import os
+import zipfile
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any, Iterator
@@ -17,6 +24,10 @@ import numpy as np
 from ds_minimodel.data.shards import META_FILE
 from ds_minimodel.data.streams import TokenShards
 from ds_minimodel.errors import InputError
+
+logger = logging.getLogger(__name__)
+CACHE_DIR = "static_vectors"
+"""Where a prepared folder keeps the static vectors trained on it (``data.prepare`` counts it as the folder's own)."""
 
 
 @dataclass(frozen=True)
@@ -43,11 +54,12 @@ def paragraphs(shards: TokenShards, pieces: list[str], max_tokens: int) -> Itera
             yield [pieces[int(t)] for t in ids]
 
 
-def train_static_vectors(data_dir: Path | str, pieces: list[str], settings: StaticSettings = StaticSettings()
-                         ) -> tuple[np.ndarray, np.ndarray, dict[str, Any]]:
+def train_static_vectors(data_dir: Path | str, pieces: list[str], settings: StaticSettings = StaticSettings(), *,
+                         cache: bool = True) -> tuple[np.ndarray, np.ndarray, dict[str, Any]]:
     """(vectors (V, dim) float32, known (V,) bool, record): one vector per piece of the folder's tokenizer, known
     where FastText kept the piece (seen at least ``min_count`` times); the record names the folder, its hash and
-    the settings, for the checkpoint that used them."""
+    the settings, for the checkpoint that used them. ``cache``: read them from the folder where an earlier call
+    kept them, else train them and keep them there (a folder that cannot be written to is only read)."""
     try:
         from gensim.models import FastText
     except ImportError:
@@ -59,6 +71,15 @@ def train_static_vectors(data_dir: Path | str, pieces: list[str], settings: Stat
     if shards.vocab_size != len(pieces):
         raise InputError(f"{data_dir}: prepared with a vocabulary of {shards.vocab_size:,} pieces, the tokenizer "
                          f"given has {len(pieces):,}")
+    meta_sha256 = hashlib.sha256((Path(data_dir) / META_FILE).read_bytes()).hexdigest()
+    key = {"data_meta_sha256": meta_sha256, "tokenizer_sha256": shards.tokenizer_sha256, "gensim": gensim.__version__,
+           **asdict(settings)}
+    kept = Path(data_dir) / CACHE_DIR / (hashlib.sha256(json.dumps(key, sort_keys=True).encode()).hexdigest()[:16]
+                                         + ".npz")
+    found = _read_kept(kept) if cache else None
+    if found is not None:
+        vectors, known, record = found
+        return vectors, known, {"data": str(Path(data_dir).resolve()), **record}
     corpus = list(paragraphs(shards, pieces, settings.max_tokens))
     if not corpus:
         raise InputError(f"{data_dir}: no text to train static vectors on")
@@ -70,9 +91,34 @@ def train_static_vectors(data_dir: Path | str, pieces: list[str], settings: Stat
     vectors = np.zeros((len(pieces), settings.dim), dtype=np.float32)
     for i in np.flatnonzero(known):
         vectors[i] = model.wv[pieces[i]]
-    meta = (Path(data_dir) / META_FILE).read_bytes()
-    record = {"data": str(Path(data_dir).resolve()), "data_meta_sha256": hashlib.sha256(meta).hexdigest(),
-              "tokenizer_sha256": shards.tokenizer_sha256, "paragraphs": len(corpus),
-              "tokens": sum(map(len, corpus)), "known": int(known.sum()), "gensim": gensim.__version__,
-              "vectors_sha256": hashlib.sha256(vectors.tobytes()).hexdigest(), **asdict(settings)}
+    record = {"data_meta_sha256": meta_sha256, "tokenizer_sha256": shards.tokenizer_sha256,
+              "paragraphs": len(corpus), "tokens": sum(map(len, corpus)), "known": int(known.sum()),
+              "gensim": gensim.__version__, "vectors_sha256": hashlib.sha256(vectors.tobytes()).hexdigest(),
+              **asdict(settings)}
+    if cache:
+        _keep(kept, vectors, known, record)
+    return vectors, known, {"data": str(Path(data_dir).resolve()), **record}
+
+
+def _read_kept(path: Path) -> tuple[np.ndarray, np.ndarray, dict[str, Any]] | None:
+    """Vectors an earlier call kept, if they are there and whole (their hash is in their record)."""
+    try:
+        with np.load(path, allow_pickle=False) as stored:
+            vectors, known, record = stored["vectors"], stored["known"], json.loads(str(stored["record"]))
+    except (OSError, ValueError, KeyError, EOFError, zipfile.BadZipFile):  # none kept, or a damaged file: train again
+        return None
+    if hashlib.sha256(vectors.tobytes()).hexdigest() != record.get("vectors_sha256"):
+        return None
     return vectors, known, record
+
+
+def _keep(path: Path, vectors: np.ndarray, known: np.ndarray, record: dict[str, Any]) -> None:
+    """Write them beside the data, whole or not at all (ranks training the same vectors may race: same bytes)."""
+    tmp = path.with_name(f".{path.stem}.tmp{os.getpid()}.npz")
+    try:
+        path.parent.mkdir(exist_ok=True)
+        np.savez(tmp, vectors=vectors, known=known, record=np.array(json.dumps(record)))
+        os.replace(tmp, path)
+    except OSError as err:  # a read-only or full data folder: the vectors are used, not kept
+        logger.info("%s: static vectors not kept (%s)", path.parent, err)
+        tmp.unlink(missing_ok=True)

@@ -552,3 +552,43 @@ def test_force_keeps_the_replaced_tokenizer_for_the_models_trained_with_it(tmp_p
     # Retraining with the same arguments gives the same model: nothing more is kept.
     assert main(args + ["--vocab-size", "200", "--force"]) == 0
     assert sorted(p.name for p in out.glob("spm.*.model")) == [kept.name]
+
+
+def test_static_vectors_are_trained_once_per_folder_and_settings_and_read_back_whole(
+        prepared: Path, model: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # The four systems' Step 2 over one target folder (and every resume) need the same FOCUS/WECHSEL vectors.
+    import gensim.models
+
+    from ds_minimodel.data import static_vectors
+    from ds_minimodel.data.prepare import is_data_folder
+    from ds_minimodel.data.static_vectors import StaticSettings, train_static_vectors
+
+    folder = tmp_path / "de"
+    shutil.copytree(prepared, folder)
+    pieces, settings = Tokenizer.load(model).pieces(), StaticSettings(dim=8, epochs=1)
+    vectors, known, record = train_static_vectors(folder, pieces, settings)
+    kept = sorted((folder / static_vectors.CACHE_DIR).iterdir())
+    assert [p.suffix for p in kept] == [".npz"] and is_data_folder(folder)
+    fresh = train_static_vectors(folder, pieces, settings, cache=False)  # trained again: the same bytes
+    assert np.array_equal(fresh[0], vectors) and fresh[2] == record
+
+    def no_training(*args, **kwargs):
+        raise AssertionError("trained again")
+
+    with monkeypatch.context() as patch:
+        patch.setattr(gensim.models, "FastText", no_training)
+        again = train_static_vectors(folder, pieces, settings)
+    assert np.array_equal(again[0], vectors) and np.array_equal(again[1], known) and again[2] == record
+    train_static_vectors(folder, pieces, StaticSettings(dim=8, epochs=1, seed=2))  # other settings: their own file
+    assert len(list((folder / static_vectors.CACHE_DIR).iterdir())) == 2
+    # A damaged file is trained again and replaced, never read.
+    kept[0].write_bytes(kept[0].read_bytes()[:100])
+    assert np.array_equal(train_static_vectors(folder, pieces, settings)[0], vectors)
+    assert static_vectors._read_kept(kept[0]) is not None
+    # A folder that cannot be written to: the vectors are used, nothing is left behind.
+    other = tmp_path / "fr"
+    shutil.copytree(prepared, other)
+    with monkeypatch.context() as patch:
+        patch.setattr(np, "savez", lambda *a, **k: (_ for _ in ()).throw(PermissionError(13, "read-only")))
+        assert np.array_equal(train_static_vectors(other, pieces, settings)[0], vectors)
+    assert not any((other / static_vectors.CACHE_DIR).iterdir())

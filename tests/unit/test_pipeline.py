@@ -298,7 +298,8 @@ def test_wechsel_takes_each_targets_word_list_and_the_source_data_and_refuses_wh
                                                                        Path("data/de"))
     for changes, message in (
             ({"step2": wechsel}, "step2.init wechsel needs a bilingual word list for every target language; de"),
-            ({"targets": [target]}, "de's word_list is used by step2.init wechsel only, not overlap"),
+            ({"step2": {**base["step2"], "init": "overlap"}, "targets": [target]},
+             "de's word_list is used by step2.init wechsel only, not overlap"),
             ({"step2": wechsel, "targets": [target], "source_relearn": ["bl_base"]}, "would align the source"),
             ({"step2": wechsel, "targets": [{**target, "word_list": str(tmp_path / "none.tsv")}]}, "cannot read")):
         path = tmp_path / "bad.json"
