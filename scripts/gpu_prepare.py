@@ -159,7 +159,9 @@ def pack_english(corpus: Path | None, out: Path) -> dict[str, object] | None:
 
 
 def pack_body(spec: str, out_root: Path) -> dict[str, object]:
-    from ds_minimodel.train import checkpoint  # torch and the package: this machine's environment
+    from ds_minimodel.data.tokenizer import load_tokenizer  # torch and the package: this machine's environment
+    from ds_minimodel.errors import InputError
+    from ds_minimodel.train import checkpoint
 
     name, _, folder = spec.partition("=")
     folder = Path(folder)
@@ -169,9 +171,10 @@ def pack_body(spec: str, out_root: Path) -> dict[str, object]:
     if meta.tokenizer is None:
         raise SystemExit(f"gpu_prepare: --body {spec}: its meta.json names no tokenizer")
     recorded = Path(meta.tokenizer.path)
-    tokenizer = next((p for p in (folder / recorded.name, recorded) if p.is_file()), None)
-    if tokenizer is None:
-        raise SystemExit(f"gpu_prepare: --body {spec}: its tokenizer {recorded} is neither inside nor where recorded")
+    try:  # inside the folder, where recorded, or where the run that wrote it keeps it (checked by its hash)
+        tokenizer = Path(load_tokenizer(meta.tokenizer_dict, folder).path)
+    except InputError as err:
+        raise SystemExit(f"gpu_prepare: --body {spec}: its tokenizer: {err}") from None
     rounded = {k: v.bfloat16() if v.is_floating_point() else v for k, v in checkpoint.load_weights(folder).items()}
     shutil.rmtree(out_root / name, ignore_errors=True)
     written = checkpoint.save_model_folder(out_root / name, rounded, meta.with_values(
@@ -202,9 +205,20 @@ def main() -> int:
     p.add_argument("--focus", action="store_true",
                    help="carry the focus extra too (gensim, for run_adapt.py --init focus in scripts/gpu_ladder.sh)")
     args = p.parse_args()
-    shutil.rmtree(GPU / "bodies", ignore_errors=True)
-    bodies = [pack_body(spec, GPU / "bodies") for spec in args.body]
-    fetched = fetch_wheels(GPU / "wheels", FOCUS_REQUIREMENTS if args.focus else ())
+    # Built beside what an earlier preparation left, which is replaced only once the new one is complete: a bad
+    # --body or a failed download leaves .gpu as it was.
+    try:
+        shutil.rmtree(GPU / "bodies.partial", ignore_errors=True)
+        bodies = [pack_body(spec, GPU / "bodies.partial") for spec in args.body]
+        fetched = fetch_wheels(GPU / "wheels.partial", FOCUS_REQUIREMENTS if args.focus else ())
+    except BaseException:  # nothing half-built travels to the device
+        for name in ("bodies", "wheels"):
+            shutil.rmtree(GPU / f"{name}.partial", ignore_errors=True)
+        raise
+    for name in ("bodies", "wheels"):
+        shutil.rmtree(GPU / name, ignore_errors=True)
+        if (GPU / f"{name}.partial").is_dir():
+            (GPU / f"{name}.partial").replace(GPU / name)
     english = pack_english(args.english, GPU / "data/en.txt.xz")
     if english is None:
         (GPU / "data/en.txt.xz").unlink(missing_ok=True)
