@@ -21,7 +21,6 @@ from pathlib import Path
 
 from ds_minimodel.data.hf_tokenizer import HFTokenizer, copy_hf_tokenizer
 from ds_minimodel.data.shards import prepare_corpus
-from ds_minimodel.data.static_vectors import CACHE_DIR as STATIC_VECTORS_DIR
 from ds_minimodel.data.tokenizer import (
     MODEL_TYPES,
     Tokenizer,
@@ -136,7 +135,7 @@ def _train_or_reuse(corpus: Path, target: Path, *, force: bool, **options) -> No
 
 # What a prepared folder holds: the tokenizer (SentencePiece model and its sidecars, or a Hugging Face tokenizer's
 # files), the shards and their index. A folder of only these is this command's own, to continue or re-encode.
-_DATA_FILES = ("meta.json", "lines.npy", "docs.npy", HF_TOKENIZER_DIR, STATIC_VECTORS_DIR)
+_DATA_FILES = ("meta.json", "lines.npy", "docs.npy", HF_TOKENIZER_DIR)
 _DATA_PREFIXES = ("tokens_", "spm.", f"{HF_TOKENIZER_DIR}.")  # spm.<hash>.model: a tokenizer --force replaced
 
 

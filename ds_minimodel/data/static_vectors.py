@@ -4,7 +4,7 @@ word (its character n-grams included), so the vectors belong to exactly the toke
 
 One worker thread, seeded: the same folder and settings give the same vectors on every run and every rank, which
 is what lets a resumed Step 2 rebuild its initialisation instead of storing it. The first run to train them keeps
-them in the folder (``static_vectors/<key>.npz``, keyed by the folder's index, the settings and gensim's version;
+them in the folder (``.static_vectors/<key>.npz``, keyed by the folder's index, the settings and gensim's version;
 numpy arrays and a JSON record, nothing pickled), so the other systems' Step 2 over the same target data, and every
 resume, read them instead of training again.
 """
@@ -26,8 +26,9 @@ from ds_minimodel.data.streams import TokenShards
 from ds_minimodel.errors import InputError
 
 logger = logging.getLogger(__name__)
-CACHE_DIR = "static_vectors"
-"""Where a prepared folder keeps the static vectors trained on it (``data.prepare`` counts it as the folder's own)."""
+CACHE_DIR = ".static_vectors"
+"""Where a prepared folder keeps the static vectors trained on it: hidden, as ``data.prepare`` counts every hidden
+entry of a data folder as its own (so do versions of the package from before the cache)."""
 
 
 @dataclass(frozen=True)

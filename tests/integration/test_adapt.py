@@ -192,7 +192,7 @@ def test_focus_with_anchored_copies_over_two_bf16_zero2_ranks(primaries, de_data
     pieces = Tokenizer.load(de_data / "spm.model").pieces()
     # Trained again in this process (not read from the folder, where the run kept them): bit for bit the same.
     assert train_static_vectors(de_data, pieces, StaticSettings(seed=1), cache=False)[2] == static
-    assert (de_data / "static_vectors").is_dir()
+    assert (de_data / ".static_vectors").is_dir()
     start, end = checkpoint.load_weights(first), checkpoint.load_weights(last)
     source = Tokenizer.load(checkpoint.load_meta(primaries["base"]).tokenizer.path).pieces()
     copied = torch.tensor([p in set(source) for p in pieces])
