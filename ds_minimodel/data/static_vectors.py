@@ -108,7 +108,7 @@ def _read_kept(path: Path) -> tuple[np.ndarray, np.ndarray, dict[str, Any]] | No
             vectors, known, record = stored["vectors"], stored["known"], json.loads(str(stored["record"]))
     except (OSError, ValueError, KeyError, EOFError, zipfile.BadZipFile):  # none kept, or a damaged file: train again
         return None
-    if hashlib.sha256(vectors.tobytes()).hexdigest() != record.get("vectors_sha256"):
+    if not isinstance(record, dict) or hashlib.sha256(vectors.tobytes()).hexdigest() != record.get("vectors_sha256"):
         return None
     return vectors, known, record
 
