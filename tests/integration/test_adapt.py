@@ -14,7 +14,7 @@ from ds_minimodel.errors import InputError
 from ds_minimodel.model.loading import load_mlm
 from ds_minimodel.stages.specs import AdaptSpec
 from ds_minimodel.train import checkpoint
-from tests.integration.conftest import REPO, run_cmd, torchrun_cmd
+from tests.integration.conftest import DEMO, REPO, run_cmd, torchrun_cmd
 
 # One xdist worker runs every test of the shared demo pipeline, so that it is trained once
 # (scripts/test.sh runs 2 workers).
@@ -225,3 +225,52 @@ def test_wechsel_inputs_are_checked_before_any_work(en_data, de_data, tmp_path):
                              ({"init": "focus"}, "--word-list is used by --init wechsel only, not focus")):
         with pytest.raises(InputError, match=message):
             check_wechsel_inputs(dataclasses.replace(spec, **changes), english)
+
+
+def test_wechsel_from_its_spec_starts_from_the_aligned_mixtures(primaries, de_data, tmp_path, monkeypatch):
+    """In process (1 rank), --init wechsel end to end over the shipped help-page lexicon: the update-0 rows are the
+    mixtures that the run's own inputs give (the word list, both languages' static vectors, read back from the data
+    folders where the run kept them), only the special rows are copies, and every input is named with its hash."""
+    import hashlib
+
+    from ds_minimodel.data.bilingual import WordList
+    from ds_minimodel.data.prepare import prepare
+    from ds_minimodel.data.tokenizer import Tokenizer
+    from ds_minimodel.model.embedding_init import initial_rows
+    from ds_minimodel.model.transforms import extract_embeddings
+    from ds_minimodel.stages import adapt
+    from ds_minimodel.stages.runner import run_stage
+
+    monkeypatch.chdir(REPO)
+    # English text with the body's own tokenizer: a slice of the demo corpus, so its vectors train in seconds.
+    english = Tokenizer.load(checkpoint.load_meta(primaries["base"]).tokenizer.path)
+    lines = (DEMO / "corpus/en.txt").read_text(encoding="utf-8").splitlines(keepends=True)[:3000]
+    (tmp_path / "en.txt").write_text("".join(lines), encoding="utf-8")
+    en_data = tmp_path / "en"
+    prepare(tmp_path / "en.txt", en_data, tokenizer=english.path, progress=False, workers=1)
+    word_list = REPO / "reference_data/lexicons/de-en.help.tsv"
+    spec = AdaptSpec(system="bl_base", body=primaries["base"], data=de_data, out=tmp_path / "w",
+                     ds_config=Path("ds_configs/cpu_fp32.json"), init="wechsel", word_list=word_list,
+                     source_data=en_data, seq_len=64, steps=4, save_every=4, log_every=2)
+    assert run_stage(spec, adapt.build).summary["step"] == 4
+    first, last = checkpoint.complete_checkpoints(spec.out)
+    meta = checkpoint.load_meta(first)
+    details, record = meta.details, meta.details["initialisation"]
+    assert meta.step == 0 and checkpoint.load_meta(last).step == 4
+    assert details["init_options"]["word_list"]["sha256"] == hashlib.sha256(word_list.read_bytes()).hexdigest()
+    alignment = record["alignment"]
+    assert alignment["pairs_used"] >= 100 and alignment["pair_cosine_after"] > alignment["pair_cosine_before"] + 0.1
+    assert alignment["source_vectors"]["data"] == str(en_data.resolve())
+    assert record["copied"] == 5 and record["mixed"] > 1000
+    assert record["copied"] + record["mixed"] + record["drawn"] == details["vocab_size"]
+
+    german = Tokenizer.load(de_data / "spm.model")
+    aligned = adapt.align_static_vectors(spec, WordList.read(word_list), german, english)
+    body, _ = load_mlm(primaries["base"])
+    source_embeddings, source_bias = extract_embeddings(body)
+    want = initial_rows("wechsel", english.pieces(), source_embeddings, source_bias, german.pieces(),
+                        std=body.cfg.init_std, generator=torch.Generator().manual_seed(spec.seed), aligned=aligned)
+    start, end = checkpoint.load_weights(first), checkpoint.load_weights(last)
+    assert torch.equal(start["embeddings.tokens.weight"], want.embeddings)
+    assert torch.equal(start["heads.main.bias"], want.bias)
+    assert not torch.equal(start["embeddings.tokens.weight"][5:], end["embeddings.tokens.weight"][5:])
