@@ -231,8 +231,7 @@ def test_wechsel_from_its_spec_starts_from_the_aligned_mixtures(primaries, de_da
     """In process (1 rank), --init wechsel end to end over the shipped help-page lexicon: the update-0 rows are the
     mixtures that the run's own inputs give (the word list, both languages' static vectors, read back from the data
     folders where the run kept them), only the special rows are copies, and every input is named with its hash."""
-    import hashlib
-
+    from ds_minimodel.config import file_sha256
     from ds_minimodel.data.bilingual import WordList
     from ds_minimodel.data.prepare import prepare
     from ds_minimodel.data.tokenizer import Tokenizer
@@ -257,7 +256,7 @@ def test_wechsel_from_its_spec_starts_from_the_aligned_mixtures(primaries, de_da
     meta = checkpoint.load_meta(first)
     details, record = meta.details, meta.details["initialisation"]
     assert meta.step == 0 and checkpoint.load_meta(last).step == 4
-    assert details["init_options"]["word_list"]["sha256"] == hashlib.sha256(word_list.read_bytes()).hexdigest()
+    assert details["init_options"]["word_list"]["sha256"] == file_sha256(word_list)
     alignment = record["alignment"]
     assert alignment["pairs_used"] >= 100 and alignment["pair_cosine_after"] > alignment["pair_cosine_before"] + 0.1
     assert alignment["source_vectors"]["data"] == str(en_data.resolve())
