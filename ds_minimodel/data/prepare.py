@@ -19,6 +19,7 @@ import shutil
 from collections.abc import Iterator
 from pathlib import Path
 
+from ds_minimodel.config import file_sha256
 from ds_minimodel.data.hf_tokenizer import HFTokenizer, copy_hf_tokenizer
 from ds_minimodel.data.shards import prepare_corpus
 from ds_minimodel.data.tokenizer import (
@@ -123,7 +124,7 @@ def _train_or_reuse(corpus: Path, target: Path, *, force: bool, **options) -> No
     arguments = training_arguments(corpus, **options)
     if target.exists() and not force:
         record = read_training_record(target)
-        if record is not None and record.get("arguments") == arguments:
+        if record is not None and _same_training(record.get("arguments"), arguments, corpus):
             logger.info("%s was trained with the same arguments; reusing it", target)
             return
         how = "with other arguments" if record else "elsewhere"
@@ -131,6 +132,21 @@ def _train_or_reuse(corpus: Path, target: Path, *, force: bool, **options) -> No
                          f"or --tokenizer {target} to keep it")
     with _replacing(target):
         train_sentencepiece(corpus, target.parent / target.stem, **options)
+
+
+def _same_training(recorded: object, arguments: dict, corpus: Path) -> bool:
+    """Whether a training record describes this training. The record names the corpus by absolute path and size
+    (hashing a CC-100 file costs minutes), so a run read from another checkout, or a moved one, records another path
+    for the same text: then, and only then, the two files are hashed, as the encoded shards' check does."""
+    if not isinstance(recorded, dict) or recorded == arguments:
+        return recorded == arguments
+    if {k: v for k, v in recorded.items() if k != "corpus"} != {k: v for k, v in arguments.items() if k != "corpus"}:
+        return False
+    old = Path(str(recorded.get("corpus", "")))
+    if not old.is_file() or old.stat().st_size != arguments["corpus_bytes"]:
+        return False
+    logger.info("%s was trained on %s; comparing its content with %s", corpus.name, old, corpus)
+    return file_sha256(old) == file_sha256(corpus)
 
 
 # What a prepared folder holds: the tokenizer (SentencePiece model and its sidecars, or a Hugging Face tokenizer's

@@ -514,6 +514,27 @@ def test_cli_end_to_end(tmp_path: Path, corpus: Path, model: Path, capsys: pytes
     assert TokenShards.open(copied).tokenizer_sha256 == Tokenizer.load(model).sha256
 
 
+def test_a_tokenizer_trained_on_the_same_text_at_another_path_is_reused(tmp_path: Path, corpus: Path,
+                                                                          capsys: pytest.CaptureFixture) -> None:
+    # A run linked from another checkout (or a moved one) records another absolute path for the same corpus.
+    out = tmp_path / "en"
+    args = ["--out", str(out), "--workers", "1", "--no-progress", "--vocab-size", "250"]
+    assert main(["--corpus", str(corpus)] + args) == 0
+    stamps = {p.name: p.stat().st_mtime_ns for p in out.iterdir()}
+    elsewhere = tmp_path / "other-checkout" / corpus.name
+    elsewhere.parent.mkdir()
+    shutil.copyfile(corpus, elsewhere)
+    assert main(["--corpus", str(elsewhere)] + args) == 0
+    assert {p.name: p.stat().st_mtime_ns for p in out.iterdir()} == stamps  # nothing retrained or re-encoded
+    # The same size with other text is another corpus.
+    text = elsewhere.read_bytes()
+    elsewhere.write_bytes(text[:-2][::-1] + text[-2:])
+    capsys.readouterr()
+    assert main(["--corpus", str(elsewhere)] + args) == 2
+    assert "trained with other arguments" in capsys.readouterr().err
+    assert {p.name: p.stat().st_mtime_ns for p in out.iterdir()} == stamps
+
+
 def test_cli_errors(tmp_path: Path, model: Path, capsys: pytest.CaptureFixture) -> None:
     missing = tmp_path / "missing.txt"
     assert main(["--corpus", str(missing), "--out", str(tmp_path / "out")]) == 2
