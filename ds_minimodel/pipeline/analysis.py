@@ -363,8 +363,9 @@ def diagnostics(results: dict[str, Any], all_curves: dict[tuple[str, str, str], 
                              f"{p.score:.1f} +- {p.std:.1f}")
         for (t, lang, system), curve in sorted(relearn_curves.items()):
             if t == task:
-                lines.append(f"  {lang:<11} test  {system} source embeddings relearned from scratch (Step 2 without a "
-                             "language gap): " + ", ".join(f"{p.updates:.0f}: {p.score:.1f}" for p in curve)
+                lines.append(f"  {lang:<11} test  {system} source embeddings relearned by Step 2 (no language gap; "
+                             "anchored if the config names a relearn_anchor): "
+                             + ", ".join(f"{p.updates:.0f}: {p.score:.1f}" for p in curve)
                              + f" (final +- {curve[-1].std:.1f})")
         for (t, lang, system), curve in sorted(all_curves.items()):
             if t == task and system == BASELINE:
