@@ -227,6 +227,12 @@ def average_speedups(rows: list[dict[str, Any]]) -> dict[tuple[str, str], float 
     return {key: statistics.mean(values) if values else None for key, values in ratios.items()}
 
 
+def never_reached(rows: list[dict[str, Any]], task: str, system: str) -> list[str]:
+    """The languages with a target that ``system`` never reached: its average speedup leaves them out."""
+    return sorted(r["lang"] for r in rows
+                  if r["task"] == task and r["system"] == system and r.get("transfer", True) and r["never"])
+
+
 # ----------------------------------------------------------------------------------------------- tables
 TRIVIAL = {"majority": "majority class", "bag_of_words": "bag of words (Naive Bayes, source-trained)"}
 
@@ -295,7 +301,8 @@ def table3(rows: list[dict[str, Any]]) -> str:
                     cells.append(f"{mark + format(r['v100_days'], '.3g'):>11} {ratio:>6}")
                     bounds.append(f"{system} {lang}: {r['lower_v100_days']:.3g} - {r['upper_v100_days']:.3g}")
             avg = speedups.get((task, system))
-            lines.append(f"{system:<12} " + " ".join(cells) + f" {(f'{avg:.2f}x' if avg else '-'):>12}")
+            star = "*" if avg and never_reached(rows, task, system) else ""
+            lines.append(f"{system:<12} " + " ".join(cells) + f" {(f'{avg:.2f}x{star}' if avg else '-'):>12}")
         if not any(r.get("transfer", True) for r in rows if r["task"] == task):
             lines.append("BL_BASE transfers to none of these languages: the run is too small to measure a speedup "
                          "(RESULTS.md reports the larger reference run, configs/reference.json)")
@@ -308,6 +315,11 @@ def table3(rows: list[dict[str, Any]]) -> str:
         if at_zero:
             lines.append("met at update 0, before any Step-2 update (the overlap-initialised rows alone; no speedup "
                          "where BL_BASE is one of them): " + ", ".join(at_zero))
+        starred = [f"{system} {', '.join(langs)}" for system in ordered_systems({r["system"] for r in rows})
+                   if speedups.get((task, system)) and (langs := never_reached(rows, task, system))]
+        if starred:  # as the paper's Table A1 marks an average without Turkish
+            lines.append("*: the average leaves out the languages where the target was never reached: "
+                         + "; ".join(starred))
         gains = [r for r in rows if r["task"] == task and r.get("gain_target") is not None]
         if gains:
             lines.append("ours, not the paper's (update 0 already meets the target): V100-days to 95% of BL_BASE's "
@@ -441,7 +453,8 @@ def plot_curves(all_curves: dict[tuple[str, str, str], list[Point]], rows: list[
 
 def plot_speedups(rows: list[dict[str, Any]], out: Path) -> Path | None:
     """Figure 1: average speedup over BL_BASE per task and system (missing bar: the target was never reached, or
-    "no transfer": BL_BASE transfers to none of the task's languages, so there is no target). Not drawn, None, when
+    "no transfer": BL_BASE transfers to none of the task's languages, so there is no target; a bar whose average
+    leaves out languages never reached names them, as Table 3 stars it). Not drawn, None, when
     no task has a target: Table 3 says why."""
     if not any(r.get("transfer", True) and r["target"] is not None for r in rows):
         return None
@@ -460,6 +473,8 @@ def plot_speedups(rows: list[dict[str, Any]], out: Path) -> Path | None:
             if v is None:  # no bar: say why
                 ax.text(x, 0.02, "never" if task in transfers else "no transfer", rotation=90, ha="center",
                         va="bottom", fontsize=8)
+            elif left_out := never_reached(rows, task, system):  # Table 3's "*"
+                ax.text(x, 0.97 * v, "without " + ", ".join(left_out), rotation=90, ha="center", va="top", fontsize=8)
     ax.axhline(1.0, color="grey", linewidth=0.8)
     ax.set_xticks([t + width * (len(systems) - 1) / 2 for t in range(len(tasks))], tasks)
     ax.set(ylabel="average speedup over BL_BASE", title="Time to near-maximal performance (Step 2)")
