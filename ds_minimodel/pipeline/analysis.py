@@ -19,7 +19,7 @@ Definitions (paper section 4.2 and footnotes 5 and 6):
 - the cost to reach a target is interpolated linearly between the checkpoint just before and the first checkpoint
   at or above it (section 3: 48% at 5,000 updates and 1.17 EFLOPs, 52% at 10,000 and 2.34 EFLOPs give 50% at 7,500
   updates and 1.755 EFLOPs). Step 2 saves its initial rows as update 0, so a curve starts at no cost; a target
-  already met there costs nothing: the overlap-initialised rows alone reach it, and no speedup is defined. A curve
+  already met there costs nothing: the initialised rows alone reach it, and no speedup is defined. A curve
   without an update-0 point (runs from before it was saved) that meets the target at its first checkpoint gets that
   checkpoint's cost, an upper bound, flagged ``at_first_checkpoint``. A target never met is ``never``. Each estimate
   comes with the paper's lower and upper bounds (appendix A.4, Table A4): the cost at the checkpoint before the
@@ -313,7 +313,7 @@ def table3(rows: list[dict[str, Any]]) -> str:
                      + ("   (<=: reached at the first checkpoint, an upper bound)" if marked else ""))
         lines += same_start(rows, task)
         if at_zero:
-            lines.append("met at update 0, before any Step-2 update (the overlap-initialised rows alone; no speedup "
+            lines.append("met at update 0, before any Step-2 update (the initialised rows alone; no speedup "
                          "where BL_BASE is one of them): " + ", ".join(at_zero))
         starred = [f"{system} {', '.join(langs)}" for system in ordered_systems({r["system"] for r in rows})
                    if speedups.get((task, system)) and (langs := never_reached(rows, task, system))]
