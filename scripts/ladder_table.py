@@ -48,8 +48,8 @@ def table(folder: Path) -> list[str]:
 def probe_correlations(rows: dict[tuple[str, int], list[dict]],
                        aligned: dict[tuple[str, int], list[float]]) -> list[str]:
     """Pearson's r between the probe's top-1 (layer 0, top, best layer) and the mean dev score, one point per probed
-    checkpoint; all languages together, then each language's own (the variant's name starts with it)."""
-    points = [(key[0].split("-", 1)[0], aligned[key], rs) for key, rs in sorted(rows.items()) if key in aligned]
+    checkpoint; all languages together, then each language's own."""
+    points = [(rs[0]["lang"], aligned[key], rs) for key, rs in sorted(rows.items()) if key in aligned]
     groups = {"all": points} | {lang: [p for p in points if p[0] == lang] for lang in sorted({p[0] for p in points})}
     lines = []
     for name, group in groups.items():

@@ -138,9 +138,13 @@ def _same_training(recorded: object, arguments: dict, corpus: Path) -> bool:
     """Whether a training record describes this training. The record names the corpus by absolute path and size
     (hashing a CC-100 file costs minutes), so a run read from another checkout, or a moved one, records another path
     for the same text: then, and only then, the two files are hashed, as the encoded shards' check does."""
-    if not isinstance(recorded, dict) or recorded == arguments:
-        return recorded == arguments
-    if {k: v for k, v in recorded.items() if k != "corpus"} != {k: v for k, v in arguments.items() if k != "corpus"}:
+    if recorded == arguments:
+        return True
+
+    def without_path(record: dict) -> dict:
+        return {k: v for k, v in record.items() if k != "corpus"}
+
+    if not isinstance(recorded, dict) or without_path(recorded) != without_path(arguments):
         return False
     old = Path(str(recorded.get("corpus", "")))
     if not old.is_file() or old.stat().st_size != arguments["corpus_bytes"]:

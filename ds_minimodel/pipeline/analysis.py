@@ -283,6 +283,7 @@ def table3(rows: list[dict[str, Any]]) -> str:
                   f"{'system':<12} " + " ".join(f"{lang:>18}" for lang in langs) + f" {'avg speedup':>12}"]
         bounds: list[str] = []
         at_zero: list[str] = []
+        starred: list[str] = []  # averages that leave out languages never reached
         for system in ordered_systems({r["system"] for r in rows if r["task"] == task}):
             cells = []
             for lang in langs:
@@ -301,8 +302,11 @@ def table3(rows: list[dict[str, Any]]) -> str:
                     cells.append(f"{mark + format(r['v100_days'], '.3g'):>11} {ratio:>6}")
                     bounds.append(f"{system} {lang}: {r['lower_v100_days']:.3g} - {r['upper_v100_days']:.3g}")
             avg = speedups.get((task, system))
-            star = "*" if avg and never_reached(rows, task, system) else ""
-            lines.append(f"{system:<12} " + " ".join(cells) + f" {(f'{avg:.2f}x{star}' if avg else '-'):>12}")
+            left_out = never_reached(rows, task, system) if avg else []
+            if left_out:
+                starred.append(f"{system} {', '.join(left_out)}")
+            lines.append(f"{system:<12} " + " ".join(cells)
+                         + f" {(f'{avg:.2f}x' + ('*' if left_out else '') if avg else '-'):>12}")
         if not any(r.get("transfer", True) for r in rows if r["task"] == task):
             lines.append("BL_BASE transfers to none of these languages: the run is too small to measure a speedup "
                          "(RESULTS.md reports the larger reference run, configs/reference.json)")
@@ -315,8 +319,6 @@ def table3(rows: list[dict[str, Any]]) -> str:
         if at_zero:
             lines.append("met at update 0, before any Step-2 update (the initialised rows alone; no speedup "
                          "where BL_BASE is one of them): " + ", ".join(at_zero))
-        starred = [f"{system} {', '.join(langs)}" for system in ordered_systems({r["system"] for r in rows})
-                   if speedups.get((task, system)) and (langs := never_reached(rows, task, system))]
         if starred:  # as the paper's Table A1 marks an average without Turkish
             lines.append("*: the average leaves out the languages where the target was never reached: "
                          + "; ".join(starred))

@@ -18,8 +18,8 @@ def test_the_probe_is_correlated_with_the_mean_dev_scores_per_language_and_overa
         for update, acc in ((0, 30.0), (100, 40.0), (200, 45.0), (300, 60.0)):
             emb = f"runs/x/step2-{lang}-focus/checkpoints/step_{update:08d}"
             for seed, noise in ((1, -1.0), (2, 1.0)):  # the mean over seeds is what is correlated
-                scores.append({"embeddings": emb, "step2_update": update, "seed": seed, "accuracy": acc + noise,
-                               "macro_f1": acc / 2})
+                scores.append({"embeddings": emb, "lang": lang, "step2_update": update, "seed": seed,
+                               "accuracy": acc + noise, "macro_f1": acc / 2})
             layers = [0.1, 0.5 + acc / 100, 0.3 - sign * acc / 1000]  # layer 0, the best layer, the top layer
             probes.append({"embeddings": emb, "step2_update": update, "top1": layers})
     (tmp_path / "dev_scores.jsonl").write_text("".join(json.dumps(r) + "\n" for r in scores))
