@@ -175,6 +175,7 @@ def prepare(
     character_coverage: float | None = None,
     input_sentence_size: int = 2_000_000,
     seed: int = 0,
+    lowercase: bool = False,
     workers: int | None = None,
     force: bool = False,
     progress: bool = True,
@@ -200,7 +201,8 @@ def prepare(
         _copy_tokenizer(tokenizer, target, force=force)
     else:
         _train_or_reuse(corpus, target, force=force, vocab_size=vocab_size, model_type=model_type,
-                        character_coverage=character_coverage, input_sentence_size=input_sentence_size, seed=seed)
+                        character_coverage=character_coverage, input_sentence_size=input_sentence_size, seed=seed,
+                        lowercase=lowercase)
     return prepare_corpus(corpus, out_dir, target, workers=workers, force=force, progress=progress)
 
 
@@ -219,6 +221,9 @@ def _parser() -> argparse.ArgumentParser:
     training.add_argument("--character-coverage", type=float,
                           help="default: 0.9995 for mostly Chinese/Japanese/Korean text, else 1.0")
     training.add_argument("--input-sentence-size", type=int, help="lines sampled for training (default 2000000)")
+    training.add_argument("--lowercase", action="store_true", default=None,
+                          help="the tokenizer case-folds text (SentencePiece's nmt_nfkc_cf), in training and encoding:"
+                               " for a language added to an uncased model")
     parser.add_argument("--workers", type=int, help="encoding processes (default: all available cores)")
     parser.add_argument("--force", action="store_true", help="redo the tokenizer and the encoding")
     parser.add_argument("--seed", type=int, default=0, help="seed of SentencePiece's line sampling")
@@ -230,7 +235,8 @@ def main(argv: list[str] | None = None) -> int:
     parser = _parser()
     args = parser.parse_args(argv)
     training = {"vocab_size": args.vocab_size, "model_type": args.model_type,
-                "character_coverage": args.character_coverage, "input_sentence_size": args.input_sentence_size}
+                "character_coverage": args.character_coverage, "input_sentence_size": args.input_sentence_size,
+                "lowercase": args.lowercase}
     given = [name for name, value in training.items() if value is not None]
     if args.tokenizer is not None and given:
         parser.error(f"--tokenizer uses an existing model; drop {', '.join('--' + n.replace('_', '-') for n in given)}")

@@ -74,13 +74,15 @@ def training_arguments(
     character_coverage: float | None,
     input_sentence_size: int,
     seed: int,
+    lowercase: bool = False,
 ) -> dict:
     """The arguments that determine a trained model, as recorded next to it (`<prefix>.json`).
 
     Callers compare a record with this to decide whether an existing model can be reused. The corpus is
-    identified by its absolute path and size rather than a hash: hashing a CC-100 file costs minutes.
+    identified by its absolute path and size rather than a hash: hashing a CC-100 file costs minutes. ``lowercase``
+    is recorded only when set, so the records of models trained before it existed still match.
     """
-    return {
+    return {**({"lowercase": True} if lowercase else {}),
         "corpus": str(corpus.resolve()),
         "corpus_bytes": corpus.stat().st_size,
         "vocab_size": vocab_size,
@@ -228,8 +230,14 @@ def train_sentencepiece(
     input_sentence_size: int = 2_000_000,
     seed: int = 0,
     num_threads: int | None = None,
+    lowercase: bool = False,
 ) -> Path:
     """Train a SentencePiece model with the reserved special ids; return the path of `<model_prefix>.model`.
+
+    ``lowercase``: the model case-folds text (SentencePiece's ``nmt_nfkc_cf`` normalisation, NFKC then case folding),
+    in training and in every later encoding, since the rule is stored in the model: for a language added to an
+    uncased source model, whose body never saw a capital letter and whose vocabulary then shares more pieces with
+    this one (``pipeline.settings.CorpusSettings.lowercase``).
 
     Memory stays bounded on a CC-100-sized corpus: training sees a seeded uniform sample of `input_sentence_size`
     non-blank lines (0: all lines). `character_coverage=None` chooses by script (see `choose_character_coverage`).
@@ -249,6 +257,7 @@ def train_sentencepiece(
         character_coverage=character_coverage,
         input_sentence_size=input_sentence_size,
         seed=seed,
+        lowercase=lowercase,
     )
     coverage = choose_character_coverage(corpus) if character_coverage is None else character_coverage
     if num_threads is None:
@@ -280,6 +289,7 @@ def train_sentencepiece(
                 eos_id=EOS_ID,
                 unk_id=UNK_ID,
                 user_defined_symbols=[SPECIAL_PIECES[MASK_ID]],
+                normalization_rule_name="nmt_nfkc_cf" if lowercase else "nmt_nfkc",
             )
     except RuntimeError as err:
         too_high = re.search(r"Vocabulary size too high \((\d+)\)\. Please set it to a value <= (\d+)", str(err))

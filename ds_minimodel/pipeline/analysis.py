@@ -244,11 +244,19 @@ def trivial_scores(results: dict[str, Any]) -> dict[tuple[str, str, str], dict[s
 
 
 def table2(all_curves: dict[tuple[str, str, str], list[Point]], metrics: dict[str, str],
-           trivial: dict[tuple[str, str, str], dict[str, float]] | None = None) -> str:
+           trivial: dict[tuple[str, str, str], dict[str, float]] | None = None,
+           source_model: dict[str, Any] | None = None) -> str:
     """Final checkpoint's score per language (mean over seeds) next to Step 2's cost, per task; below, the trivial
-    baselines of each language's test file."""
+    baselines of each language's test file. ``source_model``: the given model BL_BASE's primary is (results.json's
+    ``source_model``), said above the table: its Step 1 was not run here and is charged nothing."""
     trivial = trivial or {}
     lines = []
+    if source_model:
+        trained_head = source_model.get("mlm_head") == "initialised"
+        head = " (its MLM head trained here, a one-time cost like Step 1b)" if trained_head else ""
+        given = (f"Step 1 of {get_system(BASELINE).paper_name}'s primary: given, not trained here (no FLOPs charged): "
+                 f"{source_model['path']}, weights {str(source_model['weights_sha256'])[:12]}{head}")
+        lines += [given, ""]
     for task in sorted({k[0] for k in all_curves}):
         langs = sorted({k[1] for k in all_curves if k[0] == task})
         lines += [f"Table 2 ({task}, {metrics[task]}): final Step-2 checkpoint, mean +- std over seeds",

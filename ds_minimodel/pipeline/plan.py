@@ -13,7 +13,6 @@ Relative paths in the config are taken from the current directory.
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import subprocess
 import sys
 from dataclasses import dataclass
@@ -21,13 +20,14 @@ from pathlib import Path
 from typing import Any
 
 from ds_minimodel.cluster import slurm
-from ds_minimodel.config import read_json
+from ds_minimodel.config import read_json, write_json
 from ds_minimodel.data.prepare import prepare, tokenizer_path
 from ds_minimodel.data.shards import META_FILE
 from ds_minimodel.errors import InputError, report
-from ds_minimodel.folders import claim, require_output
+from ds_minimodel.folders import claim
 from ds_minimodel.model.surgery import extract_minijoint_folder
 from ds_minimodel.pipeline.launching import LAUNCHERS, StoppedEarly, finished, train_step
+from ds_minimodel.pipeline.ownership import PRETRAIN_FOLDER, PRETRAIN_RUN, own_output
 from ds_minimodel.pipeline.results import scored, task_baselines, write_results
 from ds_minimodel.pipeline.settings import (
     MINI_PREFIX,
@@ -37,16 +37,19 @@ from ds_minimodel.pipeline.settings import (
     TaskSettings,
     as_values,
     check,
+    only_systems,
     task_finetuning,
+)
+from ds_minimodel.pipeline.source_model import (
+    SOURCE_MODEL_RECORD,
+    GivenModel,
+    case_folded,
+    check_recorded,
+    given_primary,
 )
 from ds_minimodel.stages.specs import AdaptSpec, FinetuneSpec, PretrainSpec, RunSpec
 from ds_minimodel.systems import Step, get_system
 from ds_minimodel.train import checkpoint
-
-PRETRAIN_RUN, PRETRAIN_FOLDER = ".seed", "pretrain-seed"
-"""A further pretraining run (``pretrain_seeds``): its job names end ``.seed<k>`` (``step1-base.seed2``), its
-outputs are in ``<out>/pretrain-seed<k>/``."""
-
 
 @dataclass(frozen=True)
 class Job:
@@ -88,8 +91,10 @@ class Pipeline:
         self.cfg, self.source_path, self.launcher, self.verbose = cfg, source_path, launcher, verbose
         self.finetuning = cfg.finetuning(source_path)
         """Step 3's settings (each task's own: ``task_finetuning``)."""
+        self.given: GivenModel | None = None
+        """``source.model``, read and checked once (None: Step 1 pretrains every primary)."""
         if pretrain_seed is None:
-            check(cfg, source_path, world_size=None if launcher == "srun" else cfg.ranks)
+            self.given = check(cfg, source_path, world_size=None if launcher == "srun" else cfg.ranks)
         self.root = Path(cfg.out)
         """The pipeline's output folder: the main run's, and where the shared data and the results are."""
         self.seed = cfg.seed if pretrain_seed is None else pretrain_seed
@@ -104,6 +109,8 @@ class Pipeline:
         self.primaries = cfg.primaries()
         self.relearn_lang = f"{self.cfg.source.lang}{RELEARN_SUFFIX}"
         """The source-relearn control's name where a target language's would stand (runs, results)."""
+        if pretrain_seed is None:
+            check_recorded(self.source_model_record(), self.given, self.step1_dir(given_primary()), source_path)
 
     # -- the plan
     def _job(self, step: Step, what: str = "", **kw: Any) -> Job:
@@ -170,9 +177,8 @@ class Pipeline:
         """Where the mini-model of a system with a ``mini`` body is cut out of its primary, for ``source_minis``."""
         return self.out / "minis" / system
 
-    def body_dir(self, system: str) -> Path:
-        entry = get_system(system)
-        return self.step1b_dir(system) if entry.step1b else self.step1_dir(entry.primary)
+    def source_model_record(self) -> Path:
+        return self.out / Step.PRETRAIN / SOURCE_MODEL_RECORD
 
     def _data(self, lang: str, needed_by: str) -> Path:
         folder = self.data_dir(lang)
@@ -184,6 +190,26 @@ class Pipeline:
         if not finished(run_dir):
             raise InputError(f"{needed_by} needs the finished run in {run_dir}; run the {job} job first")
         return checkpoint.latest_checkpoint(run_dir)
+
+    def _primary(self, variant: str, needed_by: str) -> Path:
+        """The model of primary ``variant``: Step 1's final checkpoint, or, for the one ``source.model`` gives, that
+        model (a bare encoder: the checkpoint of the job that trained its head)."""
+        job = self._name(Step.PRETRAIN, variant)
+        if self.given is None or variant != given_primary():
+            return self._finished(self.step1_dir(variant), job, needed_by)
+        if not self.source_model_record().is_file():
+            raise InputError(f"{needed_by} needs the given source model recorded in {self.source_model_record()}; "
+                             f"run the {job} job first")
+        if self.given.needs_head:
+            return self._finished(self.step1_dir(variant), job, needed_by)
+        return Path(self.given.path)
+
+    def _body(self, system: str, needed_by: str) -> Path:
+        """What ``system``'s Step 2 trains over: Step 1b's output, or its primary's model."""
+        entry = get_system(system)
+        if entry.step1b:
+            return self._finished(self.step1b_dir(system), self.body_job(system), needed_by)
+        return self._primary(entry.primary, needed_by)
 
     # -- running
     def run_all(self) -> dict[str, Any]:
@@ -222,9 +248,16 @@ class Pipeline:
 
     def _prepare(self) -> dict[str, Any]:
         for corpus in [self.cfg.source, *self.cfg.targets]:
+            tokenizer = corpus.tokenizer
+            if corpus is self.cfg.source and self.given is not None:  # the given model reads its own tokens
+                tokenizer = self.given.tokenizer["path"]
+            lowercase = tokenizer is None and case_folded(corpus.lowercase, self.given)
+            if lowercase and corpus.lowercase is None:
+                print(f"[pipeline] {corpus.lang}: its tokenizer case-folds text, as source.model's does (an uncased "
+                      f"model; \"lowercase\": false in its corpus settings keeps case)", flush=True)
             prepare(Path(corpus.corpus), self.data_dir(corpus.lang),
                     vocab_size=corpus.vocab_size or self.cfg.vocab_size, character_coverage=corpus.character_coverage,
-                    tokenizer=None if corpus.tokenizer is None else Path(corpus.tokenizer))
+                    tokenizer=None if tokenizer is None else Path(tokenizer), lowercase=lowercase)
         return {}
 
     def _common(self, needed_by: str) -> dict[str, Any]:
@@ -232,14 +265,31 @@ class Pipeline:
                 "data": str(self._data(self.cfg.source.lang, needed_by))}
 
     def _step1(self, variant: str) -> None:
+        if self.given is not None and variant == given_primary():
+            self._step1_given(variant)
+            return
         self._train(PretrainSpec, self.step1_dir(variant), f"{Step.PRETRAIN}-{variant}",
                     {"variant": variant, "aux_layer": self.cfg.aux_layer, "small_layers": self.cfg.small_layers,
                      **self._common(self._name(Step.PRETRAIN, variant)), **as_values(self.cfg.step1)})
 
+    def _step1_given(self, variant: str) -> None:
+        """Step 1 of the primary ``source.model`` gives: nothing is pretrained. Its record is written first (every
+        later run over this folder is checked against it); a bare encoder then gets its MLM head trained
+        (``--variant head``, body and embeddings frozen) in ``step1/<variant>``."""
+        job = self._name(Step.PRETRAIN, variant)
+        self.source_model_record().parent.mkdir(parents=True, exist_ok=True)
+        write_json(self.source_model_record(), self.given.to_record())
+        if not self.given.needs_head:
+            print(f"[pipeline] {job}: given, {self.given.path} (weights {self.given.weights_sha256[:12]}); "
+                  "nothing to pretrain", flush=True)
+            return
+        self._train(PretrainSpec, self.step1_dir(variant), job,
+                    {"variant": "head", "from_": self.given.path, **self._common(job), **as_values(self.cfg.head)})
+
     def _step1b(self, system: str) -> None:
         """Step 1b of ``system``: its primary's bottom layers, new layers trained on top (``--variant minipost``)."""
         job, primary = f"{Step.MINIPOST}-{system}", get_system(system).primary
-        base = self._finished(self.step1_dir(primary), self._name(Step.PRETRAIN, primary), job)
+        base = self._primary(primary, job)
         self._train(PretrainSpec, self.step1b_dir(system), job,
                     {"variant": "minipost", "from_": str(base), "keep_layers": self.cfg.keep_layers,
                      "new_layers": self.cfg.new_layers, **self._common(job), **as_values(self.cfg.step1b)})
@@ -247,7 +297,7 @@ class Pipeline:
     def _step2(self, system: str, lang: str) -> None:
         """Step 2 for one system and target language; every checkpoint is kept for Step 4."""
         needed_by = f"{self._name(Step.ADAPT, system)} ({lang})"
-        body = self._finished(self.body_dir(system), self.body_job(system), needed_by)
+        body = self._body(system, needed_by)
         relearn = lang == self.relearn_lang
         data = self._data(self.cfg.source.lang if relearn else lang, needed_by)
         init = self.cfg.step2.init
@@ -268,7 +318,7 @@ class Pipeline:
         """The model a ``source_minis`` system's Step 2 trains over: Step 1b's output, or (a ``mini`` body) the layers
         below its primary's second head and that head, cut out once into ``mini_dir``."""
         job = self._name(Step.FINETUNE, f"{MINI_PREFIX}{system}")
-        body = self._finished(self.body_dir(system), self.body_job(system), job)
+        body = self._body(system, job)
         if get_system(system).step1b:
             return body
         folder = self.mini_dir(system)
@@ -284,8 +334,7 @@ class Pipeline:
         if variant.startswith(MINI_PREFIX):
             primary = self._mini_model(variant[len(MINI_PREFIX):])
         else:
-            primary = self._finished(self.step1_dir(variant), self._name(Step.PRETRAIN, variant),
-                                     self._name(Step.FINETUNE, variant))
+            primary = self._primary(variant, self._name(Step.FINETUNE, variant))
         for task in self.cfg.tasks:
             own = task_finetuning(self.cfg.step3, task, self.source_path)
             for seed in ft.seeds:
@@ -341,7 +390,8 @@ class Pipeline:
         # Appendix A.5: every pretraining run's final scores (the main run's were just scored: read from the cache)
         runs = (self, *self.extra_runs.values()) if self.extra_runs else ()
         return write_results(self.out, results, dev_scores, source_test=own, source_relearn=relearned,
-                             baselines=trivial, pretrain_runs=[r for run in runs for r in run._final_scores()])
+                             baselines=trivial, pretrain_runs=[r for run in runs for r in run._final_scores()],
+                             source_model=None if self.given is None else self.given.to_record())
 
     def _final_scores(self) -> list[dict[str, Any]]:
         """This pretraining run's final scores: the final Step-2 checkpoint of every system and target language with
@@ -377,52 +427,6 @@ class Pipeline:
         return record
 
 
-PIPELINE_FOLDERS = ("data", *(s for s in Step if s != Step.PREPARE), "minis", "tensorboard", "analysis",
-                    "slurm", "specs", "logs")
-
-
-# Files that mark a folder as another command's output (a run, a checkpoint or model, a data folder, an HF model).
-FOREIGN_MARKERS = ("run.json", "checkpoints", "meta.json", "model.pt", "config.json")
-
-
-OWNER_MARK = ".ds-minimodel-pipeline"  # written into a pipeline's output folder before anything else
-
-
-def is_pipeline_output(folder: Path) -> bool:
-    """Whether ``folder`` is a pipeline's: it carries ``OWNER_MARK``, or (written before the mark existed) it holds
-    at least one of the pipeline's step folders, every sub-folder is one, and nothing marks another command's
-    output. A folder of loose files alone (a user's own results.json) is not, so it is never written over."""
-    entries = list(folder.iterdir())
-    if (folder / OWNER_MARK).is_file():
-        return True
-    folders = [p for p in entries if p.is_dir() and not p.name.startswith(".")]
-    return (bool(folders) and not any(p.name in FOREIGN_MARKERS for p in entries)
-            and all(p.name in PIPELINE_FOLDERS or p.name.startswith(PRETRAIN_FOLDER) for p in folders))
-
-
-def own_output(pipeline: Pipeline, config: Path | str) -> None:
-    """Refuse ``pipeline.out`` unless it is new, empty or a pipeline's (``is_pipeline_output``), then mark it as a
-    pipeline's before any work: every command that writes a pipeline's folder (``pipeline``, ``submit``) calls
-    this first."""
-    require_output(pipeline.out, option=f"{config}: out", own=is_pipeline_output, what="a pipeline's output")
-    pipeline.out.mkdir(parents=True, exist_ok=True)
-    mark = pipeline.out / OWNER_MARK
-    if not mark.is_file():
-        mark.write_text(f"output of ds-minimodel pipeline {config}: a later pipeline may continue it\n")
-
-
-def only_systems(cfg: PipelineConfig, systems: list[str], source: str) -> PipelineConfig:
-    """``cfg`` cut down to ``systems``, a subset of its own (``--systems``); the same folders, so what the subset
-    runs is what the whole config would, and its Step-4 scores are reused by the whole config's."""
-    unknown = [s for s in systems if s not in cfg.systems]
-    if unknown or not systems:
-        raise InputError(f"--systems: {', '.join(unknown) or 'none given'}: not among {source}'s systems "
-                         f"({', '.join(cfg.systems)})")
-    return dataclasses.replace(cfg, systems=[s for s in cfg.systems if s in systems],
-                               source_relearn=[s for s in cfg.source_relearn if s in systems],
-                               source_minis=[s for s in cfg.source_minis if s in systems])
-
-
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--config", type=Path, required=True,
@@ -452,7 +456,7 @@ def main(argv: list[str] | None = None) -> int:
             return 0
         if args.lang is not None and not (args.only or "").startswith(f"{Step.ADAPT}-"):
             raise InputError("--lang goes with --only step2-<system>")
-        own_output(pipeline, args.config)
+        own_output(pipeline.out, args.config)
         if args.only is None:  # one pipeline per folder; single jobs (batch jobs, Step-2 arrays) claim their runs
             claim(pipeline.out, f"pipeline {args.config}")
             summary = pipeline.run_all()

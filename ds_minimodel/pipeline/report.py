@@ -45,7 +45,7 @@ def run(results_path: Path, out: Path, *, plots: bool = True) -> dict[str, Any]:
     out.mkdir(parents=True, exist_ok=True)
     rows = analyse(all_curves, majority)
     averaged = average_over_languages(all_curves)
-    tables = {"table2": table2(all_curves, metrics, trivial), "table3": table3(rows),
+    tables = {"table2": table2(all_curves, metrics, trivial, results.get("source_model")), "table3": table3(rows),
               "diagnostics": diagnostics(results, all_curves, relearn_curves, metrics),
               "table4": studies.table4(rows), "table_a3": studies.table_a3(all_curves),
               "table5": studies.table5(results), "table_a5": studies.table_a5(results)}

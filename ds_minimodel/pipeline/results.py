@@ -70,18 +70,20 @@ def over_seeds(results: list[dict[str, Any]]) -> list[dict[str, Any]]:
 
 def write_results(out: Path, results: list[dict[str, Any]], dev_scores: list[dict[str, Any]], *,
                   source_test: list[dict[str, Any]] = (), source_relearn: list[dict[str, Any]] = (),
-                  baselines: list[dict[str, Any]] = (), pretrain_runs: list[dict[str, Any]] = ()
-                  ) -> dict[str, Any]:
+                  baselines: list[dict[str, Any]] = (), pretrain_runs: list[dict[str, Any]] = (),
+                  source_model: dict[str, Any] | None = None) -> dict[str, Any]:
     """results.json (every record, the per-checkpoint means over seeds, the source-language dev scores, the
     controls, the trivial baselines and, with ``pretrain_seeds``, the final scores of every pretraining run),
     results.csv (one row per seed and checkpoint) and results_mean.csv (one row
-    per checkpoint)."""
+    per checkpoint). ``source_model``: the given model BL_BASE's primary is (``settings.GivenModel``), or None
+    when Step 1 pretrained it."""
     summary = over_seeds(results)
     write_json(out / "results.json", {"zero_shot": results, "zero_shot_over_seeds": summary,
                                       "source_dev": dev_scores, "source_test": list(source_test),
                                       "source_relearn": list(source_relearn),
                                       "source_relearn_over_seeds": over_seeds(list(source_relearn)),
-                                      "baselines": list(baselines), "pretrain_runs": list(pretrain_runs)})
+                                      "baselines": list(baselines), "pretrain_runs": list(pretrain_runs),
+                                      "source_model": source_model})
     if results:
         write_csv(out / "results.csv", results)
         write_csv(out / "results_mean.csv", [{**r, "seeds": " ".join(map(str, r["seeds"]))} for r in summary])

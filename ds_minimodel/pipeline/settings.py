@@ -10,7 +10,17 @@ from typing import Any
 from ds_minimodel.config import FinetuneConfig, TrainConfig, dataclass_from_dict, get_preset, read_json
 from ds_minimodel.data.bilingual import WordList
 from ds_minimodel.errors import InputError, require_file
-from ds_minimodel.systems import AT, DEPTH_FAMILY, Depths, depth_of, get_system, is_system, system_names
+from ds_minimodel.pipeline.source_model import GivenModel, given_model, given_primary
+from ds_minimodel.systems import (
+    AT,
+    BASELINE,
+    DEPTH_FAMILY,
+    Depths,
+    depth_of,
+    get_system,
+    is_system,
+    system_names,
+)
 
 RELEARN_SUFFIX = "-relearn"
 """The source-relearn control's name where a target language's would stand: ``en-relearn``."""
@@ -81,11 +91,20 @@ class CorpusSettings:
     """This language's vocabulary size (default: the config's ``vocab_size``); Chinese or Japanese need more."""
     character_coverage: float | None = None
     """SentencePiece's character coverage (default: chosen by script, see ``data.tokenizer``)."""
+    lowercase: bool | None = None
+    """Train this language's tokenizer to case-fold its text (``prepare --lowercase``). Default: as the source
+    tokenizer does: on for every target of an uncased ``source.model`` (its body never saw a capital letter, and
+    case-folded target pieces match its vocabulary more often), off otherwise."""
     tokenizer: str | None = None
     """An existing tokenizer to use instead of training one: a SentencePiece model or a Hugging Face folder."""
     word_list: str | None = None
     """A target language's bilingual word list with the source language (``step2.init`` wechsel; one
     'target_word<TAB>source_word' pair a line; ``scripts/make_dictionaries.py``)."""
+    model: str | None = None
+    """The source language only: an existing pretrained model to start from instead of pretraining one (a Hugging
+    Face BERT, RoBERTa or XLM-R folder, or a model folder or checkpoint of ours). It is BL_BASE's primary (and
+    MiniPost's source): Step 1 does not run for it, its tokenizer is the source language's, and a bare encoder gets
+    its MLM head trained first (the ``head`` section). See ``GivenModel``."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -111,12 +130,17 @@ class PipelineConfig:
     source: CorpusSettings
     targets: list[CorpusSettings]
     tasks: list[TaskSettings]
-    step1: Step1Settings
     step2: Step2Settings
     step3: dict[str, Any]
     """Step 3's settings for every task (``FinetuneSettings``' keys; ``ds_config`` at least): a task's own
     ``finetune`` section comes first, the paper's per-format ones (``FORMAT_FINETUNING``) after these
     (``task_finetuning``)."""
+    step1: Step1Settings | None = None
+    """Step 1: pretraining the primaries from scratch. Required, unless ``source.model`` gives BL_BASE's primary;
+    then it pretrains the other primaries the systems need (BL_SMALL's, MiniJoint's), which are refused without it."""
+    head: StageSettings | None = None
+    """Training the MLM head of ``source.model`` when it is a bare encoder (``run_pretrain.py --variant head``: body
+    and embeddings frozen). Required for such a model, refused for one that has a trained head."""
     step1b: StageSettings | None = None
     systems: list[str] = field(default_factory=system_names)
     preset: str = "base"
@@ -160,6 +184,25 @@ class PipelineConfig:
         for name in cfg.systems:
             if get_system(name).step1b and cfg.step1b is None:
                 raise InputError(f"{source}: {name} needs a step1b section")
+        if any(target.model is not None for target in cfg.targets):
+            raise InputError(f"{source}: targets[].model: a pretrained model belongs to the source language "
+                             "(source.model); a target language gets new embeddings in Step 2")
+        if cfg.source.model is None:
+            if cfg.step1 is None:
+                raise InputError(f"{source}: step1 is missing: it pretrains the primaries (or give source.model, "
+                                 "a pretrained model to start from)")
+            if cfg.head is not None:
+                raise InputError(f"{source}: the head section trains the MLM head of source.model, which is not set")
+        else:
+            scratch = [name for name in cfg.systems if get_system(name).primary != given_primary()]
+            if scratch and cfg.step1 is None:
+                raise InputError(
+                    f"{source}: {', '.join(scratch)} need{'s' if len(scratch) == 1 else ''} a primary pretrained "
+                    f"from scratch, but source.model gives only {get_system(BASELINE).paper_name}'s primary; add a "
+                    "step1 section to pretrain it here, or leave it out of systems")
+            if cfg.pretrain_seeds:
+                raise InputError(f"{source}: pretrain_seeds repeats Step 1 with other seeds, but source.model is a "
+                                 "given model that Step 1 does not train; leave pretrain_seeds out")
         if not set(cfg.source_relearn) <= set(cfg.systems):
             raise InputError(f"{source}: source_relearn must name systems of this pipeline ({', '.join(cfg.systems)});"
                              f" got {cfg.source_relearn}")
@@ -177,10 +220,15 @@ class PipelineConfig:
                              f"got {cfg.source_minis}")
         return cfg
 
-    def depths(self) -> Depths:
-        """The layer counts the systems' entries are functions of (the primary's depth is the preset's)."""
-        return Depths(layers=get_preset(self.preset).num_layers, small=self.small_layers, aux=self.aux_layer,
-                      keep=self.keep_layers, new=self.new_layers)
+    def depths(self, layers: int | None = None) -> Depths:
+        """The layer counts the systems' entries are functions of (the primary's depth: ``layers``, the given
+        model's, else the preset's)."""
+        return Depths(layers=layers or get_preset(self.preset).num_layers, small=self.small_layers,
+                      aux=self.aux_layer, keep=self.keep_layers, new=self.new_layers)
+
+    def trained_primaries(self) -> list[str]:
+        """The primaries Step 1 pretrains here: all of them, but the one ``source.model`` gives."""
+        return [p for p in self.primaries() if not (self.source.model is not None and p == given_primary())]
 
     def primaries(self) -> list[str]:
         """The Step-1 models this pipeline's systems adapt, by name."""
@@ -200,11 +248,24 @@ def task_finetuning(step3: dict[str, Any], task: TaskSettings, source: str) -> F
     return dataclass_from_dict(FinetuneSettings, merged, f"{source}: task {task.name}'s finetuning")
 
 
-def check(cfg: PipelineConfig, source: str, *, world_size: int | None) -> None:
-    """Everything that can be known before the first update: numbers, shapes against the preset, every file named
-    (exists, parses), each language's vocabulary against its text. ``world_size``: the ranks the training stages
-    will have, when known here (not under srun, whose allocation decides)."""
-    from ds_minimodel.data.tokenizer import check_vocabulary_fits
+def only_systems(cfg: PipelineConfig, systems: list[str], source: str) -> PipelineConfig:
+    """``cfg`` cut down to ``systems``, a subset of its own (``--systems``); the same folders, so what the subset
+    runs is what the whole config would, and its Step-4 scores are reused by the whole config's."""
+    unknown = [s for s in systems if s not in cfg.systems]
+    if unknown or not systems:
+        raise InputError(f"--systems: {', '.join(unknown) or 'none given'}: not among {source}'s systems "
+                         f"({', '.join(cfg.systems)})")
+    return dataclasses.replace(cfg, systems=[s for s in cfg.systems if s in systems],
+                               source_relearn=[s for s in cfg.source_relearn if s in systems],
+                               source_minis=[s for s in cfg.source_minis if s in systems])
+
+
+def check(cfg: PipelineConfig, source: str, *, world_size: int | None) -> GivenModel | None:
+    """Everything that can be known before the first update: numbers, shapes against the preset (or the given
+    model), every file named (exists, parses), each language's vocabulary against its text, ``source.model`` (read
+    once; returned). ``world_size``: the ranks the training stages will have, when known here (not under srun,
+    whose allocation decides)."""
+    from ds_minimodel.data.tokenizer import check_vocabulary_fits, open_tokenizer
     from ds_minimodel.model.encoder import POOLINGS
     from ds_minimodel.tasks.formats import FORMATS, read_examples
     from ds_minimodel.tasks.qa import window_room
@@ -217,21 +278,45 @@ def check(cfg: PipelineConfig, source: str, *, world_size: int | None) -> None:
                              ("seed", cfg.seed, 0)):
         if value < low:
             raise InputError(f"{source}: {name} must be at least {low}, got {value}")
-    if cfg.seq_len > preset.max_positions:
+    given = given_model(cfg.source.model, f"{source}: source.model")
+    # The primaries' shape: the given model's where there is one (the preset then shapes only the primaries Step 1
+    # pretrains from scratch, which are compared with it), else the preset's.
+    shape = ("source.model's", given.num_layers, given.max_positions) if given else (
+        f"{cfg.preset} preset's", preset.num_layers, preset.max_positions)
+    what, layers, positions = shape
+    if cfg.seq_len > positions:
+        raise InputError(f"{source}: seq_len {cfg.seq_len} exceeds the {what} {positions} positions")
+    if given and cfg.trained_primaries() and cfg.seq_len > preset.max_positions:
         raise InputError(f"{source}: seq_len {cfg.seq_len} exceeds the {cfg.preset} preset's {preset.max_positions} "
-                         "positions")
-    layers = preset.num_layers
+                         f"positions (the preset of {', '.join(cfg.trained_primaries())}, pretrained here)")
+    entries = [get_system(name) for name in cfg.systems]
+    applies = {"aux_layer": any(e.dual_head for e in entries), "keep_layers": any(e.step1b for e in entries),
+               "new_layers": any(e.step1b for e in entries), "small_layers": bool(cfg.trained_primaries())}
     for name, value, low, high in (("aux_layer", cfg.aux_layer, 1, layers - 1), ("keep_layers", cfg.keep_layers, 1,
                                    layers - 1), ("small_layers", cfg.small_layers, 1, layers), ("new_layers",
                                    cfg.new_layers, 1, layers)):
+        if given is not None and not applies[name]:
+            continue  # a layer count of a system this config does not run (the defaults are the paper's 12 layers)
         if not low <= value <= high:
-            raise InputError(f"{source}: {name} must be between {low} and {high} for the {cfg.preset} preset "
-                             f"({layers} layers), got {value}")
+            raise InputError(f"{source}: {name} must be between {low} and {high} for the {what} {layers} layers, "
+                             f"got {value}")
     for name in cfg.systems:
         if depth_of(name) is not None and depth_of(name) > layers:
             raise InputError(f"{source}: {name} puts the second head after layer {depth_of(name)}, above the "
-                             f"{cfg.preset} preset's {layers} layers")
-    for name in ("step1", "step1b", "step2"):
+                             f"{what} {layers} layers")
+    if given is not None:
+        if given.needs_head and cfg.head is None:
+            raise InputError(f"{given.path}: a bare encoder (no MLM head); Step 2 learns through that head, so "
+                             f"{source} needs a head section ({{\"ds_config\", \"steps\", \"save_every\"}}) to "
+                             "train it first")
+        if not given.needs_head and cfg.head is not None:
+            raise InputError(f"{given.path}: has a trained MLM head already; {source}'s head section would "
+                             "train another over it: leave the head section out")
+        if cfg.source.tokenizer is not None and open_tokenizer(cfg.source.tokenizer).sha256 != \
+                given.tokenizer["sha256"]:
+            raise InputError(f"{cfg.source.tokenizer}: not the tokenizer of source.model {given.path} (another "
+                             "hash); leave source.tokenizer out: the model's own is used")
+    for name in ("step1", "head", "step1b", "step2"):
         stage = getattr(cfg, name)
         if stage is None:
             continue
@@ -241,7 +326,7 @@ def check(cfg: PipelineConfig, source: str, *, world_size: int | None) -> None:
         _check_ds_config(stage.ds_config, f"{source}: {name}.ds_config", world_size, steps=stage.steps)
     from ds_minimodel.model.embedding_init import INITS, NEW_ROWS
 
-    if cfg.step1.forget_every < 0:
+    if cfg.step1 is not None and cfg.step1.forget_every < 0:
         raise InputError(f"{source}: step1.forget_every must be at least 0 (0: never), got {cfg.step1.forget_every}")
     step2 = cfg.step2
     if step2.init not in INITS or step2.init == "specials" or step2.new_rows not in NEW_ROWS:
@@ -271,9 +356,9 @@ def check(cfg: PipelineConfig, source: str, *, world_size: int | None) -> None:
         own = task_finetuning(cfg.step3, task, source)
         where = f"{source}: task {task.name}'s finetuning"
         _check_ds_config(own.ds_config, f"{where} (ds_config)", world_size)
-        if not own.epochs > 0 or own.max_len > preset.max_positions or own.pooling not in POOLINGS:
-            raise InputError(f"{where}: needs epochs > 0, max_len at most {preset.max_positions} (the preset's "
-                             f"positions) and pooling one of {', '.join(POOLINGS)}; got {own.epochs}, "
+        if not own.epochs > 0 or own.max_len > positions or own.pooling not in POOLINGS:
+            raise InputError(f"{where}: needs epochs > 0, max_len at most {positions} (the {what} positions) and "
+                             f"pooling one of {', '.join(POOLINGS)}; got {own.epochs}, "
                              f"{own.max_len}, {own.pooling!r}")
         if task.format in FORMATS and FORMATS[task.format].kind == "span":
             problem = window_room(own.max_len, own.doc_stride)
@@ -282,6 +367,11 @@ def check(cfg: PipelineConfig, source: str, *, world_size: int | None) -> None:
     for corpus in [cfg.source, *cfg.targets]:
         where = f"{source}: {corpus.lang}"
         require_file(corpus.corpus, "corpus file", where)
+        if corpus.lowercase is not None and (corpus.tokenizer is not None or (corpus is cfg.source and given)):
+            raise InputError(f"{where}: lowercase is for a tokenizer trained here; this language's is given "
+                             f"({corpus.tokenizer or 'source.model'}'s own)")
+        if corpus is cfg.source and given is not None:
+            continue  # the model's own tokenizer, checked above
         if corpus.tokenizer is not None:
             if not Path(corpus.tokenizer).exists():
                 raise InputError(f"{corpus.tokenizer}: tokenizer not found ({where})")
@@ -300,6 +390,7 @@ def check(cfg: PipelineConfig, source: str, *, world_size: int | None) -> None:
         train = read_examples(task.format, Path(task.train), language=cfg.source.lang, training=True)
         for lang, path in [*task.dev.items(), *task.test.items()]:
             read_examples(task.eval_format or task.format, Path(path), labels=train.labels or None, language=lang)
+    return given
 
 
 def _check_ds_config(path: str, where: str, world_size: int | None, *, steps: int | None = None) -> None:

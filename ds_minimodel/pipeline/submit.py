@@ -23,7 +23,8 @@ from pathlib import Path
 from ds_minimodel.cluster import slurm
 from ds_minimodel.config import dataclass_from_dict
 from ds_minimodel.errors import InputError, report
-from ds_minimodel.pipeline.plan import Job, Pipeline, own_output
+from ds_minimodel.pipeline.ownership import own_output
+from ds_minimodel.pipeline.plan import Job, Pipeline
 from ds_minimodel.pipeline.settings import PipelineConfig
 
 
@@ -121,7 +122,7 @@ def main(argv: list[str] | None = None) -> int:
         cfg = PipelineConfig.load(args.config)
         pipeline = Pipeline(cfg, str(args.config))
         settings = dataclass_from_dict(SlurmSettings, cfg.slurm or {}, f"{args.config}: slurm")
-        own_output(pipeline, args.config)
+        own_output(pipeline.out, args.config)
         workdir = Path.cwd()  # relative paths in the config are taken from here, in the jobs too
         jobs = batch_jobs(pipeline, settings, python=args.python, workdir=workdir, config=args.config.resolve())
         scripts = write_scripts(jobs, args.scripts or pipeline.out / "slurm")

@@ -276,7 +276,7 @@ def test_ctrl_c_outside_the_training_loop_exits_130_with_one_line(tmp_path):
 
 
 def test_a_pipeline_continues_its_own_output_but_not_another_commands(tmp_path, folders):
-    from ds_minimodel.pipeline.plan import is_pipeline_output
+    from ds_minimodel.pipeline.ownership import is_pipeline_output
 
     out = tmp_path / "out"
     (out / "step1").mkdir(parents=True)
@@ -289,7 +289,7 @@ def test_a_folder_of_a_users_own_files_is_never_a_pipelines_and_its_files_surviv
     """Issue 30's data loss: a pipeline given a folder holding the user's own results.json used to run and replace
     it. Now it is refused before any work, and the file is untouched; the folders a pipeline made are marked as its
     own before anything else is written, and continued later."""
-    from ds_minimodel.pipeline.plan import OWNER_MARK, is_pipeline_output
+    from ds_minimodel.pipeline.ownership import OWNER_MARK, is_pipeline_output
     from ds_minimodel.pipeline.plan import main as pipeline_main
 
     repo = Path(__file__).resolve().parents[2]

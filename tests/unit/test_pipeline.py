@@ -214,7 +214,8 @@ def test_pretraining_seeds_repeat_steps_1_to_3_in_their_own_folder(tmp_path):
 
 
 def test_systems_option_runs_a_subset_of_the_configs_systems_in_the_same_folders(tmp_path):
-    from ds_minimodel.pipeline.plan import Pipeline, only_systems
+    from ds_minimodel.pipeline.plan import Pipeline
+    from ds_minimodel.pipeline.settings import only_systems
 
     base = json.loads((Path(__file__).resolve().parents[2] / "configs/demo.json").read_text())
     path = tmp_path / "p.json"
