@@ -277,8 +277,9 @@ class Pipeline:
         later run over this folder is checked against it); a bare encoder then gets its MLM head trained
         (``--variant head``, body and embeddings frozen) in ``step1/<variant>``."""
         job = self._name(Step.PRETRAIN, variant)
-        self.source_model_record().parent.mkdir(parents=True, exist_ok=True)
-        write_json(self.source_model_record(), self.given.to_record())
+        if not self.source_model_record().is_file():  # else the same record: check_recorded compared them
+            self.source_model_record().parent.mkdir(parents=True, exist_ok=True)
+            write_json(self.source_model_record(), self.given.to_record())
         if not self.given.needs_head:
             print(f"[pipeline] {job}: given, {self.given.path} (weights {self.given.weights_sha256[:12]}); "
                   "nothing to pretrain", flush=True)
