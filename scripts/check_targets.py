@@ -1,7 +1,10 @@
-"""Issue 27's targets, read from a finished pipeline's results.json without the package's own analysis code, so that
-the analysis (analysis/table3.txt, time_to_target.json) is checked by a second reading of the same records.
+"""Issue 27's and issue 45's targets, read from a finished pipeline's results.json without the package's own analysis
+code, so that the analysis (analysis/table3.txt, time_to_target.json) is checked by a second reading of the same
+records.
 
     python scripts/check_targets.py runs/reference-focus/results.json [--task lohelp] [--json OUT]
+    python scripts/check_targets.py runs/reference-minilm-focus/results.json \
+        --compare results/reference-focus/results.json     # a run from a given model against the CPU-trained body
 
 Every figure is the mean over finetuning seeds of accuracy or macro-F1 on the test files, at each system's last
 Step-2 checkpoint unless said otherwise:
@@ -13,6 +16,11 @@ Step-2 checkpoint unless said otherwise:
 - the paper's shape: BL_SMALL's final score below BL_BASE's; the V100-days each system needs to reach 95% of
   BL_BASE's final score (the paper's time to target) and, where BL_BASE's update 0 already meets that, to 95% of
   BL_BASE's gain from update 0 (ours), each by linear interpolation between checkpoints, and the speedup over BL_BASE.
+
+A run that started from a given English model (results.json's ``source_model``, issue 45) is also checked for: the
+English classifier above the bag of words on English test; BL_BASE's mean accuracy above the one of the run given as
+``--compare`` (the CPU-trained body's, same recipe); MiniPost's final mean score within 1 point of BL_BASE's and its
+speedup to 95% of BL_BASE's final score at least 1.5x in every language.
 """
 from __future__ import annotations
 
@@ -80,7 +88,34 @@ def speedups(all_curves, langs, systems, gain, clear):
     return rows
 
 
-def check(results, task):
+def given_model_targets(results, task, say, final, langs, systems, en_acc, base_acc, compare, clear, acc):
+    """Issue 45's targets for a run from a given English model."""
+    source = {b["lang"]: b for b in results["baselines"]
+              if b["task"] == task and b["split"] == "test" and b["lang"] not in langs}  # the source language's
+    english_bow = next(iter(source.values()))["bag_of_words"] if len(source) == 1 else None
+    if english_bow is not None and en_acc is not None:
+        say("English classifier (the given model, finetuned) > bag of words on English test",
+            f"{en_acc:.1f} against {english_bow:.1f}", en_acc > english_bow)
+    if compare is not None:
+        other = [r for r in compare["zero_shot"] if r["task"] == task and r["system"] == "bl_base"]
+        other_final = curves(other, task, "accuracy")
+        theirs = mean(other_final[(lang, "bl_base")][-1][2] for lang in langs if (lang, "bl_base") in other_final)
+        say("BL_BASE mean accuracy > the compared run's BL_BASE", f"{base_acc:.1f} against {theirs:.1f}",
+            base_acc > theirs)
+    if "minipost" in systems:
+        post = mean(final[(lang, "minipost")] for lang in langs)
+        say("MiniPost final mean accuracy within 1 point of BL_BASE's", f"{post:.1f} against {base_acc:.1f}",
+            post >= base_acc - 1)
+        rows = speedups(acc, langs, ["minipost"], False, clear)
+        for lang in langs:
+            row = rows.get((lang, "minipost"))
+            value = "no target (BL_BASE does not clearly transfer)" if row is None else (
+                "never" if row["speedup"] is None else f"{row['speedup']:.2f}x")
+            say(f"MiniPost {lang} reaches 95% of BL_BASE's final score >= 1.5x sooner", value,
+                row is not None and row["speedup"] is not None and row["speedup"] >= 1.5)
+
+
+def check(results, task, compare=None):
     zero = [r for r in results["zero_shot"] if r["task"] == task]
     langs = sorted({r["lang"] for r in zero})
     systems = sorted({r["system"] for r in zero})
@@ -139,6 +174,8 @@ def check(results, task):
             speed = "" if row["speedup"] is None else f", speedup {row['speedup']:.2f}"
             lines.append(f"  {lang} {system}: target {row['target']:.1f}, {days}{speed}")
         report["gain" if gain else "paper"] = {f"{lang} {system}": row for (lang, system), row in rows.items()}
+    if results.get("source_model"):
+        given_model_targets(results, task, say, final, langs, systems, en_acc, base_acc, compare, clear, acc)
     lines.append("final accuracy (macro-F1) per system, mean over languages: " + "; ".join(
         f"{s} {mean(final[(lang, s)] for lang in langs):.1f} ({mean(final_f1[(lang, s)] for lang in langs):.1f})"
         for s in systems))
@@ -150,13 +187,17 @@ def main(argv=None) -> int:
     parser.add_argument("results", type=Path)
     parser.add_argument("--task", default="lohelp")
     parser.add_argument("--json", type=Path, help="also write the checks here")
+    parser.add_argument("--compare", type=Path, help="another run's results.json whose BL_BASE this run's must beat "
+                        "(issue 45: a given model's run against the CPU-trained body's, same Step-2 recipe)")
     args = parser.parse_args(argv)
-    try:
-        results = json.loads(args.results.read_text())
-    except (OSError, ValueError) as err:
-        print(f"check_targets.py: {args.results}: {err}", file=sys.stderr)
-        return 2
-    lines, report = check(results, args.task)
+    loaded = []
+    for path in filter(None, (args.results, args.compare)):
+        try:
+            loaded.append(json.loads(path.read_text()))
+        except (OSError, ValueError) as err:
+            print(f"check_targets.py: {path}: {err}", file=sys.stderr)
+            return 2
+    lines, report = check(loaded[0], args.task, loaded[1] if args.compare else None)
     print("\n".join(lines))
     if args.json:
         args.json.write_text(json.dumps(report, indent=1) + "\n")

@@ -99,3 +99,32 @@ def test_the_gain_rule_where_update_0_already_meets_the_target(tmp_path, capsys)
     assert json.loads((tmp_path / "checks.json").read_text())["langs"] == ["de", "es", "fr"]
     (tmp_path / "bad.json").write_text("{")
     assert check_targets.main([str(tmp_path / "bad.json")]) == 2
+
+
+def test_a_run_from_a_given_model_is_also_checked_for_issue_45s_targets(tmp_path, capsys):
+    """English classifier against the bag of words, BL_BASE against the compared run's, MiniPost near BL_BASE and
+    1.5x sooner in every language (here: the records' MiniJoint curves renamed MiniPost)."""
+    data = results()
+    data["zero_shot"] = [{**r, "system": "minipost" if r["system"] == "minijoint" else r["system"]}
+                         for r in data["zero_shot"]]
+    data["baselines"].append({"task": "t", "lang": "en", "split": "test", "majority": 30.0, "bag_of_words": 72.5})
+    data["source_model"] = {"path": "/models/m", "weights_sha256": "0" * 64}
+    compare = results()
+    for r in compare["zero_shot"]:
+        r["accuracy"] -= 5  # the compared run's BL_BASE ends 5 points lower
+    _, report = check_targets.check(data, "t", compare)
+    assert report["English classifier (the given model, finetuned) > bag of words on English test"] == {
+        "value": "70.0 against 72.5", "met": False}
+    assert report["BL_BASE mean accuracy > the compared run's BL_BASE"]["met"]
+    post = report["MiniPost final mean accuracy within 1 point of BL_BASE's"]
+    assert post["met"] and post["value"] == "55.3 against 54.7"
+    # de: target 57.9, BL_BASE at 1.69 V100-days, MiniPost at 0.898: 1.89x; fr: 0.43x; es: no clear transfer
+    assert report["MiniPost de reaches 95% of BL_BASE's final score >= 1.5x sooner"] == {"value": "1.89x", "met": True}
+    assert report["MiniPost fr reaches 95% of BL_BASE's final score >= 1.5x sooner"] == {"value": "0.43x", "met": False}
+    assert not report["MiniPost es reaches 95% of BL_BASE's final score >= 1.5x sooner"]["met"]
+    assert "BL_BASE mean accuracy > the compared run's BL_BASE" not in check_targets.check(results(), "t")[1]
+    path, other = tmp_path / "r.json", tmp_path / "c.json"
+    path.write_text(json.dumps(data))
+    other.write_text(json.dumps(compare))
+    assert check_targets.main([str(path), "--task", "t", "--compare", str(other)]) == 0
+    assert "MISSED English classifier" in capsys.readouterr().out
