@@ -14,7 +14,7 @@ import pytest
 from tests.integration.conftest import DEMO, run_cmd
 from tests.unit.test_source_model import tiny_bert
 
-TEST_LINES = 120
+TEST_LINES = 60
 pytestmark = pytest.mark.xdist_group("source_model")  # one worker: the tests share the first run's folder
 
 
@@ -51,7 +51,7 @@ def first_run(tmp_path_factory) -> dict:
         "targets": [{"lang": "de", "corpus": str(DEMO / "corpus/de.txt")}],
         "head": {**stage, "steps": 4, "save_every": 4}, "step1b": {**stage, "steps": 4, "save_every": 4},
         "step2": {**stage, "steps": 4, "save_every": 2, "init": "overlap"},
-        "step3": {"ds_config": "ds_configs/cpu_finetune.json", "epochs": 0.1, "seeds": [1], "max_len": 64},
+        "step3": {"ds_config": "ds_configs/cpu_finetune.json", "epochs": 0.05, "seeds": [1], "max_len": 64},
         "tasks": [{"name": "lohelp", "format": "generic", "train": str(DEMO / "tasks/lohelp/train.en.jsonl"),
                    "test": {lang: str(_head(DEMO / f"tasks/lohelp/test.{lang}.jsonl", tasks))
                             for lang in ("en", "de")}}],
@@ -113,21 +113,11 @@ def test_a_language_added_to_a_finished_run_runs_only_its_own_steps(first_run):
     header = next(line for line in (out / "analysis/table2.txt").read_text().splitlines() if line.startswith("system"))
     assert header.split()[-3:] == ["de", "xx", "avg"]
 
-    # A setting that would invalidate finished work is still refused, naming it, and nothing is written
+    # A setting that would invalidate finished work is still refused, naming it, and nothing is written (another
+    # source model is refused the same way: tests/unit/test_source_model.py)
     cfg["step2"]["steps"] = 6
     path.write_text(json.dumps(cfg))
     stamps = _stamps(out)
     refused = _pipeline(path, check=False)
     assert refused.returncode == 2 and "steps 4 there, 6 now" in refused.stderr
     assert _stamps(out) == stamps
-
-
-def test_a_run_over_the_folder_with_another_model_is_refused_before_any_work(first_run, tmp_path):
-    cfg = json.loads(json.dumps(first_run["config"]))
-    cfg["source"]["model"] = str(tiny_bert(tmp_path / "other", head=False, seed=5))
-    path = tmp_path / "other.json"
-    path.write_text(json.dumps(cfg))
-    stamps = _stamps(first_run["out"])
-    refused = _pipeline(path, check=False)
-    assert refused.returncode == 2 and "trained from another source model" in refused.stderr
-    assert "weights_sha256" in refused.stderr and _stamps(first_run["out"]) == stamps
