@@ -33,10 +33,14 @@ import tempfile
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from make_dictionaries import deb_members, fetch_deb, language_packages  # noqa: E402
+from make_dictionaries import deb_members, fetch_deb, language_packages
 
-from ds_minimodel.data.bilingual import lexicon_from_links, parse_links  # noqa: E402
-from ds_minimodel.data.help_pages import page_paragraphs, parallel_paragraphs  # noqa: E402
+from ds_minimodel.data.bilingual import lexicon_from_links, parse_links
+from ds_minimodel.data.help_pages import (
+    MODULE_CASES,
+    page_paragraphs,
+    parallel_paragraphs,
+)
 
 VERSION = "4:7.4.7-1+deb12u14"
 PACKAGES = {  # language: (package suffix, SHA-256 of the .deb)
@@ -50,8 +54,10 @@ ARCHIVE = "https://deb.debian.org/debian/pool/main/libr/libreoffice"
 WORD = re.compile(r"\w+|[^\w\s]")
 
 
-def help_pages(suffix: str, sha256: str | None, debs: Path | None) -> tuple[dict[str, dict[str, str]], str]:
-    """(``{page path below text/: {id: text}}`` of one language's help package, the package's SHA-256)."""
+def help_pages(suffix: str, sha256: str | None, debs: Path | None, *, cases: bool = False
+               ) -> tuple[dict[str, dict[str, str]], str]:
+    """(``{page path below text/: {id: text}}`` of one language's help package, the package's SHA-256). ``cases``:
+    each application's pages read with its switch case (``help_pages.MODULE_CASES``), as inside the application."""
     filename = f"libreoffice-help-{suffix}_{VERSION.split(':', 1)[1]}_all.deb"
     deb, digest = fetch_deb(ARCHIVE, filename, sha256, debs)
     data = next(v for k, v in deb_members(deb).items() if k.startswith("data.tar"))
@@ -61,7 +67,8 @@ def help_pages(suffix: str, sha256: str | None, debs: Path | None) -> tuple[dict
             page = HELP_TEXT.fullmatch(member.name)
             if member.isfile() and page:
                 folders.add(page[1])  # the help's language folder (en-US, de, pt-BR, ...): one per package
-                pages[page[2]] = page_paragraphs(tar.extractfile(member).read().decode("utf-8"))
+                case = MODULE_CASES.get(page[2].split("/")[0]) if cases else None
+                pages[page[2]] = page_paragraphs(tar.extractfile(member).read().decode("utf-8"), case)
     if len(folders) != 1:
         raise SystemExit(f"{filename}: expected the help pages of one language, found folders {sorted(folders)}")
     return pages, digest
@@ -93,7 +100,7 @@ def align(target: list[list[str]], source: list[list[str]]) -> tuple[list, list]
         fwd, bwd = Path(tmp, "fwd"), Path(tmp, "bwd")
         eflomal.Aligner().align([" ".join(s) for s in target], [" ".join(s) for s in source],
                                 links_filename_fwd=str(fwd), links_filename_rev=str(bwd))
-        read = lambda path: [parse_links(line) for line in path.read_text().splitlines()]  # noqa: E731
+        read = lambda path: [parse_links(line) for line in path.read_text().splitlines()]
         return read(fwd), read(bwd)
 
 

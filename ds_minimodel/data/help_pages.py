@@ -8,7 +8,9 @@ keeps the word pairs the alignment links often (``data.bilingual.lexicon_from_li
 
 What a page counts as text: the ``<p>`` and ``<h1>``..``<h6>`` elements that have an ``id``, in page order.
 Skipped: ``div.embedded`` blocks (copies of other pages' sections, read on their own page) and the hidden cases of
-an application switch (``<span hidden>``), except its default case, which is what a reader of the page sees.
+a switch (``<span hidden>``) but one: the default case, which is what a reader of the page sees, or, given a
+``case`` (``CALC``, ``IMPRESS``, ...: ``MODULE_CASES`` names each application's), that case where the switch has
+it, as the page reads inside that application. A line break (``<br>``) reads as a space.
 """
 from __future__ import annotations
 
@@ -16,12 +18,18 @@ import re
 from html.parser import HTMLParser
 
 TEXT_TAGS = {"p", "h1", "h2", "h3", "h4", "h5", "h6"}
+MODULE_CASES = {"scalc": "CALC", "swriter": "WRITER", "simpress": "IMPRESS", "sdraw": "DRAW", "smath": "MATH",
+                "schart": "CHART", "sdatabase": "BASE", "sbasic": "BASIC"}
+"""The switch case a page of each application's help folder shows inside that application."""
 VOID_TAGS = {"area", "base", "br", "col", "embed", "hr", "img", "input", "link", "meta", "source", "track", "wbr"}
 
 
 class _PageReader(HTMLParser):
-    def __init__(self) -> None:
+    def __init__(self, case: str | None = None, cased: frozenset[str] = frozenset()) -> None:
+        """``case``: the switch case to show where a switch has it; ``cased``: the switches (by their cases' id
+        suffix) that have it, whose default case is then hidden."""
         super().__init__(convert_charrefs=True)
+        self._case, self._cased = case, cased
         self.paragraphs: dict[str, str] = {}
         self._open: list[tuple[str, bool]] = []  # (tag, hides its content) for every open non-void element
         self._current: tuple[str, str, list[str]] | None = None  # (tag, id, text parts)
@@ -30,11 +38,16 @@ class _PageReader(HTMLParser):
         return any(hides for _, hides in self._open)
 
     def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
+        if tag == "br" and self._current is not None and not self._hidden():
+            self._current[2].append(" ")
         if tag in VOID_TAGS:
             return
         a = dict(attrs)
         embedded = tag == "div" and "embedded" in (a.get("class") or "").split()
-        hidden_case = tag == "span" and "hidden" in a and not (a.get("id") or "").startswith("default")
+        span_id = a.get("id") or ""
+        shown = (self._case is not None and a.get("class") == self._case) or (
+            span_id.startswith("default") and span_id.removeprefix("default") not in self._cased)
+        hidden_case = tag == "span" and "hidden" in a and not shown
         self._open.append((tag, embedded or hidden_case))
         if tag in TEXT_TAGS and a.get("id") and self._current is None and not self._hidden():
             self._current = (tag, a["id"], [])
@@ -59,9 +72,13 @@ class _PageReader(HTMLParser):
             self._current[2].append(data)
 
 
-def page_paragraphs(html: str) -> dict[str, str]:
-    """``{element id: text}`` of one help page, in page order (see the module's docstring for what counts)."""
-    reader = _PageReader()
+def page_paragraphs(html: str, case: str | None = None) -> dict[str, str]:
+    """``{element id: text}`` of one help page, in page order (see the module's docstring for what counts); with
+    ``case``, switches show that case where they have it."""
+    cased = frozenset() if case is None else frozenset(
+        m[1] for m in re.finditer(r'<span hidden="true" id="' + re.escape(case) + r'([^"]*)" class="' + re.escape(case)
+                                  + '"', html))
+    reader = _PageReader(case, cased)
     reader.feed(html)
     reader.close()
     return reader.paragraphs

@@ -46,8 +46,60 @@ def test_the_held_out_text_is_read_from_the_packed_task_files_too(tmp_path):
     pages, texts = lexicons.held_out(packed)
     assert len(pages) > 100 and len(texts) > 1000
     if (TASK / "dev.de.jsonl").is_file():  # unpacked here: the same text either way
-        assert lexicons.held_out(TASK) == (pages, texts)
+        unpacked = tmp_path / "unpacked"
+        unpacked.mkdir()
+        for path in TASK.iterdir():  # the shipped files only (not a language make_language_data.py built here)
+            if path.with_name(path.name + ".xz").is_file() or path.name == "splits.tsv":
+                shutil.copy(path, unpacked)
+        assert lexicons.held_out(unpacked) == (pages, texts)
     for path in packed.glob("test.*"):
         path.unlink()
     with pytest.raises(SystemExit, match="no dev or test files"):
         lexicons.held_out(packed)
+
+
+language_data = load("make_language_data")
+
+
+def test_a_new_languages_task_items_are_real_translations_with_the_english_labels_and_masked_names():
+    english = {"dev": [{"id": "scalc/a.html#p1", "text": "Sums the cells in ProductName.", "label": "scalc"},
+                       {"id": "scalc/a.html#p2", "text": "Opens the dialog.", "label": "scalc"},
+                       {"id": "scalc/a.html#p3", "text": "Missing here.", "label": "scalc"},
+                       {"id": "scalc/a.html#p4", "text": "Clears it.", "label": "scalc"}],
+               "test": [{"id": "swriter/b.html#p1", "text": "Inserts a frame.", "label": "swriter"},
+                        {"id": "swriter/b.html#p2", "text": "Clears it.", "label": "swriter"}]}
+    pages = {"scalc/a.html": {"p1": "Summiert die Zellen in LibreOffice Calc.", "p2": "Opens the dialog.",
+                              "p4": "Leert  es.\u200b"},
+             "swriter/b.html": {"p1": "Fügt einen Rahmen in Writer ein.", "p2": "Leert es."}}
+    items, left_out = language_data.task_items(pages, english)
+    assert items["test"] == [{"id": "swriter/b.html#p1", "text": "Fügt einen Rahmen in ProductName ein.",
+                              "label": "swriter"},
+                             {"id": "swriter/b.html#p2", "text": "Leert es.", "label": "swriter"}]
+    assert items["dev"] == [{"id": "scalc/a.html#p1", "text": "Summiert die Zellen in ProductName.", "label": "scalc"}]
+    assert left_out == {"no such paragraph": 1, "not translated": 1, "duplicate": 1}  # p4 is test's "Leert es."
+
+
+def test_a_new_languages_corpus_holds_no_dev_or_test_page_nor_their_text_nor_english_left_untranslated():
+    split_of = {"scalc/dev.html": "dev", "scalc/train.html": "train"}
+    pages = {"scalc/dev.html": {"p1": "Geheimer Testsatz."},
+             "scalc/train.html": {"p1": "Geheimer Testsatz.", "p2": "Ein Satz zum Lernen.", "p3": "Open the file.",
+                                  "p4": "12345", "p5": "Ein Satz zum Lernen."},
+             "shared/other.html": {"p1": "Noch ein Satz."}}
+    english = {"scalc/train.html": {"p2": "A sentence to learn from.", "p3": "Open the file."}}
+    text, stats = language_data.corpus(pages, english, split_of, None)
+    assert text == "Ein Satz zum Lernen.\n\nNoch ein Satz.\n"
+    assert stats == {"pages": 2, "paragraphs": 2, "left in English": 1}
+    small, stats = language_data.corpus(pages, english, split_of, 30)
+    assert small == "Ein Satz zum Lernen.\n" and stats["pages"] == 1
+
+
+def test_a_shipped_language_or_an_earlier_build_is_never_written_over(tmp_path):
+    out = tmp_path / "data"
+    (out / "corpus").mkdir(parents=True)
+    (out / "corpus" / "de.txt.xz").write_bytes(b"")
+    with pytest.raises(SystemExit, match="shipped with the project"):
+        language_data.main(["--langs", "de", "--out", str(out), "--task", str(TASK)])
+    (out / "corpus" / "ja.txt").write_text("an earlier build")
+    with pytest.raises(SystemExit, match="exists .an earlier build.; --force writes over it"):
+        language_data.main(["--langs", "ja", "--out", str(out), "--task", str(TASK)])
+    assert (out / "corpus" / "ja.txt").read_text() == "an earlier build"
