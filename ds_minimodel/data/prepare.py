@@ -120,18 +120,22 @@ def _copy_hf_tokenizer(source: Path, target: Path, *, force: bool) -> None:
         os.replace(temporary, target)
 
 
-def _train_or_reuse(corpus: Path, target: Path, *, force: bool, **options) -> None:
+def _train_or_reuse(corpus: Path, target: Path, *, force: bool, fit_vocab: bool = False, **options) -> None:
     arguments = training_arguments(corpus, **options)
     if target.exists() and not force:
         record = read_training_record(target)
         if record is not None and _same_training(record.get("arguments"), arguments, corpus):
+            fitted = record.get("vocab_size_used")
+            if fitted and not fit_vocab:
+                raise InputError(f"{target}: trained with {fitted:,} pieces, all its corpus allows (fit_vocab), not "
+                                 f"the {options['vocab_size']:,} asked now; ask for fit_vocab again, or --force")
             logger.info("%s was trained with the same arguments; reusing it", target)
             return
         how = "with other arguments" if record else "elsewhere"
         raise InputError(f"{target}: the folder already holds a tokenizer trained {how}; pass --force to retrain it, "
                          f"or --tokenizer {target} to keep it")
     with _replacing(target):
-        train_sentencepiece(corpus, target.parent / target.stem, **options)
+        train_sentencepiece(corpus, target.parent / target.stem, fit_vocab=fit_vocab, **options)
 
 
 def _same_training(recorded: object, arguments: dict, corpus: Path) -> bool:
@@ -176,13 +180,27 @@ def prepare(
     input_sentence_size: int = 2_000_000,
     seed: int = 0,
     lowercase: bool = False,
+    fit_vocab: bool = False,
     workers: int | None = None,
     force: bool = False,
     progress: bool = True,
 ) -> dict:
     """Put a tokenizer at out_dir/spm.model (copied from `tokenizer`, else trained on `corpus`), or, when
-    `tokenizer` is a Hugging Face folder, its files at out_dir/hf_tokenizer/; then encode `corpus` with it into
-    `out_dir`. Returns prepare_corpus's summary."""
+    `tokenizer` is a Hugging Face folder, its files at out_dir/hf_tokenizer/ (``prepare_tokenizer``); then encode
+    `corpus` with it into `out_dir`. Returns prepare_corpus's summary."""
+    target = prepare_tokenizer(corpus, out_dir, tokenizer=tokenizer, vocab_size=vocab_size, model_type=model_type,
+                               character_coverage=character_coverage, input_sentence_size=input_sentence_size,
+                               seed=seed, lowercase=lowercase, fit_vocab=fit_vocab, force=force)
+    return prepare_corpus(corpus, out_dir, target, workers=workers, force=force, progress=progress)
+
+
+def prepare_tokenizer(corpus: Path, out_dir: Path, *, tokenizer: Path | None = None, vocab_size: int = 50_000,
+                      model_type: str = "unigram", character_coverage: float | None = None,
+                      input_sentence_size: int = 2_000_000, seed: int = 0, lowercase: bool = False,
+                      fit_vocab: bool = False, force: bool = False) -> Path:
+    """``prepare``'s first half: the folder's tokenizer, trained (or reused when trained with the same arguments) or
+    copied; returns where it is. The pipeline runs it for every language before encoding any, so that a language
+    whose corpus cannot give its vocabulary is refused before hours of encoding."""
     require_file(corpus, "corpus file")
     require_output(out_dir, own=is_data_folder, what="prepared data")
     hf = tokenizer is not None and Path(tokenizer).is_dir()
@@ -202,8 +220,8 @@ def prepare(
     else:
         _train_or_reuse(corpus, target, force=force, vocab_size=vocab_size, model_type=model_type,
                         character_coverage=character_coverage, input_sentence_size=input_sentence_size, seed=seed,
-                        lowercase=lowercase)
-    return prepare_corpus(corpus, out_dir, target, workers=workers, force=force, progress=progress)
+                        lowercase=lowercase, fit_vocab=fit_vocab)
+    return target
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -224,6 +242,8 @@ def _parser() -> argparse.ArgumentParser:
     training.add_argument("--lowercase", action="store_true", default=None,
                           help="the tokenizer case-folds text (SentencePiece's nmt_nfkc_cf), in training and encoding:"
                                " for a language added to an uncased model")
+    training.add_argument("--fit-vocab", action="store_true", default=None,
+                          help="a corpus too small for --vocab-size pieces gets the largest vocabulary it allows")
     parser.add_argument("--workers", type=int, help="encoding processes (default: all available cores)")
     parser.add_argument("--force", action="store_true", help="redo the tokenizer and the encoding")
     parser.add_argument("--seed", type=int, default=0, help="seed of SentencePiece's line sampling")
@@ -236,7 +256,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     training = {"vocab_size": args.vocab_size, "model_type": args.model_type,
                 "character_coverage": args.character_coverage, "input_sentence_size": args.input_sentence_size,
-                "lowercase": args.lowercase}
+                "lowercase": args.lowercase, "fit_vocab": args.fit_vocab}
     given = [name for name, value in training.items() if value is not None]
     if args.tokenizer is not None and given:
         parser.error(f"--tokenizer uses an existing model; drop {', '.join('--' + n.replace('_', '-') for n in given)}")

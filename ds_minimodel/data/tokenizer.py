@@ -80,7 +80,8 @@ def training_arguments(
 
     Callers compare a record with this to decide whether an existing model can be reused. The corpus is
     identified by its absolute path and size rather than a hash: hashing a CC-100 file costs minutes. ``lowercase``
-    is recorded only when set, so the records of models trained before it existed still match.
+    is recorded only when set, so the records of models trained before it existed still match. (Whether the size was
+    fitted to the corpus is the record's ``vocab_size_used``: it changes the model only where the corpus is small.)
     """
     return {**({"lowercase": True} if lowercase else {}),
         "corpus": str(corpus.resolve()),
@@ -231,6 +232,7 @@ def train_sentencepiece(
     seed: int = 0,
     num_threads: int | None = None,
     lowercase: bool = False,
+    fit_vocab: bool = False,
 ) -> Path:
     """Train a SentencePiece model with the reserved special ids; return the path of `<model_prefix>.model`.
 
@@ -238,6 +240,9 @@ def train_sentencepiece(
     in training and in every later encoding, since the rule is stored in the model: for a language added to an
     uncased source model, whose body never saw a capital letter and whose vocabulary then shares more pieces with
     this one (``pipeline.settings.CorpusSettings.lowercase``).
+
+    ``fit_vocab``: a corpus too small for ``vocab_size`` pieces gets the largest vocabulary SentencePiece can learn
+    from it (said in a warning and recorded as ``vocab_size_used``), instead of an error.
 
     Memory stays bounded on a CC-100-sized corpus: training sees a seeded uniform sample of `input_sentence_size`
     non-blank lines (0: all lines). `character_coverage=None` chooses by script (see `choose_character_coverage`).
@@ -274,43 +279,59 @@ def train_sentencepiece(
     if all(len(line.encode("utf-8")) > SENTENCE_BYTES for line in sample):
         raise InputError(f"{corpus}: every line is longer than {SENTENCE_BYTES:,} bytes, which SentencePiece leaves "
                          "out of training; put one paragraph or sentence per line")
-    try:
-        with _stderr_to(log_path):
-            spm.SentencePieceTrainer.train(
-                sentence_iterator=iter(sample),
-                model_prefix=str(model_prefix),
-                vocab_size=vocab_size,
-                model_type=model_type,
-                character_coverage=coverage,
-                input_sentence_size=0,  # already sampled
-                num_threads=num_threads,
-                bos_id=BOS_ID,
-                pad_id=PAD_ID,
-                eos_id=EOS_ID,
-                unk_id=UNK_ID,
-                user_defined_symbols=[SPECIAL_PIECES[MASK_ID]],
-                normalization_rule_name="nmt_nfkc_cf" if lowercase else "nmt_nfkc",
-            )
-    except RuntimeError as err:
-        too_high = re.search(r"Vocabulary size too high \((\d+)\)\. Please set it to a value <= (\d+)", str(err))
-        if too_high:
-            raise InputError(
-                f"{corpus}: vocabulary size {vocab_size} is too large for this corpus (at most "
-                f"{too_high.group(2)} pieces can be learned from it); lower --vocab-size or use a bigger corpus"
-            ) from None
-        required = re.search(r"Vocabulary size is smaller than required_chars\. (\d+) vs (\d+)", str(err))
-        if required:
-            raise InputError(
-                f"{corpus}: a vocabulary of {vocab_size:,} pieces cannot hold this text's {required.group(2)} "
-                f"required characters at character coverage {coverage}; raise the vocabulary size or lower the "
-                "character coverage") from None
-        raise InputError(f"{corpus}: SentencePiece training failed: {err} (log: {log_path})") from None
+    size = vocab_size
+    while True:
+        try:
+            _train(sample, model_prefix, log_path, vocab_size=size, model_type=model_type, coverage=coverage,
+                   num_threads=num_threads, lowercase=lowercase)
+            break
+        except RuntimeError as err:
+            too_high = re.search(r"Vocabulary size too high \((\d+)\)\. Please set it to a value <= (\d+)", str(err))
+            if too_high and fit_vocab and int(too_high.group(2)) < size:
+                size = int(too_high.group(2))
+                logger.warning("%s: %s pieces are more than this corpus allows; training the largest vocabulary it "
+                               "allows, %s pieces (fit_vocab)", corpus, f"{vocab_size:,}", f"{size:,}")
+                continue
+            if too_high:
+                raise InputError(
+                    f"{corpus}: vocabulary size {vocab_size} is too large for this corpus (at most "
+                    f"{too_high.group(2)} pieces can be learned from it); lower --vocab-size, use a bigger corpus, "
+                    "or let the size fit the corpus (prepare --fit-vocab, the pipeline's fit_vocab)") from None
+            required = re.search(r"Vocabulary size is smaller than required_chars\. (\d+) vs (\d+)", str(err))
+            if required:
+                raise InputError(
+                    f"{corpus}: a vocabulary of {size:,} pieces cannot hold this text's {required.group(2)} "
+                    f"required characters at character coverage {coverage}; raise the vocabulary size or lower the "
+                    "character coverage") from None
+            raise InputError(f"{corpus}: SentencePiece training failed: {err} (log: {log_path})") from None
 
     model_path = _sidecar(model_prefix, ".model")
     Tokenizer.load(model_path)  # proves the special ids came out where RoBERTa expects them
-    record = {"arguments": arguments, "character_coverage_used": coverage, "sentencepiece": spm.__version__}
+    record = {"arguments": arguments, "character_coverage_used": coverage, "sentencepiece": spm.__version__,
+              **({"vocab_size_used": size} if size != vocab_size else {})}
     training_record_path(model_path).write_text(json.dumps(record, indent=2) + "\n", encoding="utf-8")
     return model_path
+
+
+def _train(sample: list[str], model_prefix: Path, log_path: Path, *, vocab_size: int, model_type: str,
+           coverage: float, num_threads: int, lowercase: bool) -> None:
+    """One SentencePiece training with the reserved special ids (its RuntimeError is the caller's to read)."""
+    with _stderr_to(log_path):
+        spm.SentencePieceTrainer.train(
+            sentence_iterator=iter(sample),
+            model_prefix=str(model_prefix),
+            vocab_size=vocab_size,
+            model_type=model_type,
+            character_coverage=coverage,
+            input_sentence_size=0,  # already sampled
+            num_threads=num_threads,
+            bos_id=BOS_ID,
+            pad_id=PAD_ID,
+            eos_id=EOS_ID,
+            unk_id=UNK_ID,
+            user_defined_symbols=[SPECIAL_PIECES[MASK_ID]],
+            normalization_rule_name="nmt_nfkc_cf" if lowercase else "nmt_nfkc",
+        )
 
 
 class Tokenizer:

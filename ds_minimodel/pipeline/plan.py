@@ -21,7 +21,7 @@ from typing import Any
 
 from ds_minimodel.cluster import slurm
 from ds_minimodel.config import read_json, write_json
-from ds_minimodel.data.prepare import prepare, tokenizer_path
+from ds_minimodel.data.prepare import prepare, prepare_tokenizer, tokenizer_path
 from ds_minimodel.data.shards import META_FILE
 from ds_minimodel.errors import InputError, report
 from ds_minimodel.folders import claim
@@ -247,6 +247,9 @@ class Pipeline:
                    log=self.root / "logs" / f"{name}.log")
 
     def _prepare(self) -> dict[str, Any]:
+        """Every language's tokenizer first (a corpus that cannot give its vocabulary is refused before any
+        encoding), then every corpus encoded."""
+        settings = {}
         for corpus in [self.cfg.source, *self.cfg.targets]:
             tokenizer = corpus.tokenizer
             if corpus is self.cfg.source and self.given is not None:  # the given model reads its own tokens
@@ -255,9 +258,13 @@ class Pipeline:
             if lowercase and corpus.lowercase is None:
                 print(f"[pipeline] {corpus.lang}: its tokenizer case-folds text, as source.model's does (an uncased "
                       f"model; \"lowercase\": false in its corpus settings keeps case)", flush=True)
-            prepare(Path(corpus.corpus), self.data_dir(corpus.lang),
-                    vocab_size=corpus.vocab_size or self.cfg.vocab_size, character_coverage=corpus.character_coverage,
-                    tokenizer=None if tokenizer is None else Path(tokenizer), lowercase=lowercase)
+            settings[corpus.lang] = {
+                "vocab_size": corpus.vocab_size or self.cfg.vocab_size, "character_coverage": corpus.character_coverage,
+                "tokenizer": None if tokenizer is None else Path(tokenizer), "lowercase": lowercase,
+                "fit_vocab": self.cfg.fit_vocab}
+            prepare_tokenizer(Path(corpus.corpus), self.data_dir(corpus.lang), **settings[corpus.lang])
+        for corpus in [self.cfg.source, *self.cfg.targets]:
+            prepare(Path(corpus.corpus), self.data_dir(corpus.lang), **settings[corpus.lang])
         return {}
 
     def _common(self, needed_by: str) -> dict[str, Any]:

@@ -146,6 +146,9 @@ class PipelineConfig:
     preset: str = "base"
     seq_len: int = TrainConfig.seq_len
     vocab_size: int = 50_000
+    fit_vocab: bool = False
+    """A language whose corpus cannot give ``vocab_size`` pieces (or its own) gets the largest vocabulary
+    SentencePiece can learn from it, said when it is trained, instead of an error (a low-resource language)."""
     ranks: int = 1
     aux_layer: int = Depths.aux
     small_layers: int = Depths.small

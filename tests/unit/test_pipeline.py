@@ -377,3 +377,35 @@ def test_a_finished_run_is_skipped_only_when_it_was_trained_with_the_settings_th
     # A run recorded before run.json kept its spec cannot be compared: skipped as before.
     (run_dir / "run.json").write_text(json.dumps({"train": {"steps": 600}}))
     step(init="wechsel")
+
+
+def test_every_tokenizer_comes_before_any_encoding_and_fit_vocab_fits_a_small_corpus(tmp_path):
+    """A target whose corpus cannot give the vocabulary is refused before any corpus is encoded; with fit_vocab it
+    gets the largest vocabulary its text allows, and a rerun reuses that tokenizer."""
+    from ds_minimodel.data.shards import META_FILE
+    from ds_minimodel.data.tokenizer import Tokenizer, read_training_record
+
+    demo = Path(__file__).resolve().parents[2] / "demo_data/corpus"
+    corpora = {}
+    for lang, source, lines in (("en", "en.txt", 4000), ("de", "de.txt", 4000), ("xx", "de.txt", 150)):
+        corpora[lang] = tmp_path / f"{lang}.txt"
+        corpora[lang].write_text("".join((demo / source).read_text(encoding="utf-8").splitlines(keepends=True)[:lines]))
+    targets = [{"lang": lang, "corpus": str(corpora[lang])} for lang in ("de", "xx")]
+    settings = {"vocab_size": 1500, "source": {"lang": "en", "corpus": str(corpora["en"])}, "targets": targets}
+    pipeline = demo_pipeline(tmp_path, **settings)
+    with pytest.raises(InputError, match=r"xx.txt: vocabulary size 1500 is too large for this corpus \(at most \d+ "
+                                         r"pieces.*fit_vocab"):
+        pipeline.run("prepare")
+    assert not any((pipeline.data_dir(lang) / META_FILE).exists() for lang in ("en", "de"))  # nothing encoded yet
+    fitted = demo_pipeline(tmp_path, fit_vocab=True, **settings)
+    fitted.run("prepare")
+    model = fitted.data_dir("xx") / "spm.model"
+    used = read_training_record(model)["vocab_size_used"]
+    assert Tokenizer.load(model).vocab_size == used < 1500 and Tokenizer.load(
+        fitted.data_dir("de") / "spm.model").vocab_size == 1500
+    stamp = model.stat().st_mtime_ns
+    fitted.run("prepare")  # trained with the same arguments: reused, not retrained
+    assert model.stat().st_mtime_ns == stamp and all((fitted.data_dir(lang) / META_FILE).exists() for lang in corpora)
+    with pytest.raises(InputError, match=rf"trained with {used:,} pieces, all its corpus allows \(fit_vocab\), not the "
+                                         "1,500 asked now"):
+        demo_pipeline(tmp_path, **settings).run("prepare")  # the fitted size is not silently taken for the asked one
