@@ -446,7 +446,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--launcher", choices=LAUNCHERS, default="deepspeed",
                    help="how training ranks start on this machine: the deepspeed launcher or PyTorch's torchrun; "
                         "or srun inside a batch job")
-    p.add_argument("--list", action="store_true", help="print the jobs and what each needs, then exit")
+    p.add_argument("--list", action="store_true", help="print the jobs, what each needs and whether it is done "
+                   "(a Step-2 job: for which languages), then exit")
     p.add_argument("--verbose", action="store_true", help="the deepspeed launcher's own INFO and warning lines "
                    "too (by default it logs errors only: on one machine the rest repeats itself at every launch)")
     p.add_argument("--systems", metavar="A,B", help="only these of the config's systems (and the primaries, controls "
@@ -457,10 +458,13 @@ def main(argv: list[str] | None = None) -> int:
         if args.systems is not None:
             cfg = only_systems(cfg, args.systems.split(","), str(args.config))
         pipeline = Pipeline(cfg, str(args.config), launcher=args.launcher, verbose=args.verbose)
-        if args.list:
+        if args.list:  # and what of it is done (pipeline.status): nothing is started
+            from ds_minimodel.pipeline.status import job_status
+
             for job in pipeline.jobs():
                 print(f"{job.name:<20} after: {', '.join(job.after) or '-'}"
-                      + (f"; one run per language: {', '.join(job.array)}" if job.array else ""))
+                      + (f"; one run per language: {', '.join(job.array)}" if job.array else "")
+                      + f"  [{job_status(pipeline, job)}]")
             return 0
         if args.lang is not None and not (args.only or "").startswith(f"{Step.ADAPT}-"):
             raise InputError("--lang goes with --only step2-<system>")

@@ -98,6 +98,11 @@ def test_a_language_added_to_a_finished_run_runs_only_its_own_steps(first_run):
     cfg["tasks"][0]["test"]["xx"] = str(test_xx)
     path = root / "pipeline-xx.json"
     path.write_text(json.dumps(cfg))
+    listed = run_cmd([sys.executable, "-m", "ds_minimodel", "pipeline", "--config", str(path), "--list"]).stdout
+    status = {line.split()[0]: line.rsplit("[", 1)[1].rstrip("]") for line in listed.splitlines() if "[" in line}
+    assert status == {"prepare": "to run", "step1-base": "done", "step1b-minipost": "done",
+                      "step2-bl_base": "done: de; to run: xx", "step2-minipost": "done: de; to run: xx",
+                      "step3-base": "done", "step4": "to run"}  # what the user will see run: xx's steps only
     proc = _pipeline(path)
     after = _stamps(out)
     changed = sorted(name for name, stamp in before.items() if after.get(name) != stamp)
@@ -112,6 +117,8 @@ def test_a_language_added_to_a_finished_run_runs_only_its_own_steps(first_run):
     assert len([r for r in results["zero_shot"] if r["lang"] == "xx"]) == 2 * 3  # 2 systems x updates 0, 2, 4
     header = next(line for line in (out / "analysis/table2.txt").read_text().splitlines() if line.startswith("system"))
     assert header.split()[-3:] == ["de", "xx", "avg"]
+    listed = run_cmd([sys.executable, "-m", "ds_minimodel", "pipeline", "--config", str(path), "--list"]).stdout
+    assert all(line.endswith(("[done]", "[done: de, xx]")) for line in listed.splitlines() if "[" in line)
 
     # A setting that would invalidate finished work is still refused, naming it, and nothing is written (another
     # source model is refused the same way: tests/unit/test_source_model.py)

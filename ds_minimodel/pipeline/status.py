@@ -1,0 +1,64 @@
+"""What of a pipeline's plan is done and what is left to run, job by job (``pipeline --list``): a user who adds a
+language to a finished run sees that only its Step 2 and Step 4 will run.
+
+Read from the run folders alone (a run is done when ``launching.finished`` says so), without starting anything.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from ds_minimodel.config import read_json
+from ds_minimodel.data.shards import META_FILE
+from ds_minimodel.pipeline.launching import finished
+from ds_minimodel.pipeline.source_model import given_primary
+from ds_minimodel.systems import Step
+
+DONE, TO_RUN = "done", "to run"
+
+
+def job_status(pipeline: Any, job: Any) -> str:
+    """``done``, ``to run``, or for a Step-2 job the languages of each (``done: de, fr; to run: es``). ``pipeline`` is
+    a ``plan.Pipeline`` (its run of ``job``: the main one or a further pretraining run's)."""
+    run = pipeline if job.pretrain_seed is None else pipeline.extra_runs[job.pretrain_seed]
+    if job.step == Step.PREPARE:
+        langs = [c.lang for c in [run.cfg.source, *run.cfg.targets]]
+        return _state(all((run.data_dir(lang) / META_FILE).is_file() for lang in langs))
+    if job.step == Step.PRETRAIN:
+        given = run.given is not None and job.what == given_primary()
+        if given and not run.given.needs_head:
+            return _state(run.source_model_record().is_file())
+        return _state(finished(run.step1_dir(job.what)))
+    if job.step == Step.MINIPOST:
+        return _state(finished(run.step1b_dir(job.what)))
+    if job.step == Step.ADAPT:
+        done = [lang for lang in job.array if finished(run.step2_dir(lang, job.what))]
+        left = [lang for lang in job.array if lang not in done]
+        return "; ".join(f"{state}: {', '.join(langs)}" for state, langs in ((DONE, done), (TO_RUN, left)) if langs)
+    if job.step == Step.FINETUNE:
+        return _state(all(finished(run.step3_dir(task.name, job.what, seed)) for task in run.cfg.tasks
+                          for seed in run.finetuning.seeds))
+    return _state(_scored(run))
+
+
+def _state(done: bool) -> str:
+    return DONE if done else TO_RUN
+
+
+def _scored(run: Any) -> bool:
+    """Step 4 is done when results.json holds a score of every system in every target language with a test file,
+    at its final Step-2 checkpoint (a language added since, or a Step-2 run resumed, makes it to run again)."""
+    path = Path(run.out) / "results.json"
+    if not path.is_file():
+        return False
+    scored = {(r["task"], r["lang"], r["system"], r["step2_update"]) for r in read_json(path).get("zero_shot", [])}
+    for task in run.cfg.tasks:
+        for target in run.cfg.targets:
+            if target.lang not in task.test:
+                continue
+            for system in run.cfg.systems:
+                run_dir = run.step2_dir(target.lang, system)
+                if not finished(run_dir) or (task.name, target.lang, system,
+                                             read_json(run_dir / "run.json")["train"]["steps"]) not in scored:
+                    return False
+    return True
