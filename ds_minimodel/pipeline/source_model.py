@@ -108,8 +108,9 @@ same model."""
 
 def check_recorded(record: Path, given: GivenModel | None, primary_run: Path, source: str) -> None:
     """Refuse, before any work, a pipeline folder whose finished steps were trained from another source model than
-    ``given`` (the config's now), or from none, or over a primary pretrained in ``primary_run``: their results would
-    stand for a model they were not trained from. ``record``: the folder's ``SOURCE_MODEL_RECORD``."""
+    ``given`` (the config's now: its weights, tokenizer or head differ; its folder may have moved), or from none, or
+    over a primary pretrained in ``primary_run``: their results would stand for a model they were not trained from.
+    ``record``: the folder's ``SOURCE_MODEL_RECORD``."""
     from ds_minimodel.train.checkpoint import RUN  # torch: only when a pipeline runs
 
     before = read_json(record) if record.is_file() else None
@@ -117,9 +118,11 @@ def check_recorded(record: Path, given: GivenModel | None, primary_run: Path, so
     if before is not None and now is None:
         raise InputError(f"{record}: this folder's steps were trained from the given model {before.get('path')}, "
                          f"but {source} gives no source.model now: give it again, or another out")
-    if before is not None and before != now:
-        changed = "; ".join(f"{key} {before.get(key)!r} there, {value!r} now" for key, value in now.items()
-                            if before.get(key) != value)
+    # The model's content decides, not where it is: a folder moved or reached by another path is the same model.
+    differ = [] if before is None or now is None else [key for key, value in now.items()
+                                                       if key != "path" and before.get(key) != value]
+    if differ:
+        changed = "; ".join(f"{key} {before.get(key)!r} there, {now[key]!r} now" for key in differ)
         raise InputError(f"{record}: this folder's steps were trained from another source model than {source} "
                          f"gives now ({changed}); their results would stand for a model they were not trained "
                          "from: give the pipeline another out, or the model it had")

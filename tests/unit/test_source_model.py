@@ -166,6 +166,8 @@ def test_a_folder_trained_from_one_model_refuses_another_or_none(models, tmp_pat
     with pytest.raises(InputError, match=r"source_model.json: this folder's steps were trained from another source "
                                          r"model .*weights_sha256 '[0-9a-f]{64}' there, '[0-9a-f]{64}' now"):
         pipeline(config(tmp_path, models["bare-2"]))
+    moved = shutil.copytree(models["bare"], tmp_path / "moved")  # the same model elsewhere: its content decides
+    assert pipeline(config(tmp_path, moved)).given.path == str(moved.resolve())
     with pytest.raises(InputError, match=r"trained from the given model .*bare, but .* gives no source.model now"):
         pipeline(config(tmp_path, None, head=None, step1=DEMO["step1"]))
     # a folder whose BL_BASE primary was pretrained here is not taken over by a given model
