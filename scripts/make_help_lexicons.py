@@ -33,14 +33,10 @@ import tempfile
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from make_dictionaries import deb_members, fetch_deb, language_packages
+from make_dictionaries import deb_members, fetch_deb, language_packages  # noqa: E402
 
-from ds_minimodel.data.bilingual import lexicon_from_links, parse_links
-from ds_minimodel.data.help_pages import (
-    MODULE_CASES,
-    page_paragraphs,
-    parallel_paragraphs,
-)
+from ds_minimodel.data.bilingual import lexicon_from_links, parse_links  # noqa: E402
+from ds_minimodel.data.help_pages import MODULE_CASES, page_paragraphs, parallel_paragraphs  # noqa: E402
 
 VERSION = "4:7.4.7-1+deb12u14"
 PACKAGES = {  # language: (package suffix, SHA-256 of the .deb)
@@ -100,7 +96,7 @@ def align(target: list[list[str]], source: list[list[str]]) -> tuple[list, list]
         fwd, bwd = Path(tmp, "fwd"), Path(tmp, "bwd")
         eflomal.Aligner().align([" ".join(s) for s in target], [" ".join(s) for s in source],
                                 links_filename_fwd=str(fwd), links_filename_rev=str(bwd))
-        read = lambda path: [parse_links(line) for line in path.read_text().splitlines()]
+        read = lambda path: [parse_links(line) for line in path.read_text().splitlines()]  # noqa: E731
         return read(fwd), read(bwd)
 
 

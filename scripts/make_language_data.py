@@ -36,10 +36,10 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from make_dictionaries import language_packages
-from make_help_lexicons import PACKAGES, help_pages
+from make_dictionaries import language_packages  # noqa: E402
+from make_help_lexicons import PACKAGES, help_pages  # noqa: E402
 
-from ds_minimodel.data.help_pages import is_translation, letters
+from ds_minimodel.data.help_pages import is_translation, letters  # noqa: E402
 
 FREEDICT_TO_ENGLISH = {"ja": "jpn-eng", "de": "deu-eng", "fr": "fra-eng", "es": "spa-eng", "it": "ita-eng",
                        "pl": "pol-eng", "fi": "fin-eng", "ko": None, "km": None}

@@ -19,6 +19,11 @@
 (``new_rows="source"``), which puts a new row at the scale the body has seen rather than far inside it. Every row
 takes its output bias the way it takes its embedding (a copy, the same mixture, or zero).
 
+``transliterate`` (``overlap`` and ``focus``) also copies the row of a source piece that a target piece spells in
+Latin letters (``latin_spelling``: ICU-like romanisation by ``anyascii``): names, loanwords and product terms in a
+script the source does not share ("▁Москва" -> "▁Moskva", "▁Łódź" -> "▁lodz" in an uncased vocabulary); a piece
+whose romanisation has fewer than ``MIN_LATIN_LETTERS`` letters is left alone (a kana particle "の" would be "no").
+
 Which rows were copied is returned as a mask: ``--freeze-copied`` keeps exactly those rows (and their biases)
 unchanged while the others train (``anchor_copied_rows``).
 """
@@ -36,6 +41,21 @@ from ds_minimodel.data.tokenizer import NUM_SPECIAL, SPECIAL_PIECES
 
 INITS = ("overlap", "specials", "focus", "wechsel")
 NEW_ROWS = ("normal", "source")
+TRANSLITERATING = ("overlap", "focus")
+"""The initialisers whose copied rows (and FOCUS's anchors) ``transliterate`` extends."""
+MIN_LATIN_LETTERS = 3
+WORD_START = "\u2581"  # SentencePiece's word-start mark; every tokenizer's pieces are spelled in its style
+
+
+def latin_spelling(piece: str) -> str:
+    """The piece romanised (``anyascii``), its word-start mark kept: what a source piece must be to anchor it."""
+    try:
+        from anyascii import anyascii
+    except ImportError:
+        raise ImportError("transliteration anchors need anyascii: pip install anyascii, or the package's [focus] "
+                          "extra") from None
+    start = piece.startswith(WORD_START)
+    return (WORD_START if start else "") + anyascii(piece[1:] if start else piece)
 
 
 @dataclass(frozen=True)
@@ -67,11 +87,13 @@ class InitialRows:
 
 
 def shared_source_ids(source_pieces: list[str], target_pieces: list[str], *, specials_only: bool = False,
-                      shared_with: set[str] | None = None) -> torch.Tensor:
+                      shared_with: set[str] | None = None, transliterate: bool = False) -> torch.Tensor:
     """For each target piece, the id of the same piece in the source vocabulary, or -1 (every id but the special
     ones' when ``specials_only``; every piece not in ``shared_with`` when that is given: the anchored relearn
-    control copies only what a real target's vocabulary would). Both vocabularies must start with the special
-    pieces, and the source's pieces must be distinct."""
+    control copies only what a real target's vocabulary would). ``transliterate``: a piece with no such source piece
+    takes the one its ``latin_spelling`` is (as it is, else lower-cased), where that has ``MIN_LATIN_LETTERS``
+    letters or more. Both vocabularies must start with the special pieces, and the source's pieces must be
+    distinct."""
     expected = [SPECIAL_PIECES[i] for i in range(NUM_SPECIAL)]
     for which, pieces in (("source", source_pieces), ("target", target_pieces)):
         if list(pieces[:NUM_SPECIAL]) != expected:
@@ -83,8 +105,16 @@ def shared_source_ids(source_pieces: list[str], target_pieces: list[str], *, spe
     def copies(i: int, piece: str) -> bool:
         return i < NUM_SPECIAL or not specials_only and (shared_with is None or piece in shared_with)
 
-    return torch.tensor([source_index.get(piece, -1) if copies(i, piece) else -1
-                         for i, piece in enumerate(target_pieces)], dtype=torch.long)
+    def source_id(piece: str) -> int:
+        if piece in source_index or not transliterate:
+            return source_index.get(piece, -1)
+        latin = latin_spelling(piece)
+        if latin == piece or sum(c.isalpha() for c in latin) < MIN_LATIN_LETTERS:
+            return -1
+        return source_index.get(latin, source_index.get(latin.lower(), -1))
+
+    return torch.tensor([source_id(piece) if copies(i, piece) else -1 for i, piece in enumerate(target_pieces)],
+                        dtype=torch.long)
 
 
 def draw_rows(count: int, source_embeddings: torch.Tensor, *, std: float, generator: torch.Generator,
@@ -227,7 +257,8 @@ def mix_rows(embeddings: torch.Tensor, bias: torch.Tensor, at: np.ndarray, sourc
 def initial_rows(init: str, source_pieces: list[str], source_embeddings: torch.Tensor, source_bias: torch.Tensor,
                  target_pieces: list[str], *, std: float, generator: torch.Generator, new_rows: str = "normal",
                  static: tuple[np.ndarray, np.ndarray, dict[str, Any]] | None = None,
-                 aligned: AlignedVectors | None = None, shared_with: set[str] | None = None) -> InitialRows:
+                 aligned: AlignedVectors | None = None, shared_with: set[str] | None = None,
+                 transliterate: bool = False) -> InitialRows:
     """The rows ``init`` builds (see the module's table). ``static`` = (vectors, known, record) from
     ``data.static_vectors.train_static_vectors`` on the target data, for ``focus``; ``aligned`` both languages'
     vectors and their map, for ``wechsel``. ``shared_with``: copy (and mix from) only the pieces of this vocabulary
@@ -235,12 +266,19 @@ def initial_rows(init: str, source_pieces: list[str], source_embeddings: torch.T
     ``generator`` first, in the same order, so the rows no mixture replaces equal ``overlap``'s."""
     if init not in INITS:
         raise ValueError(f"init {init!r}: one of {', '.join(INITS)}")
+    if transliterate and init not in TRANSLITERATING:
+        raise ValueError(f"transliterate extends the copied rows of {', '.join(TRANSLITERATING)}; {init} copies "
+                         "only the special pieces")
     src_ids = source_ids_checked(source_pieces, source_embeddings, source_bias, target_pieces,
-                                 specials_only=init in ("specials", "wechsel"), shared_with=shared_with)
+                                 specials_only=init in ("specials", "wechsel"), shared_with=shared_with,
+                                 transliterate=transliterate)
     embeddings, bias, stats = copy_or_draw(src_ids, source_embeddings, source_bias, std=std, generator=generator,
                                            new_rows=new_rows)
     copied = src_ids >= 0
     record: dict[str, Any] = {"init": init, "new_rows": new_rows, "copied": int(copied.sum())}
+    if transliterate:
+        exact = source_ids_checked(source_pieces, source_embeddings, source_bias, target_pieces, shared_with=shared_with)
+        record["transliterated"] = int(copied.sum() - (exact >= 0).sum())
     if init == "focus":
         if static is None:
             raise ValueError("init 'focus' needs the target data's static vectors")

@@ -58,6 +58,9 @@ class Step2Settings(StageSettings):
     std))."""
     freeze_copied: bool = False
     """Keep the rows copied from source rows, and their output biases, unchanged (fixed anchors)."""
+    transliterate: bool = False
+    """overlap and focus: also copy the source row a target piece spells in Latin letters (``run_adapt.py
+    --transliterate``; names, loanwords, product terms in a script the source does not share)."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -335,6 +338,11 @@ def check(cfg: PipelineConfig, source: str, *, world_size: int | None) -> GivenM
     if step2.init not in INITS or step2.init == "specials" or step2.new_rows not in NEW_ROWS:
         raise InputError(f"{source}: step2.init must be one of {', '.join(i for i in INITS if i != 'specials')} and "
                          f"step2.new_rows one of {', '.join(NEW_ROWS)}; got {step2.init!r}, {step2.new_rows!r}")
+    from ds_minimodel.model.embedding_init import TRANSLITERATING
+
+    if step2.transliterate and (step2.init not in TRANSLITERATING or importlib.util.find_spec("anyascii") is None):
+        raise InputError(f"{source}: step2.transliterate works with init {' or '.join(TRANSLITERATING)} and needs "
+                         f"anyascii (pip install anyascii); init is {step2.init!r}")
     if step2.init in ("focus", "wechsel") and importlib.util.find_spec("gensim") is None:
         raise InputError(f"{source}: step2.init {step2.init} trains static vectors with gensim, which is not "
                          "installed (pip install gensim, or the package's [focus] extra)")

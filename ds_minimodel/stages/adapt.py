@@ -32,7 +32,14 @@ from ds_minimodel.data.tokenizer import AnyTokenizer, load_tokenizer, open_token
 from ds_minimodel.errors import InputError
 from ds_minimodel.model import hf
 from ds_minimodel.model.bodies import body_of
-from ds_minimodel.model.embedding_init import INITS, NEW_ROWS, AlignedVectors, anchor_copied_rows, initial_rows
+from ds_minimodel.model.embedding_init import (
+    INITS,
+    NEW_ROWS,
+    TRANSLITERATING,
+    AlignedVectors,
+    anchor_copied_rows,
+    initial_rows,
+)
 from ds_minimodel.model.encoder import MaskedLM
 from ds_minimodel.model.loading import load_mlm
 from ds_minimodel.model.transforms import (
@@ -103,6 +110,9 @@ def build(spec: AdaptSpec, ctx: Context) -> Built:
     """The Step-2 stage: the body frozen, the target's rows initialised, the stream of target text."""
     # Every input is checked before anything is written: a refused run leaves --out as it was.
     check_fields(spec, CHECKS)  # a spec file's unknown system or initialiser, refused by name
+    if spec.transliterate and spec.init not in TRANSLITERATING:
+        raise InputError(f"--transliterate extends the copied rows of --init {' or '.join(TRANSLITERATING)}; "
+                         f"--init {spec.init} copies only the special pieces")
     ds_config = ctx.ds_config
     train_cfg = ctx.train_cfg
     info, batch = ctx.info, ctx.batch
@@ -128,9 +138,12 @@ def build(spec: AdaptSpec, ctx: Context) -> Built:
     if spec.shared_with is not None:
         anchor = open_tokenizer(spec.shared_with)
         shared_with = set(anchor.pieces())
-    rows = initial_rows(spec.init, source.pieces(), source_embeddings, source_bias, target.pieces(),
-                        std=model.cfg.init_std, generator=generator, new_rows=spec.new_rows, static=static,
-                        aligned=aligned, shared_with=shared_with)
+    try:
+        rows = initial_rows(spec.init, source.pieces(), source_embeddings, source_bias, target.pieces(),
+                            std=model.cfg.init_std, generator=generator, new_rows=spec.new_rows, static=static,
+                            aligned=aligned, shared_with=shared_with, transliterate=spec.transliterate)
+    except ImportError as err:  # anyascii missing
+        raise InputError(f"--transliterate: {err}") from None
     overlap = rows.stats
     swap_embeddings(model, rows.embeddings, rows.bias)
     trainable = freeze_for_adaptation(model, train_positions=spec.train_positions,
@@ -138,7 +151,8 @@ def build(spec: AdaptSpec, ctx: Context) -> Built:
     if spec.freeze_copied:
         anchor_copied_rows(model, rows.copied)
         ds_config = without_weight_decay(ds_config)
-    init_options = {"new_rows": spec.new_rows, "freeze_copied": spec.freeze_copied}
+    init_options = {"new_rows": spec.new_rows, "freeze_copied": spec.freeze_copied,
+                    **({"transliterated": rows.record["transliterated"]} if spec.transliterate else {})}
     if shared_with is not None:
         init_options["shared_with"] = {"path": str(anchor.path), "sha256": anchor.sha256}
     if aligned is not None:  # a resume with another word list or source text is another initialisation

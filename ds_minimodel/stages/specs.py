@@ -216,6 +216,9 @@ class AdaptSpec(MLMSpec):
     freeze_copied: bool = False
     """keep the rows copied from source rows (and their output biases) unchanged: fixed anchors; sets Step 2's
     weight decay to 0, so that they stay bit-identical"""
+    transliterate: bool = False
+    """overlap and focus: a target piece that no source piece spells the same also copies the row of the source
+    piece its romanisation is (anyascii; names, loanwords, product terms in another script)"""
     train_positions: bool = False
     """also train the position embeddings"""
     train_embedding_norm: bool = False

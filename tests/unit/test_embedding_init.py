@@ -166,3 +166,23 @@ def test_wechsel_mixes_the_k_nearest_source_rows_after_the_map_with_softmax_weig
     assert rows.record["mixed"] == 12 and rows.record["drawn"] == 1 and rows.record["candidates"] == 11
     with pytest.raises(ValueError, match="alignment"):
         initial_rows("wechsel", source, src_emb, src_bias, target, std=0.02, generator=torch.Generator())
+
+
+def test_transliteration_anchors_a_piece_in_another_script_to_the_source_piece_it_spells():
+    """Names and loanwords in another script copy the row of their romanisation (as it is, else lower-cased); a
+    romanisation of fewer than 3 letters anchors nothing; an exact shared piece stays what it was."""
+    source = [*SPECIALS, "▁Moskva", "▁lodz", "▁no", "ing", "▁file"]
+    target = [*SPECIALS, "▁Москва", "▁Łódź", "▁の", "ing", "▁ファイル", "▁Берлин"]
+    plain = shared_source_ids(source, target)
+    anchored = shared_source_ids(source, target, transliterate=True)
+    assert plain.tolist() == [0, 1, 2, 3, 4, -1, -1, -1, 8, -1, -1]
+    assert anchored.tolist() == [0, 1, 2, 3, 4, 5, 6, -1, 8, -1, -1]  # ファイル is "fuairu", not "file"
+    embeddings = torch.randn(len(source), 8)
+    bias = torch.randn(len(source))
+    rows = initial_rows("overlap", source, embeddings, bias, target, std=0.02,
+                        generator=torch.Generator().manual_seed(0), transliterate=True)
+    assert torch.equal(rows.embeddings[5], embeddings[5]) and torch.equal(rows.bias[6], bias[6])
+    assert rows.record["transliterated"] == 2 and rows.record["copied"] == 8
+    with pytest.raises(ValueError, match="transliterate extends the copied rows of overlap, focus; wechsel copies"):
+        initial_rows("wechsel", source, embeddings, bias, target, std=0.02, generator=torch.Generator(),
+                     transliterate=True)

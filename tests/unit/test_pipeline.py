@@ -409,3 +409,18 @@ def test_every_tokenizer_comes_before_any_encoding_and_fit_vocab_fits_a_small_co
     with pytest.raises(InputError, match=rf"trained with {used:,} pieces, all its corpus allows \(fit_vocab\), not the "
                                          "1,500 asked now"):
         demo_pipeline(tmp_path, **settings).run("prepare")  # the fitted size is not silently taken for the asked one
+
+
+def test_step2_transliterate_reaches_the_launch_and_is_refused_where_nothing_is_copied(tmp_path, monkeypatch):
+    base = json.loads((Path(__file__).resolve().parents[2] / "configs/demo.json").read_text())
+    pipeline = demo_pipeline(tmp_path, step2={**base["step2"], "init": "focus", "transliterate": True})
+    launched = {}
+    monkeypatch.setattr(pipeline, "_finished", lambda *a: Path("body"))
+    monkeypatch.setattr(pipeline, "_data", lambda *a: Path("data"))
+    monkeypatch.setattr(pipeline, "_train", lambda spec, run_dir, name, values: launched.update(
+        {name: spec.from_dict({**values, "out": str(run_dir)}, name)}))
+    pipeline._step2("bl_base", "de")
+    assert launched["step2-de-bl_base"].transliterate and launched["step2-de-bl_base"].init == "focus"
+    with pytest.raises(InputError, match=r"step2.transliterate works with init overlap or focus .*'wechsel'"):
+        demo_pipeline(tmp_path, step2={**base["step2"], "init": "wechsel", "transliterate": True},
+                      targets=[{**base["targets"][0], "word_list": "reference_data/lexicons/de-en.help.tsv"}])
