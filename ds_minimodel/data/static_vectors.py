@@ -43,6 +43,18 @@ class StaticSettings:
     max_tokens: int = 20_000_000
     """Train on at most this many tokens of the folder (from its start): seconds to minutes on one core."""
     seed: int = 1
+    rare: str = "drawn"
+    """Pieces seen fewer than ``min_count`` times: ``drawn``, no vector (FOCUS's rule); ``ngrams``, FastText's vector
+    from the piece's character n-grams, where the model learned any of them (a small corpus, whose rows would
+    otherwise be mostly drawn)."""
+
+    def key(self) -> dict[str, Any]:
+        """The settings as the cache key and the record name them (``rare`` only when not the default, so vectors
+        kept before it existed are still found)."""
+        return {k: v for k, v in asdict(self).items() if not (k == "rare" and v == "drawn")}
+
+
+RARE = ("drawn", "ngrams")
 
 
 def paragraphs(shards: TokenShards, pieces: list[str], max_tokens: int) -> Iterator[list[str]]:
@@ -73,8 +85,10 @@ def train_static_vectors(data_dir: Path | str, pieces: list[str], settings: Stat
         raise InputError(f"{data_dir}: prepared with a vocabulary of {shards.vocab_size:,} pieces, the tokenizer "
                          f"given has {len(pieces):,}")
     meta_sha256 = hashlib.sha256((Path(data_dir) / META_FILE).read_bytes()).hexdigest()
+    if settings.rare not in RARE:
+        raise InputError(f"static vectors for rare pieces: one of {', '.join(RARE)}, not {settings.rare!r}")
     key = {"data_meta_sha256": meta_sha256, "tokenizer_sha256": shards.tokenizer_sha256, "gensim": gensim.__version__,
-           **asdict(settings)}
+           **settings.key()}
     kept = Path(data_dir) / CACHE_DIR / (hashlib.sha256(json.dumps(key, sort_keys=True).encode()).hexdigest()[:16]
                                          + ".npz")
     found = _read_kept(kept) if cache else None
@@ -92,10 +106,14 @@ def train_static_vectors(data_dir: Path | str, pieces: list[str], settings: Stat
     vectors = np.zeros((len(pieces), settings.dim), dtype=np.float32)
     for i in np.flatnonzero(known):
         vectors[i] = model.wv[pieces[i]]
+    if settings.rare == "ngrams":  # a rare piece's vector from its n-grams (zero where none was learned)
+        for i in np.flatnonzero(~known):
+            vectors[i] = model.wv[pieces[i]]
+            known[i] = bool(np.any(vectors[i]))
     record = {"data_meta_sha256": meta_sha256, "tokenizer_sha256": shards.tokenizer_sha256,
               "paragraphs": len(corpus), "tokens": sum(map(len, corpus)), "known": int(known.sum()),
               "gensim": gensim.__version__, "vectors_sha256": hashlib.sha256(vectors.tobytes()).hexdigest(),
-              **asdict(settings)}
+              **settings.key()}
     if cache:
         _keep(kept, vectors, known, record)
     return vectors, known, {"data": str(Path(data_dir).resolve()), **record}

@@ -58,6 +58,9 @@ class Step2Settings(StageSettings):
     std))."""
     freeze_copied: bool = False
     """Keep the rows copied from source rows, and their output biases, unchanged (fixed anchors)."""
+    rare_vectors: str = "drawn"
+    """focus and wechsel: pieces too rare for a static vector of their own are drawn, or (ngrams) take FastText's
+    vector from their character n-grams (``run_adapt.py --rare-vectors``; a low-resource corpus)."""
     transliterate: bool = False
     """overlap and focus: also copy the source row a target piece spells in Latin letters (``run_adapt.py
     --transliterate``; names, loanwords, product terms in a script the source does not share)."""
@@ -340,6 +343,10 @@ def check(cfg: PipelineConfig, source: str, *, world_size: int | None) -> GivenM
                          f"step2.new_rows one of {', '.join(NEW_ROWS)}; got {step2.init!r}, {step2.new_rows!r}")
     from ds_minimodel.model.embedding_init import TRANSLITERATING
 
+    if step2.rare_vectors not in ("drawn", "ngrams") or (step2.rare_vectors == "ngrams"
+                                                          and step2.init not in ("focus", "wechsel")):
+        raise InputError(f"{source}: step2.rare_vectors is drawn or ngrams, and ngrams works with init focus or "
+                         f"wechsel (their static vectors); got {step2.rare_vectors!r} with init {step2.init!r}")
     if step2.transliterate and (step2.init not in TRANSLITERATING or importlib.util.find_spec("anyascii") is None):
         raise InputError(f"{source}: step2.transliterate works with init {' or '.join(TRANSLITERATING)} and needs "
                          f"anyascii (pip install anyascii); init is {step2.init!r}")

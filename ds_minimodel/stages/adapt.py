@@ -98,7 +98,7 @@ def check_wechsel_inputs(spec: AdaptSpec, source_sha256: str) -> WordList | None
 def align_static_vectors(spec: AdaptSpec, words: WordList, target: AnyTokenizer, source: AnyTokenizer
                          ) -> AlignedVectors:
     """Both languages' static vectors and the orthogonal map between them (``data.bilingual``)."""
-    settings = StaticSettings(seed=spec.seed)
+    settings = StaticSettings(seed=spec.seed, rare=spec.rare_vectors)
     t_vec, t_known, t_record = train_static_vectors(spec.data, target.pieces(), settings)
     s_vec, s_known, s_record = train_static_vectors(spec.source_data, source.pieces(), settings)
     alignment = fit_alignment(words, (target.encode, t_vec, t_known), (source.encode, s_vec, s_known))
@@ -110,6 +110,9 @@ def build(spec: AdaptSpec, ctx: Context) -> Built:
     """The Step-2 stage: the body frozen, the target's rows initialised, the stream of target text."""
     # Every input is checked before anything is written: a refused run leaves --out as it was.
     check_fields(spec, CHECKS)  # a spec file's unknown system or initialiser, refused by name
+    if spec.rare_vectors != "drawn" and spec.init not in ("focus", "wechsel"):
+        raise InputError(f"--rare-vectors {spec.rare_vectors} is for the static vectors of --init focus or wechsel, "
+                         f"not {spec.init}")
     if spec.transliterate and spec.init not in TRANSLITERATING:
         raise InputError(f"--transliterate extends the copied rows of --init {' or '.join(TRANSLITERATING)}; "
                          f"--init {spec.init} copies only the special pieces")
@@ -131,7 +134,8 @@ def build(spec: AdaptSpec, ctx: Context) -> Built:
     source_embeddings, source_bias = extract_embeddings(model)
     static = aligned = None
     if spec.init == "focus":
-        static = train_static_vectors(spec.data, target.pieces(), StaticSettings(seed=spec.seed))
+        static = train_static_vectors(spec.data, target.pieces(), StaticSettings(seed=spec.seed,
+                                                                                 rare=spec.rare_vectors))
     if words is not None:
         aligned = align_static_vectors(spec, words, target, source)
     shared_with = None

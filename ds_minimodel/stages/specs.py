@@ -216,6 +216,9 @@ class AdaptSpec(MLMSpec):
     freeze_copied: bool = False
     """keep the rows copied from source rows (and their output biases) unchanged: fixed anchors; sets Step 2's
     weight decay to 0, so that they stay bit-identical"""
+    rare_vectors: typing.Literal["drawn", "ngrams"] = "drawn"
+    """focus and wechsel: pieces too rare for a static vector of their own are drawn (the papers' rule), or take
+    FastText's vector from their character n-grams (ngrams: a small corpus's rows are then mostly mixtures)"""
     transliterate: bool = False
     """overlap and focus: a target piece that no source piece spells the same also copies the row of the source
     piece its romanisation is (anyascii; names, loanwords, product terms in another script)"""

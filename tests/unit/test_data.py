@@ -613,3 +613,25 @@ def test_static_vectors_are_trained_once_per_folder_and_settings_and_read_back_w
         patch.setattr(np, "savez", lambda *a, **k: (_ for _ in ()).throw(PermissionError(13, "read-only")))
         assert np.array_equal(train_static_vectors(other, pieces, settings)[0], vectors)
     assert not any((other / static_vectors.CACHE_DIR).iterdir())
+
+
+def test_rare_pieces_can_take_fasttexts_ngram_vectors_and_the_default_keeps_its_cache_key(tmp_path):
+    """A small corpus leaves many pieces below min_count: 'drawn' gives them no vector, 'ngrams' gives every piece
+    whose character n-grams FastText learned a vector, the frequent pieces' vectors unchanged."""
+    pytest.importorskip("gensim", reason="gensim (the focus extra) is not installed")
+    from ds_minimodel.data.prepare import prepare
+    from ds_minimodel.data.static_vectors import StaticSettings, train_static_vectors
+    from ds_minimodel.data.tokenizer import Tokenizer
+
+    german = Path(__file__).resolve().parents[2] / "demo_data/corpus/de.txt"
+    corpus = tmp_path / "small.txt"
+    corpus.write_text("".join(german.read_text(encoding="utf-8").splitlines(keepends=True)[:400]))
+    prepare(corpus, tmp_path / "de", vocab_size=600, workers=1, progress=False)
+    pieces = Tokenizer.load(tmp_path / "de" / "spm.model").pieces()
+    drawn = train_static_vectors(tmp_path / "de", pieces, StaticSettings(), cache=False)
+    ngrams = train_static_vectors(tmp_path / "de", pieces, StaticSettings(rare="ngrams"), cache=False)
+    assert drawn[1].sum() < ngrams[1].sum() <= len(pieces) and ngrams[1][drawn[1]].all()
+    assert np.array_equal(drawn[0][drawn[1]], ngrams[0][drawn[1]])  # the frequent pieces' own vectors
+    assert "rare" not in drawn[2] and ngrams[2]["rare"] == "ngrams"  # the default names no new key
+    with pytest.raises(InputError, match="one of drawn, ngrams"):
+        train_static_vectors(tmp_path / "de", pieces, StaticSettings(rare="random"), cache=False)
