@@ -41,6 +41,8 @@ from ds_minimodel.data.tokenizer import NUM_SPECIAL, SPECIAL_PIECES
 
 INITS = ("overlap", "specials", "focus", "wechsel")
 NEW_ROWS = ("normal", "source")
+STATIC_INITS = ("focus", "wechsel")
+"""The initialisers that train static vectors (``data.static_vectors``; ``rare_vectors`` applies to them)."""
 TRANSLITERATING = ("overlap", "focus")
 """The initialisers whose copied rows (and FOCUS's anchors) ``transliterate`` extends."""
 MIN_LATIN_LETTERS = 3

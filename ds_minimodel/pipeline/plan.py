@@ -25,6 +25,7 @@ from ds_minimodel.data.prepare import prepare, prepare_tokenizer, tokenizer_path
 from ds_minimodel.data.shards import META_FILE
 from ds_minimodel.errors import InputError, report
 from ds_minimodel.folders import claim
+from ds_minimodel.model.embedding_init import STATIC_INITS, TRANSLITERATING
 from ds_minimodel.model.surgery import extract_minijoint_folder
 from ds_minimodel.pipeline.launching import LAUNCHERS, StoppedEarly, finished, train_step
 from ds_minimodel.pipeline.ownership import PRETRAIN_FOLDER, PRETRAIN_RUN, own_output
@@ -35,9 +36,11 @@ from ds_minimodel.pipeline.settings import (
     FinetuneSettings,
     PipelineConfig,
     TaskSettings,
+    AUTO_INIT,
     as_values,
     check,
     only_systems,
+    target_init,
     task_finetuning,
 )
 from ds_minimodel.pipeline.source_model import (
@@ -280,9 +283,8 @@ class Pipeline:
                      **self._common(self._name(Step.PRETRAIN, variant)), **as_values(self.cfg.step1)})
 
     def _step1_given(self, variant: str) -> None:
-        """Step 1 of the primary ``source.model`` gives: nothing is pretrained. Its record is written first (every
-        later run over this folder is checked against it); a bare encoder then gets its MLM head trained
-        (``--variant head``, body and embeddings frozen) in ``step1/<variant>``."""
+        """Step 1 of the primary ``source.model`` gives: its record first (``check_recorded`` reads it), then for a bare
+        encoder its MLM head trained (``--variant head``: body and embeddings frozen) in ``step1/<variant>``."""
         job = self._name(Step.PRETRAIN, variant)
         if not self.source_model_record().is_file():  # else the same record: check_recorded compared them
             self.source_model_record().parent.mkdir(parents=True, exist_ok=True)
@@ -308,19 +310,23 @@ class Pipeline:
         body = self._body(system, needed_by)
         relearn = lang == self.relearn_lang
         data = self._data(self.cfg.source.lang if relearn else lang, needed_by)
-        init = self.cfg.step2.init
+        target = None if relearn else next(t for t in self.cfg.targets if t.lang == lang)
+        init, why = target_init(self.cfg.step2, target)
         anchored: dict[str, Any] = {}
         if relearn and self.cfg.relearn_anchor is not None:  # copies what the anchor language would copy
             anchored = {"shared_with": str(tokenizer_path(self._data(self.cfg.relearn_anchor, needed_by)))}
         elif relearn:
             init = "specials"
         if init == "wechsel":  # (no source-relearn control with wechsel: PipelineConfig.check refuses it)
-            word_list = next(t.word_list for t in self.cfg.targets if t.lang == lang)
-            anchored = {"word_list": word_list, "source_data": str(self._data(self.cfg.source.lang, needed_by))}
+            anchored = {"word_list": target.word_list,
+                        "source_data": str(self._data(self.cfg.source.lang, needed_by))}
+        unused = ("transliterate",) * (init not in TRANSLITERATING) + ("rare_vectors",) * (init not in STATIC_INITS)
+        options = as_values(self.cfg.step2, exclude=("init", *unused))  # what this run's initialiser does not take
+        if self.cfg.step2.init == AUTO_INIT:
+            print(f"[pipeline] {self._name(Step.ADAPT, system)} {lang}: init {init} ({why})", flush=True)
         self._train(AdaptSpec, self.step2_dir(lang, system), f"{Step.ADAPT}-{lang}-{system}",
                     {"system": system, "body": str(body), "data": str(data), **anchored, "init": init, "lang": lang,
-                     "seq_len": self.cfg.seq_len, "seed": self.seed,
-                     **as_values(self.cfg.step2, exclude=("init",))})
+                     "seq_len": self.cfg.seq_len, "seed": self.seed, **options})
 
     def _mini_model(self, system: str) -> Path:
         """The model a ``source_minis`` system's Step 2 trains over: Step 1b's output, or (a ``mini`` body) the layers

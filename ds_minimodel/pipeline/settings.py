@@ -51,8 +51,9 @@ class Step1Settings(StageSettings):
 class Step2Settings(StageSettings):
     init: str = "overlap"
     """How the new embeddings start (``run_adapt.py --init``; ``model.embedding_init``): overlap (the paper),
-    focus, wechsel (needs each target's ``word_list``). The source-relearn control uses specials, or this with
-    ``relearn_anchor``."""
+    focus, wechsel (needs each target's ``word_list``), or auto: per target, wechsel where it has a ``word_list``,
+    else focus (``target_init``; chosen on dev, RESULTS.md), said before its Step 2 starts. The source-relearn
+    control uses specials, or this with ``relearn_anchor`` (focus under auto)."""
     new_rows: str = "normal"
     """Rows that get no source row or mixture: normal (N(0, init_std), the paper) or source (the source rows' N(mean,
     std))."""
@@ -248,6 +249,21 @@ class PipelineConfig:
         return dataclass_from_dict(FinetuneSettings, self.step3, f"{source}: step3")
 
 
+AUTO_INIT = "auto"
+
+
+def target_init(step2: Step2Settings, target: CorpusSettings | None) -> tuple[str, str]:
+    """(the initialiser ``target``'s Step 2 starts from, why): ``step2.init``, or under auto WECHSEL where the
+    target has a word list and FOCUS where it has none (the order the dev sets gave: WECHSEL over in-domain word
+    lists ahead, FreeDict's level with FOCUS; RESULTS.md). ``target`` None: the source-relearn control's (focus under
+    auto: WECHSEL would align the source with itself)."""
+    if step2.init != AUTO_INIT:
+        return step2.init, "step2.init"
+    if target is not None and target.word_list is not None:
+        return "wechsel", f"auto: its word list {target.word_list}"
+    return "focus", "auto: no word list, FOCUS needs only the target corpus"
+
+
 def task_finetuning(step3: dict[str, Any], task: TaskSettings, source: str) -> FinetuneSettings:
     """The Step-3 settings of one task: its own ``finetune`` section, then the config's ``step3`` where that sets a
     value, then the paper's for its format (``FORMAT_FINETUNING``), then the defaults."""
@@ -338,33 +354,36 @@ def check(cfg: PipelineConfig, source: str, *, world_size: int | None) -> GivenM
     if cfg.step1 is not None and cfg.step1.forget_every < 0:
         raise InputError(f"{source}: step1.forget_every must be at least 0 (0: never), got {cfg.step1.forget_every}")
     step2 = cfg.step2
-    if step2.init not in INITS or step2.init == "specials" or step2.new_rows not in NEW_ROWS:
-        raise InputError(f"{source}: step2.init must be one of {', '.join(i for i in INITS if i != 'specials')} and "
-                         f"step2.new_rows one of {', '.join(NEW_ROWS)}; got {step2.init!r}, {step2.new_rows!r}")
-    from ds_minimodel.model.embedding_init import TRANSLITERATING
+    choices = [*(i for i in INITS if i != "specials"), AUTO_INIT]
+    if step2.init not in choices or step2.new_rows not in NEW_ROWS:
+        raise InputError(f"{source}: step2.init must be one of {', '.join(choices)} and step2.new_rows one of "
+                         f"{', '.join(NEW_ROWS)}; got {step2.init!r}, {step2.new_rows!r}")
+    from ds_minimodel.model.embedding_init import STATIC_INITS, TRANSLITERATING
 
-    if step2.rare_vectors not in ("drawn", "ngrams") or (step2.rare_vectors == "ngrams"
-                                                          and step2.init not in ("focus", "wechsel")):
+    inits = {target.lang: target_init(step2, target)[0] for target in cfg.targets}
+    if step2.rare_vectors not in ("drawn", "ngrams") or (
+            step2.rare_vectors == "ngrams" and not set(inits.values()) <= set(STATIC_INITS)):
         raise InputError(f"{source}: step2.rare_vectors is drawn or ngrams, and ngrams works with init focus or "
                          f"wechsel (their static vectors); got {step2.rare_vectors!r} with init {step2.init!r}")
-    if step2.transliterate and (step2.init not in TRANSLITERATING or importlib.util.find_spec("anyascii") is None):
+    if step2.transliterate and (not set(inits.values()) & set(TRANSLITERATING)
+                                or importlib.util.find_spec("anyascii") is None):
         raise InputError(f"{source}: step2.transliterate works with init {' or '.join(TRANSLITERATING)} and needs "
                          f"anyascii (pip install anyascii); init is {step2.init!r}")
-    if step2.init in ("focus", "wechsel") and importlib.util.find_spec("gensim") is None:
+    if set(inits.values()) & set(STATIC_INITS) and importlib.util.find_spec("gensim") is None:
         raise InputError(f"{source}: step2.init {step2.init} trains static vectors with gensim, which is not "
                          "installed (pip install gensim, or the package's [focus] extra)")
     if cfg.source.word_list is not None:
         raise InputError(f"{source}: source.word_list: a word list belongs to a target language")
     if step2.init == "wechsel" and cfg.source_relearn:
         raise InputError(f"{source}: the source-relearn control (source_relearn) with step2.init wechsel would align "
-                         "the source language with itself; run it with overlap or focus")
+                         "the source language with itself; run it with overlap, focus or auto")
     for target in cfg.targets:
-        if step2.init == "wechsel" and target.word_list is None:
+        if inits[target.lang] == "wechsel" and target.word_list is None:
             raise InputError(f"{source}: step2.init wechsel needs a bilingual word list for every target language; "
                              f"{target.lang} has none (targets[].word_list)")
         if target.word_list is not None:
-            if step2.init != "wechsel":
-                raise InputError(f"{source}: {target.lang}'s word_list is used by step2.init wechsel only, "
+            if inits[target.lang] != "wechsel":
+                raise InputError(f"{source}: {target.lang}'s word_list is used by step2.init wechsel (or auto) only, "
                                  f"not {step2.init}")
             WordList.read(target.word_list)
     ft = cfg.finetuning(source)

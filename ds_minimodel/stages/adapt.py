@@ -35,6 +35,7 @@ from ds_minimodel.model.bodies import body_of
 from ds_minimodel.model.embedding_init import (
     INITS,
     NEW_ROWS,
+    STATIC_INITS,
     TRANSLITERATING,
     AlignedVectors,
     anchor_copied_rows,
@@ -110,7 +111,7 @@ def build(spec: AdaptSpec, ctx: Context) -> Built:
     """The Step-2 stage: the body frozen, the target's rows initialised, the stream of target text."""
     # Every input is checked before anything is written: a refused run leaves --out as it was.
     check_fields(spec, CHECKS)  # a spec file's unknown system or initialiser, refused by name
-    if spec.rare_vectors != "drawn" and spec.init not in ("focus", "wechsel"):
+    if spec.rare_vectors != "drawn" and spec.init not in STATIC_INITS:
         raise InputError(f"--rare-vectors {spec.rare_vectors} is for the static vectors of --init focus or wechsel, "
                          f"not {spec.init}")
     if spec.transliterate and spec.init not in TRANSLITERATING:

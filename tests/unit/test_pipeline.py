@@ -300,7 +300,7 @@ def test_wechsel_takes_each_targets_word_list_and_the_source_data_and_refuses_wh
     for changes, message in (
             ({"step2": wechsel}, "step2.init wechsel needs a bilingual word list for every target language; de"),
             ({"step2": {**base["step2"], "init": "overlap"}, "targets": [target]},
-             "de's word_list is used by step2.init wechsel only, not overlap"),
+             "de's word_list is used by step2.init wechsel \\(or auto\\) only, not overlap"),
             ({"step2": wechsel, "targets": [target], "source_relearn": ["bl_base"]}, "would align the source"),
             ({"step2": wechsel, "targets": [{**target, "word_list": str(tmp_path / "none.tsv")}]}, "cannot read")):
         path = tmp_path / "bad.json"
@@ -424,3 +424,27 @@ def test_step2_transliterate_reaches_the_launch_and_is_refused_where_nothing_is_
     with pytest.raises(InputError, match=r"step2.transliterate works with init overlap or focus .*'wechsel'"):
         demo_pipeline(tmp_path, step2={**base["step2"], "init": "wechsel", "transliterate": True},
                       targets=[{**base["targets"][0], "word_list": "reference_data/lexicons/de-en.help.tsv"}])
+
+
+def test_init_auto_takes_wechsel_where_a_word_list_is_given_and_focus_elsewhere_and_says_so(tmp_path, monkeypatch,
+                                                                                          capsys):
+    base = json.loads((Path(__file__).resolve().parents[2] / "configs/demo.json").read_text())
+    targets = [{**base["targets"][0], "word_list": "reference_data/lexicons/de-en.help.tsv"},
+               {"lang": "xx", "corpus": base["targets"][0]["corpus"]}]
+    step2 = {**base["step2"], "init": "auto", "transliterate": True, "rare_vectors": "ngrams"}
+    pipeline = demo_pipeline(tmp_path, step2=step2, targets=targets, source_relearn=["bl_base"])
+    launched = {}
+    monkeypatch.setattr(pipeline, "_finished", lambda *a: Path("body"))
+    monkeypatch.setattr(pipeline, "_data", lambda lang, *a: Path(f"data/{lang}"))
+    monkeypatch.setattr(pipeline, "_train", lambda spec, run_dir, name, values: launched.update(
+        {name: spec.from_dict({**values, "out": str(run_dir)}, name)}))
+    for lang in ("de", "xx", "en-relearn"):
+        pipeline._step2("bl_base", lang)
+    de, xx, control = (launched[f"step2-{lang}-bl_base"] for lang in ("de", "xx", "en-relearn"))
+    assert (de.init, str(de.word_list), de.transliterate, de.rare_vectors) == (
+        "wechsel", "reference_data/lexicons/de-en.help.tsv", False, "ngrams")  # transliteration is not WECHSEL's
+    assert (xx.init, xx.word_list, xx.transliterate, xx.rare_vectors) == ("focus", None, True, "ngrams")
+    assert (control.init, control.rare_vectors) == ("specials", "drawn")  # the plain control copies the specials
+    out = capsys.readouterr().out
+    assert "step2-bl_base de: init wechsel (auto: its word list reference_data/lexicons/de-en.help.tsv)" in out
+    assert "step2-bl_base xx: init focus (auto: no word list, FOCUS needs only the target corpus)" in out
