@@ -31,12 +31,12 @@ from ds_minimodel.pipeline.launching import LAUNCHERS, StoppedEarly, finished, t
 from ds_minimodel.pipeline.ownership import PRETRAIN_FOLDER, PRETRAIN_RUN, own_output
 from ds_minimodel.pipeline.results import scored, task_baselines, write_results
 from ds_minimodel.pipeline.settings import (
+    AUTO_INIT,
     MINI_PREFIX,
     RELEARN_SUFFIX,
     FinetuneSettings,
     PipelineConfig,
     TaskSettings,
-    AUTO_INIT,
     as_values,
     check,
     only_systems,
@@ -53,6 +53,7 @@ from ds_minimodel.pipeline.source_model import (
 from ds_minimodel.stages.specs import AdaptSpec, FinetuneSpec, PretrainSpec, RunSpec
 from ds_minimodel.systems import Step, get_system
 from ds_minimodel.train import checkpoint
+
 
 @dataclass(frozen=True)
 class Job:
@@ -209,10 +210,9 @@ class Pipeline:
 
     def _body(self, system: str, needed_by: str) -> Path:
         """What ``system``'s Step 2 trains over: Step 1b's output, or its primary's model."""
-        entry = get_system(system)
-        if entry.step1b:
+        if get_system(system).step1b:
             return self._finished(self.step1b_dir(system), self.body_job(system), needed_by)
-        return self._primary(entry.primary, needed_by)
+        return self._primary(get_system(system).primary, needed_by)
 
     # -- running
     def run_all(self) -> dict[str, Any]:
