@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import dataclasses
 import importlib.util
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -194,6 +195,7 @@ class PipelineConfig:
         for name in cfg.systems:
             if get_system(name).step1b and cfg.step1b is None:
                 raise InputError(f"{source}: {name} needs a step1b section")
+        _check_names(cfg, source)
         if any(target.model is not None for target in cfg.targets):
             raise InputError(f"{source}: targets[].model: a pretrained model belongs to the source language "
                              "(source.model); a target language gets new embeddings in Step 2")
@@ -247,6 +249,29 @@ class PipelineConfig:
     def finetuning(self, source: str) -> FinetuneSettings:
         """``step3`` as settings (defaults filled in; each task's own are ``task_finetuning``'s)."""
         return dataclass_from_dict(FinetuneSettings, self.step3, f"{source}: step3")
+
+
+PLAIN_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]*")
+"""A language's or task's name: it names folders under ``out`` (``data/<lang>``, ``step3/<task>``), so nothing that
+climbs out of them."""
+
+
+def _check_names(cfg: PipelineConfig, source: str) -> None:
+    """Languages and tasks: plain names, each once (a target that is the source language too); finetuning seeds
+    each once."""
+    langs = [cfg.source.lang, *(t.lang for t in cfg.targets)]
+    for what, names in (("language", langs), ("task", [t.name for t in cfg.tasks])):
+        bad = [name for name in names if not PLAIN_NAME.fullmatch(name) or ".." in name]
+        if bad:
+            raise InputError(f"{source}: {what} name {bad[0]!r} is not a plain name (letters, digits, '-', '_', "
+                             "'.'): it names folders under out")
+        twice = [name for name in names if names.count(name) > 1]
+        if twice:
+            same = " (a target language that is the source language)" if twice[0] == cfg.source.lang else ""
+            raise InputError(f"{source}: {what} {twice[0]!r} is named twice{same}: every record would count twice")
+    seeds = cfg.step3.get("seeds")
+    if isinstance(seeds, list) and len(set(map(str, seeds))) != len(seeds):
+        raise InputError(f"{source}: step3.seeds {seeds} names a seed twice: the spread over seeds would be false")
 
 
 AUTO_INIT = "auto"
@@ -427,6 +452,11 @@ def check(cfg: PipelineConfig, source: str, *, world_size: int | None) -> GivenM
         train = read_examples(task.format, Path(task.train), language=cfg.source.lang, training=True)
         for lang, path in [*task.dev.items(), *task.test.items()]:
             read_examples(task.eval_format or task.format, Path(path), labels=train.labels or None, language=lang)
+        langs = [cfg.source.lang, *(t.lang for t in cfg.targets)]
+        stray = sorted((set(task.dev) | set(task.test)) - set(langs))
+        if stray:
+            raise InputError(f"{source}: task {task.name}: a dev or test file for {stray[0]!r}, which is neither the "
+                             f"source nor a target language ({', '.join(langs)}): it would never be scored")
     return given
 
 

@@ -141,9 +141,17 @@ def test_the_pipeline_checks_everything_before_the_first_job(tmp_path):
     with pytest.raises(InputError, match=r"task qa's finetuning: max_len 64 leaves -4 context tokens per window after "
                                          r"a question of 64 tokens .* raise max_len to at least 85"):
         Pipeline(PipelineConfig.load(path), str(path))
-    # Per-language tokenizer settings make the same language fit.
-    path = pipeline_config(tmp_path, targets=[{"lang": "zh", "corpus": str(cjk), "vocab_size": 4000}])
+    # Per-language tokenizer settings make the same language fit (the demo's German test file goes with German).
+    demo_task = json.loads((REPO / "configs/demo.json").read_text())["tasks"][0]
+    zh_only = {**demo_task, "test": {"en": demo_task["test"]["en"]}}
+    path = pipeline_config(tmp_path, targets=[{"lang": "zh", "corpus": str(cjk), "vocab_size": 4000}],
+                           tasks=[zh_only])
     Pipeline(PipelineConfig.load(path), str(path))
+    # A test file of a language the config does not adapt to is refused, not dropped from the results.
+    path = pipeline_config(tmp_path, targets=[{"lang": "zh", "corpus": str(cjk), "vocab_size": 4000}])
+    with pytest.raises(InputError, match=r"task lohelp: a dev or test file for 'de', which is neither the source nor "
+                                         r"a target language \(en, zh\): it would never be scored"):
+        Pipeline(PipelineConfig.load(path), str(path))
     assert not (tmp_path / "out").exists()  # nothing was written
 
 
@@ -384,3 +392,22 @@ def test_a_valid_deepspeed_json_passes_the_check_on_any_number_of_ranks(world_si
     assert len(shipped) >= 10
     for path in shipped:  # every shipped file passes
         check_ds_config(load_ds_config(path), path.name, steps=10)
+
+
+@pytest.mark.parametrize("changes, message", [
+    ({"targets": [{"lang": "../../evil", "corpus": "demo_data/corpus/de.txt"}]},
+     r"language name '../../evil' is not a plain name .*: it names folders under out"),
+    ({"tasks__name": "../x"}, r"task name '../x' is not a plain name"),
+    ({"targets": [{"lang": "de", "corpus": "demo_data/corpus/de.txt"}] * 2},
+     r"language 'de' is named twice: every record would count twice"),
+    ({"targets": [{"lang": "en", "corpus": "demo_data/corpus/de.txt"}]},
+     r"language 'en' is named twice \(a target language that is the source language\)"),
+    ({"step3__seeds": [1, 1]}, r"step3.seeds \[1, 1\] names a seed twice"),
+])
+def test_names_that_become_folders_and_duplicates_are_refused_when_the_config_is_read(changes, message, tmp_path):
+    if "tasks__name" in changes:
+        task = json.loads((REPO / "configs/demo.json").read_text())["tasks"][0]
+        changes = {"tasks": [{**task, "name": changes["tasks__name"]}]}
+    path = pipeline_config(tmp_path, **changes)
+    with pytest.raises(InputError, match=message):
+        PipelineConfig.load(path)
