@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import re
 import sys
 import tempfile
 import unicodedata
@@ -30,7 +29,6 @@ from make_language_data import FREEDICT_TO_ENGLISH  # noqa: E402
 
 from ds_minimodel.data.special import NUM_SPECIAL  # noqa: E402
 from ds_minimodel.data.tokenizer import Tokenizer, train_sentencepiece  # noqa: E402
-from ds_minimodel.errors import InputError  # noqa: E402
 from ds_minimodel.model.embedding_init import shared_source_ids  # noqa: E402
 
 
@@ -64,13 +62,7 @@ def static_rows(corpus: Path, folder: Path, vocab: int) -> str:
 
 def pieces(corpus: Path, prefix: Path, vocab: int, **options) -> list[str]:
     """The pieces of a tokenizer trained on ``corpus``: ``vocab`` of them, or as many as the corpus allows."""
-    try:
-        return Tokenizer.load(train_sentencepiece(corpus, prefix, vocab_size=vocab, **options)).pieces()
-    except InputError as err:
-        most = re.search(r"at most (\d+) pieces", str(err))
-        if not most:
-            raise
-        return Tokenizer.load(train_sentencepiece(corpus, prefix, vocab_size=int(most[1]), **options)).pieces()
+    return Tokenizer.load(train_sentencepiece(corpus, prefix, vocab_size=vocab, fit_vocab=True, **options)).pieces()
 
 
 def main(argv: list[str] | None = None) -> int:
