@@ -4,15 +4,19 @@ from __future__ import annotations
 
 import codecs
 import os
+import signal
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 from ds_minimodel.cluster.launch import free_port, local_command
+from ds_minimodel.cluster.slurm import EXIT_REQUEUE
 from ds_minimodel.config import read_json
 from ds_minimodel.errors import InputError
+from ds_minimodel.pipeline.stopping import Stop, descendants, running
 from ds_minimodel.stages.specs import RunSpec
 from ds_minimodel.train import checkpoint
 
@@ -20,10 +24,11 @@ LAUNCHERS = ("deepspeed", "torchrun", "srun")
 
 
 def launch(script: str, args: list[str], ranks: int, launcher: str = "deepspeed", *, verbose: bool = False,
-           log: Path | None = None) -> None:
-    """Run a training entry point; a failure stops the pipeline with its exit code. With ``log``, everything the
-    job prints (output and errors, in order) goes to that file, appended at each launch, and is echoed here
-    (``run_logged``).
+           log: Path | None = None) -> int:
+    """Run a training entry point and return its exit status; a job that failed (a positive status, no stop asked
+    for) stops the pipeline with it. With ``log``, everything the job prints (output and errors, in order) goes to
+    that file, appended at each launch, and is echoed here (``run_logged``). The job runs in a session of its own and
+    a signal to the pipeline is passed on to it (``stopping``).
 
     ``deepspeed`` or ``torchrun``: ``ranks`` processes on this machine (``launch.local_command``; one process when
     ``ranks`` is 1). ``srun``: one task per rank of the enclosing batch job's allocation (its nodes x tasks per
@@ -39,38 +44,63 @@ def launch(script: str, args: list[str], ranks: int, launcher: str = "deepspeed"
     print("$ " + " ".join(cmd), flush=True)
     env = {k: v for k, v in os.environ.items()
            if k not in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT")}
-    code = subprocess.run(cmd, env=env).returncode if log is None else run_logged(cmd, env, log)
-    if code:
+    code = run_logged(cmd, env, log)
+    stop = Stop.active
+    if code > 0 and (stop is None or stop.received is None):
         raise SystemExit(f"pipeline: {script} exited with {code}" + (f"; its whole output: {log}" if log else ""))
+    return code
 
 
-def run_logged(cmd: list[str], env: dict[str, str], log: Path, *, poll: float = 0.2) -> int:
+def run_logged(cmd: list[str], env: dict[str, str], log: Path | None, *, poll: float = 0.2) -> int:
     """Run ``cmd`` with its output and errors appended to ``log``, echoing what it writes to this process's stdout
-    as it comes; returns its exit code. The job writes to the file, not to a pipe this process reads: if this
-    process is stopped first (a signal to the whole process group), the ranks still save, print and exit."""
+    as it comes; returns its exit status once every process it started has ended (ranks whose launcher was killed
+    first still save and print). The job writes to the file, not to a pipe this process reads: if this process is
+    killed first, the ranks still save, print and exit. Without ``log`` the job writes to this process's output."""
+    stop = Stop.active or Stop()
+    if log is None:
+        return _wait(stop.start(cmd, env), stop, lambda final: None, poll)
     log.parent.mkdir(parents=True, exist_ok=True)
     with log.open("ab") as sink:
         sink.write(("$ " + " ".join(cmd) + "\n").encode())
         sink.flush()
         start = sink.tell()
-        proc = subprocess.Popen(cmd, env={**env, "PYTHONUNBUFFERED": "1"}, stdout=sink, stderr=subprocess.STDOUT)
+        proc = stop.start(cmd, {**env, "PYTHONUNBUFFERED": "1"}, stdout=sink, stderr=subprocess.STDOUT)
     text = codecs.getincrementaldecoder("utf-8")(errors="replace")  # a character may straddle two reads
     with log.open("rb") as source:
         source.seek(start)
-        while True:
-            done = proc.poll() is not None
-            chunk = text.decode(source.read(), final=done)
+
+        def echo(final: bool) -> None:
+            chunk = text.decode(source.read(), final=final)
             if chunk:
                 sys.stdout.write(chunk)
                 sys.stdout.flush()
+
+        return _wait(proc, stop, echo, poll)
+
+
+def _wait(proc: subprocess.Popen, stop: Stop, echo: Callable[[bool], None], poll: float) -> int:
+    """Echo until ``proc`` and every process it started (as last seen, once a second) have ended."""
+    seen: dict[int, Any] = {}
+    last_look = 0.0
+    try:
+        while True:
+            if time.monotonic() - last_look > 1.0:
+                seen.update((p.pid, p) for p in descendants(proc))
+                last_look = time.monotonic()
+            done = proc.poll() is not None and not any(running(p) for p in seen.values())
+            echo(done)
             if done:
                 return proc.returncode
             time.sleep(poll)
+    finally:
+        stop.finished()
 
 
 class StoppedEarly(Exception):
     """A step saved a checkpoint and stopped before its last update (SIGTERM/SIGUSR1): later steps need its
     output, so the pipeline stops too, with ``slurm.EXIT_REQUEUE``; running it again resumes the step."""
+
+    exit_code = EXIT_REQUEUE
 
 
 def finished(run_dir: Path) -> bool:
@@ -116,8 +146,21 @@ def train_step(spec: type[RunSpec], run_dir: Path, values: dict[str, Any], spec_
     values = {**values, "out": str(run_dir), "resume": (run_dir / checkpoint.RUN).is_file()}
     spec_file.parent.mkdir(parents=True, exist_ok=True)
     spec.from_dict(values, f"{spec_file} (the pipeline's settings)").write(spec_file)
-    launch(spec.ENTRY, ["--config", str(spec_file)], ranks, launcher, verbose=verbose, log=log)
+    code = launch(spec.ENTRY, ["--config", str(spec_file)], ranks, launcher, verbose=verbose, log=log)
+    resume = f"{saved_at(run_dir)}; run the pipeline again to resume"
+    if Stop.active is not None:
+        Stop.active.raise_if_stopped(resume)
+    if code < 0:  # the launcher was killed by a signal; its ranks noticed, saved and stopped (train.faults)
+        raise StoppedEarly(f"pipeline: {spec.ENTRY}'s launcher ended by {signal.Signals(-code).name}; {resume}")
     if not finished(run_dir):
-        raise StoppedEarly(f"pipeline: {run_dir} stopped before its last update; run the pipeline again to resume")
+        raise StoppedEarly(f"pipeline: {run_dir} stopped before its last update ({saved_at(run_dir)}); run the "
+                           "pipeline again to resume")
 
 
+def saved_at(run_dir: Path) -> str:
+    """Where a stopped run resumes from, in words."""
+    latest = checkpoint.latest_checkpoint(run_dir) if run_dir.is_dir() else None
+    if latest is None:
+        return f"{run_dir} has no checkpoint yet"
+    steps = read_json(run_dir / checkpoint.RUN)["train"]["steps"] if (run_dir / checkpoint.RUN).is_file() else None
+    return f"{run_dir} saved at update {checkpoint.load_meta(latest).step:,}" + (f" of {steps:,}" if steps else "")

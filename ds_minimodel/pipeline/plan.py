@@ -19,7 +19,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ds_minimodel.cluster import slurm
 from ds_minimodel.config import read_json, write_json
 from ds_minimodel.data.prepare import prepare, prepare_tokenizer, tokenizer_path
 from ds_minimodel.data.shards import META_FILE
@@ -50,6 +49,7 @@ from ds_minimodel.pipeline.source_model import (
     check_recorded,
     given_primary,
 )
+from ds_minimodel.pipeline.stopping import Stop, Stopped
 from ds_minimodel.stages.specs import AdaptSpec, FinetuneSpec, PretrainSpec, RunSpec
 from ds_minimodel.systems import Step, get_system
 from ds_minimodel.train import checkpoint
@@ -464,27 +464,27 @@ def main(argv: list[str] | None = None) -> int:
         if args.systems is not None:
             cfg = only_systems(cfg, args.systems.split(","), str(args.config))
         pipeline = Pipeline(cfg, str(args.config), launcher=args.launcher, verbose=args.verbose)
-        if args.list:  # and what of it is done (pipeline.status): nothing is started
-            from ds_minimodel.pipeline.status import job_status
+        if args.list:  # and what of it is done: nothing is started
+            from ds_minimodel.pipeline.status import print_jobs
 
-            for job in pipeline.jobs():
-                print(f"{job.name:<20} after: {', '.join(job.after) or '-'}"
-                      + (f"; one run per language: {', '.join(job.array)}" if job.array else "")
-                      + f"  [{job_status(pipeline, job)}]")
-            return 0
+            return print_jobs(pipeline)
         if args.lang is not None and not (args.only or "").startswith(f"{Step.ADAPT}-"):
             raise InputError("--lang goes with --only step2-<system>")
         own_output(pipeline.out, args.config)
-        if args.only is None:  # one pipeline per folder; single jobs (batch jobs, Step-2 arrays) claim their runs
-            claim(pipeline.out, f"pipeline {args.config}")
-            summary = pipeline.run_all()
-        else:
-            summary = pipeline.run(args.only, args.lang)
+        with Stop():  # SIGINT, SIGTERM, SIGHUP: the running job saves and stops, then the pipeline (stopping.py)
+            if args.only is None:  # one pipeline per folder; single jobs (batch jobs, Step-2 arrays) claim runs
+                claim(pipeline.out, f"pipeline {args.config}")
+                summary = pipeline.run_all()
+            else:
+                summary = pipeline.run(args.only, args.lang)
     except InputError as err:
         return report(err)
-    except StoppedEarly as stop:
+    except (StoppedEarly, Stopped) as stop:  # saved and stopped: exit 75 (requeue the batch job), 128 + a signal
         print(stop, file=sys.stderr, flush=True)
-        return slurm.EXIT_REQUEUE
+        return stop.exit_code
+    except KeyboardInterrupt:  # Ctrl-C while the config is read, before the handlers are in place
+        print("pipeline: interrupted before any work", file=sys.stderr, flush=True)
+        return 130
     if args.only not in (None, Step.TRANSFER):
         return 0
     # The analysis (tables shaped like the paper's Tables 2 and 3, Figures 1 and 3) reads only results.json.

@@ -62,3 +62,12 @@ def _scored(run: Any) -> bool:
                                              read_json(run_dir / "run.json")["train"]["steps"]) not in scored:
                     return False
     return True
+
+
+def print_jobs(pipeline: Any) -> int:
+    """``pipeline --list``: each job, what it needs and how much of it is done."""
+    for job in pipeline.jobs():
+        print(f"{job.name:<20} after: {', '.join(job.after) or '-'}"
+              + (f"; one run per language: {', '.join(job.array)}" if job.array else "")
+              + f"  [{job_status(pipeline, job)}]")
+    return 0

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import signal
+import socket
 import threading
 from pathlib import Path
 from typing import Any
@@ -19,23 +20,29 @@ class StopSignals:
 
     - SIGTERM and SIGUSR1, as a preempted or time-limited batch job needs (Slurm: ``--signal=USR1@120``);
     - Ctrl-C (SIGINT) the same way; a second Ctrl-C stops at once, without saving;
+    - SIGHUP (the terminal or session that started the run closed);
     - the end of the launcher that started this rank (``deepspeed`` or ``torchrun``): a launcher killed by a signal
       it cannot pass on (SIGKILL, or SIGTERM to the ``deepspeed`` runner, which does not forward it) would otherwise
-      leave its ranks training on as orphans, writing a folder that a relaunch then writes too.
+      leave its ranks training on as orphans, writing a folder that a relaunch then writes too;
+    - the end of the pipeline that started the job (``OWNER_ENV``, on the pipeline's own host): a pipeline killed
+      with SIGKILL cannot pass anything on, and its job runs in a session of its own.
 
     Handlers are installed only in the main thread, and the previous ones are restored on exit.
     """
 
-    SIGNALS = (signal.SIGTERM, signal.SIGUSR1, signal.SIGINT)
+    SIGNALS = (signal.SIGTERM, signal.SIGUSR1, signal.SIGINT, signal.SIGHUP)
     LAUNCHER_GONE = "its launcher ended"
+    OWNER_GONE = "the pipeline that started it ended"
     early: int | None = None
     """SIGUSR1 received before training began (see ``catch_early_usr1``)."""
 
     def __init__(self) -> None:
         self.received: int | None = StopSignals.early
         self.launcher_gone = False
+        self.owner_gone = False
         self._previous: dict[int, Any] = {}
         self._launchers = _launcher_pids()
+        self._owner = owner_process()
 
     @classmethod
     def catch_early_usr1(cls) -> None:
@@ -57,16 +64,21 @@ class StopSignals:
         self.received = signum
 
     def stop_requested(self) -> bool:
-        """A signal arrived, or a launcher this rank watches is gone (checked once per update: one read of
-        /proc/<pid>/stat per watched process)."""
-        if self.received is None and not self.launcher_gone and self._launchers:
-            self.launcher_gone = os.getppid() != self._launchers[0] or not all(map(_alive, self._launchers))
-        return self.received is not None or self.launcher_gone
+        """A signal arrived, or a launcher or the pipeline this rank watches is gone (checked once per update: one
+        read of /proc/<pid>/stat per watched process)."""
+        if self.received is None and not self.launcher_gone and not self.owner_gone:
+            if self._launchers:
+                self.launcher_gone = os.getppid() != self._launchers[0] or not all(map(_alive, self._launchers))
+            if self._owner is not None:
+                self.owner_gone = not _same_process(*self._owner)
+        return self.received is not None or self.launcher_gone or self.owner_gone
 
     def reason(self) -> str:
         if self.received is not None:
             return signal.Signals(self.received).name
-        return self.LAUNCHER_GONE if self.launcher_gone else "a peer's signal"
+        if self.launcher_gone:
+            return self.LAUNCHER_GONE
+        return self.OWNER_GONE if self.owner_gone else "a peer's signal"
 
     def restore(self) -> None:
         for sig, handler in self._previous.items():
@@ -98,6 +110,36 @@ def _alive(pid: int) -> bool:
     """Running, not gone and not a zombie (a killed launcher stays one until its own parent reaps it)."""
     fields = _stat(pid)
     return bool(fields) and fields[0] not in ("Z", "X")
+
+
+OWNER_ENV = "DS_MINIMODEL_PIPELINE"
+"""Set by the pipeline for the jobs it starts: ``host:pid:start`` of the pipeline's process (``owner_mark``)."""
+
+
+def _start_time(pid: int) -> str | None:
+    """The process's start time in clock ticks since boot (/proc/<pid>/stat field 22): with the pid, it names one
+    process, not whichever later reuses the pid."""
+    fields = _stat(pid)
+    return fields[19] if len(fields) > 19 else None
+
+
+def _same_process(pid: int, start: str) -> bool:
+    return _alive(pid) and _start_time(pid) == start
+
+
+def owner_mark() -> str:
+    """What the pipeline puts in ``OWNER_ENV`` for its jobs."""
+    return f"{socket.gethostname()}:{os.getpid()}:{_start_time(os.getpid())}"
+
+
+def owner_process() -> tuple[int, str] | None:
+    """(pid, start time) of the pipeline that started this job, when it runs on this host (ranks on other hosts,
+    which srun gives the same environment, cannot see it and leave the watch to their own launcher)."""
+    host, _, rest = os.environ.get(OWNER_ENV, "").partition(":")
+    pid, _, start = rest.partition(":")
+    if host != socket.gethostname() or not pid.isdigit() or not start:
+        return None
+    return int(pid), start
 
 
 def _launcher_pids() -> list[int]:

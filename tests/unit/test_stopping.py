@@ -1,0 +1,84 @@
+"""The pipeline's handling of SIGINT, SIGTERM and SIGHUP (pipeline/stopping.py) and a job's watch on the pipeline
+that started it (train/faults.py), with a stand-in job; the real thing on 2 ranks is tests/integration/test_stopping.py."""
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+
+from ds_minimodel.pipeline.stopping import Stop, Stopped
+from ds_minimodel.train import faults
+
+# A job that saves and exits 0 on SIGTERM (as a rank does), and says which pipeline it was told started it.
+JOB = ("import os, signal, sys, time\n"
+       "signal.signal(signal.SIGTERM, lambda *a: (print('saved on SIGTERM', flush=True), sys.exit(0)))\n"
+       f"print(os.environ.get({faults.OWNER_ENV!r}), flush=True)\n"
+       "time.sleep(60)\n")
+
+
+def start_job(stop: Stop) -> subprocess.Popen:
+    job = stop.start([sys.executable, "-c", JOB], dict(os.environ), stdout=subprocess.PIPE, text=True)
+    assert job.stdout.readline().strip() == faults.owner_mark()
+    return job
+
+
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM, signal.SIGHUP])
+def test_a_signal_to_the_pipeline_is_passed_to_its_job_as_sigterm_and_then_stops_the_pipeline(sig):
+    with Stop() as stop:
+        job = start_job(stop)
+        assert os.getpgid(job.pid) != os.getpgid(0)  # its own session: a group signal reaches only the pipeline
+        os.kill(os.getpid(), sig)
+        assert job.stdout.readline().strip() == "saved on SIGTERM"
+        assert job.wait(timeout=20) == 0
+        stop.finished()
+        with pytest.raises(Stopped) as stopped:
+            stop.raise_if_stopped("runs/x saved at update 3")
+    assert stopped.value.exit_code == 128 + sig and f"stopped by {sig.name}; runs/x" in str(stopped.value)
+    assert signal.getsignal(sig) is not stop._handle  # the previous handler is back
+
+
+def test_a_second_signal_stops_the_job_at_once_and_one_between_jobs_stops_the_pipeline_there():
+    with Stop() as stop:
+        slow = "import signal, time\nsignal.signal(signal.SIGTERM, signal.SIG_IGN)\nprint('up', flush=True)\ntime.sleep(60)"
+        job = stop.start([sys.executable, "-c", slow], dict(os.environ), stdout=subprocess.PIPE, text=True)
+        assert job.stdout.readline().strip() == "up"
+        os.kill(os.getpid(), signal.SIGTERM)  # a job slow to stop
+        time.sleep(0.2)
+        assert job.poll() is None
+        os.kill(os.getpid(), signal.SIGINT)
+        assert job.wait(timeout=20) == -signal.SIGKILL
+    with Stop() as stop, pytest.raises(Stopped, match="before its next job") as stopped:
+        os.kill(os.getpid(), signal.SIGTERM)
+        time.sleep(5)
+    assert stopped.value.exit_code == 143
+
+
+def test_a_signal_while_the_job_starts_is_passed_on_once_it_exists():
+    with Stop() as stop:
+        stop.starting = True
+        stop._handle(signal.SIGTERM, None)  # nothing to pass it to yet: remembered, not raised
+        stop.starting = False
+        job = stop.start([sys.executable, "-c", "import time\ntime.sleep(60)"], dict(os.environ))
+        assert job.wait(timeout=20) == -signal.SIGTERM  # at once, before it could set up a handler
+
+
+def test_a_job_notices_the_pipeline_that_started_it_is_gone(monkeypatch):
+    monkeypatch.setenv(faults.OWNER_ENV, faults.owner_mark())
+    signals = faults.StopSignals()
+    assert not signals.stop_requested()  # this process, alive
+    mark = "from ds_minimodel.train.faults import owner_mark\nprint(owner_mark())"
+    dead = subprocess.run([sys.executable, "-c", mark], capture_output=True, text=True, check=True).stdout.strip()
+    monkeypatch.setenv(faults.OWNER_ENV, dead)
+    signals = faults.StopSignals()
+    assert signals.stop_requested() and signals.reason() == faults.StopSignals.OWNER_GONE
+    # The same pid with another start time is another process (a reused pid), and a pipeline on another host
+    # (srun gives every host the same environment) is not watched from here.
+    host, pid, start = faults.owner_mark().split(":")
+    monkeypatch.setenv(faults.OWNER_ENV, f"{host}:{pid}:{int(start) + 1}")
+    assert faults.StopSignals().stop_requested()
+    monkeypatch.setenv(faults.OWNER_ENV, f"another-host:{pid}:{start}")
+    assert faults.owner_process() is None and not faults.StopSignals().stop_requested()
