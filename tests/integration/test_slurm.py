@@ -17,6 +17,7 @@ from pathlib import Path
 
 import pytest
 
+from ds_minimodel.pipeline.ownership import OWNER_MARK
 from tests.integration.conftest import DEMO, REPO, run_cmd
 from tests.integration.hosts import Slurm, why_no_slurm
 
@@ -54,6 +55,7 @@ def test_submitted_chain_runs_in_order_and_a_signalled_job_requeues_and_resumes(
     # The session's prepared data, so the prepare job finds it done (same corpora, same tokenizer arguments).
     for lang, data in (("en", en_data), ("de", de_data)):
         shutil.copytree(data, out / "data" / lang)
+    (out / OWNER_MARK).write_text("a pipeline's folder, its data prepared by the test")
     tasks = DEMO / "tasks" / "lohelp"
     config = tmp_path / "chain.json"
     config.write_text(json.dumps({

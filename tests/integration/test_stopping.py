@@ -19,6 +19,7 @@ import psutil
 import pytest
 import torch
 
+from ds_minimodel.pipeline.ownership import OWNER_MARK
 from ds_minimodel.train import checkpoint
 from tests.integration.conftest import DEMO, RANK_VARS, REPO, run_cmd
 
@@ -30,6 +31,7 @@ STEPS = 150
 def config(tmp_path: Path, en_data: Path, name: str) -> Path:
     out = tmp_path / name
     shutil.copytree(en_data, out / "data" / "en")  # prepared already: the pipeline finds it done
+    (out / OWNER_MARK).write_text("a pipeline's folder, its data prepared by the test")
     path = tmp_path / f"{name}.json"
     path.write_text(json.dumps({
         "out": str(out), "ranks": 2, "preset": "tiny", "seq_len": 64, "vocab_size": 2000, "systems": ["bl_base"],

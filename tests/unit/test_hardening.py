@@ -283,13 +283,22 @@ def test_ctrl_c_outside_the_training_loop_exits_130_with_one_line(tmp_path):
     assert proc.returncode == 130 and "interrupted" in err and "Traceback" not in err, err
 
 
-def test_a_pipeline_continues_its_own_output_but_not_another_commands(tmp_path, folders):
-    from ds_minimodel.pipeline.ownership import is_pipeline_output
+def test_a_pipeline_continues_only_a_folder_its_mark_names_never_one_of_the_same_shape(tmp_path, folders):
+    """Issue 49: a user's folder holding results.json, results.csv, data/ and logs/ used to be taken for a
+    pipeline's (by its shape) and its results replaced."""
+    from ds_minimodel.pipeline.ownership import OWNER_MARK, is_pipeline_output, own_output
 
     out = tmp_path / "out"
-    (out / "step1").mkdir(parents=True)
-    (out / "pipeline.log").write_text("a log the user redirected here")
-    assert is_pipeline_output(out)
+    for name in ("data", "logs", "step1"):
+        (out / name).mkdir(parents=True)
+    for name in ("results.json", "results.csv"):
+        (out / name).write_text("the user's own")
+    assert not is_pipeline_output(out)
+    with pytest.raises(InputError, match=f"{out}: p.json: out already holds .* {OWNER_MARK}"):
+        own_output(out, "p.json")
+    assert sorted(p.name for p in out.iterdir()) == ["data", "logs", "results.csv", "results.json", "step1"]
+    (out / OWNER_MARK).write_text("made by a pipeline")
+    own_output(out, "p.json")
     assert not is_pipeline_output(folders["run"]) and not is_pipeline_output(folders["data"])
 
 
