@@ -137,6 +137,11 @@ def get_preset(name: str) -> ModelConfig:
         raise InputError(f"unknown model preset {name!r}; known presets: {', '.join(sorted(PRESETS))}") from None
 
 
+MAX_UPDATES = 10**9
+"""The most optimizer updates a run may ask for: a thousand times RoBERTa's 500,000. More is a typo, and a count past
+what a 64-bit step counter holds would fail mid-run instead of now."""
+
+
 @dataclass(frozen=True, kw_only=True)
 class TrainConfig:
     """Settings of one training stage that the DeepSpeed JSON does not own."""

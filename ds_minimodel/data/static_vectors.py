@@ -56,6 +56,24 @@ class StaticSettings:
 
 RARE = ("drawn", "ngrams")
 
+MIN_CHARACTERS = 5_000
+"""The fewest characters (spaces aside) a corpus needs for static vectors: FastText keeps only pieces seen
+``min_count`` (5) times, and in less than about a thousand words of English (or as many characters of a script
+written without spaces) almost none is (a 3-line corpus: none, and gensim fails). Characters, not words: Chinese,
+Japanese and Khmer put no spaces between words."""
+
+
+def check_enough_text(corpus: Path, where: str) -> None:
+    """Refuse, before any work, a corpus too small for static vectors (reads up to ``MIN_CHARACTERS``)."""
+    count = 0
+    with Path(corpus).open(encoding="utf-8", errors="replace") as text:
+        for line in text:
+            count += sum(not ch.isspace() for ch in line)
+            if count >= MIN_CHARACTERS:
+                return
+    raise InputError(f"{corpus}: {count:,} characters, too little text for static vectors ({where}: FOCUS and "
+                     f"WECHSEL need at least {MIN_CHARACTERS:,}); give the language more text, or use init overlap")
+
 
 def paragraphs(shards: TokenShards, pieces: list[str], max_tokens: int) -> Iterator[list[str]]:
     """The folder's stored lines as lists of piece strings, up to ``max_tokens`` tokens in all."""
@@ -101,6 +119,9 @@ def train_static_vectors(data_dir: Path | str, pieces: list[str], settings: Stat
     model = FastText(vector_size=settings.dim, window=settings.window, min_count=settings.min_count,
                      epochs=settings.epochs, seed=settings.seed, workers=1, sg=1)
     model.build_vocab(corpus_iterable=corpus)
+    if not model.wv.key_to_index:  # gensim would fail in train() with "you must first build vocabulary"
+        raise InputError(f"{data_dir}: too little text for static vectors: no piece occurs {settings.min_count} times "
+                         f"in its {sum(map(len, corpus)):,} tokens; give the language more text, or use init overlap")
     model.train(corpus_iterable=corpus, total_examples=len(corpus), epochs=settings.epochs)
     known = np.array([piece in model.wv.key_to_index for piece in pieces])
     vectors = np.zeros((len(pieces), settings.dim), dtype=np.float32)

@@ -250,10 +250,10 @@ class Pipeline:
                    log=self.root / "logs" / f"{name}.log")
 
     def _prepare(self) -> dict[str, Any]:
-        """Every language's tokenizer first (a corpus that cannot give its vocabulary is refused before any
-        encoding), then every corpus encoded."""
+        """Every language's tokenizer first, the smallest corpus's first (a corpus that cannot give its vocabulary
+        is refused within seconds, before the other tokenizers and any encoding), then every corpus encoded."""
         settings = {}
-        for corpus in [self.cfg.source, *self.cfg.targets]:
+        for corpus in sorted([self.cfg.source, *self.cfg.targets], key=lambda c: Path(c.corpus).stat().st_size):
             tokenizer = corpus.tokenizer
             if corpus is self.cfg.source and self.given is not None:  # the given model reads its own tokens
                 tokenizer = self.given.tokenizer["path"]

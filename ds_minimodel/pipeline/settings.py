@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ds_minimodel.config import FinetuneConfig, TrainConfig, dataclass_from_dict, get_preset, read_json
+from ds_minimodel.config import MAX_UPDATES, FinetuneConfig, TrainConfig, dataclass_from_dict, get_preset, read_json
 from ds_minimodel.data.bilingual import WordList
 from ds_minimodel.errors import InputError, require_file
 from ds_minimodel.pipeline.source_model import GivenModel, given_model, given_primary
@@ -373,6 +373,8 @@ def check(cfg: PipelineConfig, source: str, *, world_size: int | None) -> GivenM
         for key in ("steps", "save_every", "log_every"):
             if getattr(stage, key) < 1:
                 raise InputError(f"{source}: {name}.{key} must be at least 1, got {getattr(stage, key)}")
+        if stage.steps > MAX_UPDATES:
+            raise InputError(f"{source}: {name}.steps must be at most {MAX_UPDATES:,}, got {stage.steps:,}")
         _check_ds_config(stage.ds_config, f"{source}: {name}.ds_config", world_size, steps=stage.steps)
     from ds_minimodel.model.embedding_init import INITS, NEW_ROWS
 
@@ -397,6 +399,12 @@ def check(cfg: PipelineConfig, source: str, *, world_size: int | None) -> GivenM
     if set(inits.values()) & set(STATIC_INITS) and importlib.util.find_spec("gensim") is None:
         raise InputError(f"{source}: step2.init {step2.init} trains static vectors with gensim, which is not "
                          "installed (pip install gensim, or the package's [focus] extra)")
+    from ds_minimodel.data.static_vectors import check_enough_text
+
+    for target in cfg.targets:
+        if inits[target.lang] in STATIC_INITS:
+            require_file(target.corpus, "corpus", f"{source}: {target.lang}")
+            check_enough_text(Path(target.corpus), f"{source}: {target.lang}'s init {inits[target.lang]}")
     if cfg.source.word_list is not None:
         raise InputError(f"{source}: source.word_list: a word list belongs to a target language")
     if step2.init == "wechsel" and cfg.source_relearn:
@@ -457,6 +465,11 @@ def check(cfg: PipelineConfig, source: str, *, world_size: int | None) -> GivenM
         if stray:
             raise InputError(f"{source}: task {task.name}: a dev or test file for {stray[0]!r}, which is neither the "
                              f"source nor a target language ({', '.join(langs)}): it would never be scored")
+        targets = [t.lang for t in cfg.targets]
+        if not set(task.test) & set(targets):
+            raise InputError(f"{source}: task {task.name} has no test file in a target language ({', '.join(targets)}):"
+                             f" its finetuning would transfer to nothing; add \"test\": {{\"{targets[0]}\": "
+                             "<labelled file>}, or leave the task out")
     return given
 
 

@@ -23,12 +23,13 @@ from typing import Annotated, Any, ClassVar
 import pydantic
 import tyro
 
-from ds_minimodel.config import FinetuneConfig, TrainConfig, read_json, type_adapter
+from ds_minimodel.config import MAX_UPDATES, FinetuneConfig, TrainConfig, read_json, type_adapter
 from ds_minimodel.errors import InputError
 from ds_minimodel.systems import Depths
 
 Count = Annotated[int, pydantic.Field(ge=0)]
 PositiveInt = Annotated[int, pydantic.Field(ge=1)]
+Updates = Annotated[int, pydantic.Field(ge=1, le=MAX_UPDATES)]
 Positive = Annotated[float, pydantic.Field(gt=0)]
 Fraction = Annotated[float, pydantic.Field(ge=0, lt=1)]
 Probability = Annotated[float, pydantic.Field(gt=0, lt=1)]
@@ -134,7 +135,7 @@ class MLMSpec(RunSpec):
 
     data: Path
     """folder made by `python -m ds_minimodel prepare`"""
-    steps: PositiveInt | None = None
+    steps: Updates | None = None
     """optimizer updates (default: the scheduler's total_num_steps)"""
     seq_len: PositiveInt = TrainConfig.seq_len
     """tokens per training sequence"""

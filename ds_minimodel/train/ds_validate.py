@@ -26,7 +26,9 @@ def optimizer_problems(config: dict[str, Any]) -> list[str]:
 
     optimizer = config.get("optimizer")
     if optimizer is None:
-        return []
+        return [('no optimizer section: every stage takes its optimizer from this file (e.g. "optimizer": {"type": '
+                 '"AdamW", "params": {"lr": 1e-4}}); DeepSpeed would build an engine without one and fail at the '
+                 "first update")]
     if not isinstance(optimizer, dict):
         return [f"optimizer must be an object with type and params, got {optimizer!r}"]
     name, params = optimizer.get("type"), optimizer.get("params") or {}
@@ -45,6 +47,35 @@ def optimizer_problems(config: dict[str, Any]) -> list[str]:
         if key in params and not (_number(params[key]) and (params[key] > low if strict else params[key] >= low)):
             problems.append(f"optimizer.params.{key} must be a {'positive' if strict else 'non-negative'} number, "
                             f"got {params[key]!r}")
+    return problems
+
+
+# DeepSpeed's modules that name the keys its config reads; one that an installed version lacks is skipped.
+_KEY_MODULES = ("runtime.constants", "runtime.zero.config", "runtime.activation_checkpointing.config",
+                "runtime.data_pipeline.constants", "runtime.swap_tensor.constants", "profiling.constants",
+                "autotuning.constants", "checkpoint.constants", "compile.constants", "comm.constants", "monitor.config")
+
+
+def key_problems(config: dict[str, Any]) -> list[str]:
+    """Top-level keys DeepSpeed does not know that are a typo of one it does. DeepSpeed ignores unknown keys, so
+    ``train_batch_sise`` would silently leave the batch to its defaults. Unknown keys not close to a known one are
+    left alone: DeepSpeed has sections this list may not name."""
+    import difflib
+    import importlib
+
+    known: set[str] = set()
+    for name in _KEY_MODULES:
+        try:
+            module = importlib.import_module(f"deepspeed.{name}")
+        except ImportError:
+            continue
+        known |= {v for k, v in vars(module).items()
+                  if k.isupper() and isinstance(v, str) and v.replace("_", "").isalnum()}
+    problems = []
+    for key in config:
+        close = [] if key in known else difflib.get_close_matches(key, known, n=1, cutoff=0.85)
+        if close:
+            problems.append(f"{key!r} is not a DeepSpeed key (DeepSpeed would ignore it); did you mean {close[0]!r}?")
     return problems
 
 
@@ -102,7 +133,7 @@ def deepspeed_problems(config: dict[str, Any]) -> list[str]:
 def check_ds_config(config: dict[str, Any], source: str, *, steps: int | None = None) -> None:
     """Raise one InputError listing every problem of a loaded DeepSpeed JSON (``ds_config.load_ds_config``);
     ``steps``: the run's update count, which the scheduler's total_num_steps must not be below."""
-    problems = optimizer_problems(config) + scheduler_problems(config)
+    problems = key_problems(config) + optimizer_problems(config) + scheduler_problems(config)
     fp16, bf16 = ((config.get(key) or {}).get("enabled") for key in ("fp16", "bf16"))
     if fp16 and (bf16 or (config.get("bfloat16") or {}).get("enabled")):
         problems.append("fp16.enabled and bf16.enabled are both true; choose one (bf16 where the hardware has it)")

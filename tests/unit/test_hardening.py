@@ -144,9 +144,13 @@ def test_the_pipeline_checks_everything_before_the_first_job(tmp_path):
     # Per-language tokenizer settings make the same language fit (the demo's German test file goes with German).
     demo_task = json.loads((REPO / "configs/demo.json").read_text())["tasks"][0]
     zh_only = {**demo_task, "test": {"en": demo_task["test"]["en"]}}
+    path = pipeline_config(tmp_path, targets=[{"lang": "zh", "corpus": str(cjk), "vocab_size": 4000}], tasks=[])
+    Pipeline(PipelineConfig.load(path), str(path))
+    # A task with no test file in a target language would finetune for nothing (issue 49: found after Step 1).
     path = pipeline_config(tmp_path, targets=[{"lang": "zh", "corpus": str(cjk), "vocab_size": 4000}],
                            tasks=[zh_only])
-    Pipeline(PipelineConfig.load(path), str(path))
+    with pytest.raises(InputError, match=r"task lohelp has no test file in a target language \(zh\)"):
+        Pipeline(PipelineConfig.load(path), str(path))
     # A test file of a language the config does not adapt to is refused, not dropped from the results.
     path = pipeline_config(tmp_path, targets=[{"lang": "zh", "corpus": str(cjk), "vocab_size": 4000}])
     with pytest.raises(InputError, match=r"task lohelp: a dev or test file for 'de', which is neither the source nor "
@@ -281,6 +285,28 @@ def test_ctrl_c_outside_the_training_loop_exits_130_with_one_line(tmp_path):
     proc.send_signal(signal.SIGINT)
     _, err = proc.communicate(timeout=20)
     assert proc.returncode == 130 and "interrupted" in err and "Traceback" not in err, err
+
+
+def test_issue_49s_silently_accepted_inputs_are_refused_before_any_work(tmp_path):
+    """Each used to pass every check and skew or break the run later (after prepare or Step 1)."""
+    no_optimizer = json.loads((REPO / "ds_configs/cpu_fp32.json").read_text())
+    no_optimizer.pop("optimizer")
+    (tmp_path / "no_optimizer.json").write_text(json.dumps(no_optimizer))
+    typo = json.loads((REPO / "ds_configs/cpu_fp32.json").read_text())
+    typo["train_batch_sise"] = typo.pop("train_batch_size", 32)
+    (tmp_path / "typo.json").write_text(json.dumps(typo))
+    tiny = tmp_path / "tiny.txt"
+    tiny.write_text("eins zwei drei\nvier fünf\nsechs\n")
+    for changes, message in [
+            ({"step1__steps": 10**30}, "step1.steps must be at most 1,000,000,000"),
+            ({"step1__ds_config": str(tmp_path / "no_optimizer.json")}, "no optimizer section"),
+            ({"step1__ds_config": str(tmp_path / "typo.json")},
+             "'train_batch_sise' is not a DeepSpeed key .* did you mean 'train_batch_size'"),
+            ({"targets": [{"lang": "de", "corpus": str(tiny)}]},
+             "tiny.txt: 25 characters, too little text for static vectors .* de's init focus")]:
+        path = pipeline_config(tmp_path, **changes)
+        with pytest.raises(InputError, match=message):
+            Pipeline(PipelineConfig.load(path), str(path))
 
 
 def test_a_pipeline_continues_only_a_folder_its_mark_names_never_one_of_the_same_shape(tmp_path, folders):
