@@ -10,6 +10,8 @@ import importlib
 import os
 import sys
 
+from ds_minimodel.errors import disk_fault, report
+
 # command -> (module whose main(argv) runs it, one line of help). Modules are imported only when their command runs,
 # so that listing the commands or running a light one (hostfile, flops) never imports torch.
 COMMANDS: dict[str, tuple[str, str]] = {
@@ -60,6 +62,11 @@ def main(argv: list[str] | None = None) -> int:
     except BrokenPipeError:  # output piped into a reader that stopped (| head): not an error of the command
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return 0
+    except OSError as err:  # a full, read-only or forbidden disk: one line, no traceback
+        fault = disk_fault(err)
+        if fault is None:
+            raise
+        code = report(fault)
     if command in TRAINING:
         from ds_minimodel.stages.cli import exit_now
 

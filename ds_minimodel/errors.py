@@ -2,6 +2,7 @@
 reader of a file shares."""
 
 
+import errno
 import re
 import sys
 from pathlib import Path
@@ -14,6 +15,21 @@ class InputError(ValueError):
 class TrainingError(RuntimeError):
     """A run that cannot go on (non-finite loss, a checkpoint that cannot be written): the message names the run
     folder, what happened and the last good checkpoint."""
+
+
+DISK_FAULTS = frozenset({errno.ENOSPC, errno.EDQUOT, errno.EFBIG, errno.EROFS, errno.EACCES, errno.EPERM})
+"""What the disk or its permissions refuse (full, over quota, a file over its size limit, read-only, not allowed): a fault of the machine, told in
+one line, not a bug of ours."""
+
+
+def disk_fault(err: OSError) -> TrainingError | None:
+    """One line for a write the disk refused (``DISK_FAULTS``), naming the path; None for any other OSError."""
+    if err.errno not in DISK_FAULTS:
+        return None
+    where = err.filename or "a file"
+    return TrainingError(f"{where}: {err.strerror.lower() if err.strerror else 'refused'} (errno {err.errno}); files "
+                         "written before it are whole (every file is written whole or not at all): free space or fix "
+                         "the permissions, then run the same command again")
 
 
 def report(err: Exception) -> int:

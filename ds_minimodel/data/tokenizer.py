@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import collections
 import contextlib
+import errno
 import hashlib
 import itertools
 import json
@@ -19,6 +20,7 @@ import math
 import os
 import random
 import re
+import shutil
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 
@@ -303,14 +305,27 @@ def train_sentencepiece(
                     f"{corpus}: a vocabulary of {size:,} pieces cannot hold this text's {required.group(2)} "
                     f"required characters at character coverage {coverage}; raise the vocabulary size or lower the "
                     "character coverage") from None
+            _raise_if_out_of_space(model_prefix.parent)
             raise InputError(f"{corpus}: SentencePiece training failed: {err} (log: {log_path})") from None
 
     model_path = _sidecar(model_prefix, ".model")
-    Tokenizer.load(model_path)  # proves the special ids came out where RoBERTa expects them
+    try:
+        Tokenizer.load(model_path)  # proves the special ids came out where RoBERTa expects them
+    except InputError:
+        model_path.unlink(missing_ok=True)  # cut short, perhaps by a full disk, which SentencePiece may not report
+        _raise_if_out_of_space(model_path.parent)
+        raise
     record = {"arguments": arguments, "character_coverage_used": coverage, "sentencepiece": spm.__version__,
               **({"vocab_size_used": size} if size != vocab_size else {})}
     training_record_path(model_path).write_text(json.dumps(record, indent=2) + "\n", encoding="utf-8")
     return model_path
+
+
+def _raise_if_out_of_space(folder: Path) -> None:
+    """A full disk said as one (``errors.disk_fault``), where SentencePiece's own words are an internal assertion
+    about a line it could not write, or a model file cut short."""
+    if shutil.disk_usage(folder).free < 1 << 20:
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), str(folder))
 
 
 def _train(sample: list[str], model_prefix: Path, log_path: Path, *, vocab_size: int, model_type: str,

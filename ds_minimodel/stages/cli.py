@@ -13,7 +13,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any, NoReturn
 
-from ds_minimodel.errors import InputError, TrainingError, report
+from ds_minimodel.errors import InputError, TrainingError, disk_fault, report
 from ds_minimodel.folders import require_output
 from ds_minimodel.stages.specs import RunSpec, check_fields
 from ds_minimodel.train import checkpoint
@@ -141,6 +141,10 @@ def run_main(run: Callable[[Any], dict[str, Any]], spec: RunSpec) -> int:
         summary = run(spec)
     except (InputError, TrainingError) as err:
         return report(err)
+    except OSError as err:  # a full, read-only or forbidden disk: one line, no traceback
+        if disk_fault(err) is None:
+            raise
+        return report(disk_fault(err))
     except KeyboardInterrupt:  # a second Ctrl-C, or one before training began: stop now, no traceback
         print(f"{Path(sys.argv[0]).name}: interrupted; nothing was saved after the newest checkpoint in {spec.out}",
               file=sys.stderr, flush=True)

@@ -16,7 +16,7 @@ import torch
 
 from ds_minimodel.data.tokenizer import load_tokenizer
 from ds_minimodel.errors import InputError, report, require_file
-from ds_minimodel.model.surgery import check_fits, swap_checked
+from ds_minimodel.model.surgery import check_fits, load_trained, swap_checked
 from ds_minimodel.tasks.formats import (
     KIND_OF_FORMAT,
     Features,
@@ -83,8 +83,13 @@ def main(argv: list[str] | None = None) -> int:
     try:
         task_meta = checkpoint.load_meta(args.task_model)
         hidden = (task_meta.model_config or {}).get("hidden_size")
-        for emb in args.embeddings:  # every folder checked before the first score is printed
-            check_fits(task_meta, hidden, args.task_model, emb)
+        for emb in args.embeddings:  # every folder read and checked before the first score is printed
+            _, emb_meta = load_trained(emb)
+            check_fits(task_meta, hidden, args.task_model, emb, emb_meta)
+            trained_for = emb_meta.details.get("lang")
+            if trained_for is not None and trained_for != args.lang:
+                raise InputError(f"{emb}: embeddings learned for {trained_for!r}, but --lang is {args.lang!r}: the "
+                                 f"record would name the wrong language; score {trained_for} files with them")
         require_file(args.test, "task file")
         for emb in args.embeddings or [None]:
             print(json.dumps(zero_shot(args.task_model, emb, args.test, args.lang,

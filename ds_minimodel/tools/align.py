@@ -23,7 +23,7 @@ import numpy as np
 import torch
 
 from ds_minimodel.data.tokenizer import BOS_ID, EOS_ID, PAD_ID, load_tokenizer
-from ds_minimodel.errors import InputError, report
+from ds_minimodel.errors import InputError, report, require_file
 from ds_minimodel.model.encoder import MaskedLM
 from ds_minimodel.model.loading import load_mlm
 from ds_minimodel.model.surgery import swap_checked
@@ -79,13 +79,22 @@ def retrieval_top1(queries: np.ndarray, keys: np.ndarray) -> float:
     return float((np.argmax(unit(queries) @ unit(keys).T, axis=1) == np.arange(len(queries))).mean())
 
 
+DEFAULT_MAX_LEN = 128
+
+
 def encode(tokenizer: Any, texts: list[str], max_len: int) -> list[list[int]]:
     return [[BOS_ID, *ids[:max_len - 2], EOS_ID] for ids in tokenizer.encode_batch(texts)]
 
 
 def probe(model_folder: Path, embeddings: list[Path], source: Path, target: Path, *, pairs: int = 1000,
-          max_len: int = 128) -> list[dict[str, Any]]:
+          max_len: int | None = None) -> list[dict[str, Any]]:
+    """``max_len``: tokens per sentence, at most the model's positions (None: 128 or the positions, the fewer)."""
     model, meta = load_mlm(model_folder)
+    positions = model.cfg.max_positions
+    if max_len is None:
+        max_len = min(DEFAULT_MAX_LEN, positions)
+    elif max_len > positions:
+        raise InputError(f"--max-len {max_len} exceeds the {positions} positions of {model_folder}")
     device = "cuda" if torch.cuda.is_available() else "cpu"  # on the GPU where there is one, as Step 4 scores
     src_texts, trg_texts = read_pairs(source, target, pairs)
     source_tokenizer = load_tokenizer(meta.tokenizer_dict, model_folder)
@@ -109,11 +118,14 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--source", type=Path, required=True, help="source-language JSON lines with id and text")
     p.add_argument("--target", type=Path, required=True, help="target-language JSON lines with the same ids")
     p.add_argument("--pairs", type=int, default=1000, help="at most this many pairs (the first shared ids)")
-    p.add_argument("--max-len", type=int, default=128, help="tokens per sentence (longer ones are cut)")
+    p.add_argument("--max-len", type=int, help=f"tokens per sentence, longer ones cut (default: {DEFAULT_MAX_LEN} "
+                   "or the model's positions, the fewer)")
     args = p.parse_args(argv)
     try:
-        if args.pairs < 2 or args.max_len < 3:
+        if args.pairs < 2 or (args.max_len is not None and args.max_len < 3):
             raise InputError(f"--pairs must be at least 2 and --max-len at least 3, got {args.pairs}, {args.max_len}")
+        for path, option in ((args.source, "--source"), (args.target, "--target")):
+            require_file(path, "file of sentences", option)
         for record in probe(args.model, args.embeddings, args.source, args.target, pairs=args.pairs,
                             max_len=args.max_len):
             print(json.dumps(record, sort_keys=True), flush=True)

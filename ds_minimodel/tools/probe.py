@@ -94,6 +94,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--seed", type=int, default=0, help="seed of the fixed masks (the same masks for every model)")
     args = p.parse_args(argv)
     try:
+        if args.blocks < 1:
+            raise InputError(f"--blocks must be at least 1, got {args.blocks}")
         for folder in args.model:
             print(json.dumps(probe(folder, args.data, blocks=args.blocks, seed=args.seed), sort_keys=True),
                   flush=True)

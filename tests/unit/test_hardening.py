@@ -390,20 +390,27 @@ def test_misleading_messages_say_what_is_wrong(tmp_path, folders, capsys):
     message = str(err.value)
     assert len(message.splitlines()) == 1 and "weights_only=False" not in message and "()" not in message
     assert message.startswith(f"{bad / 'model.pt'}: refused: not loadable without running code from it (")
-    # Several embeddings: all checked before the first score; another width is named as such.
+    # Several embeddings: all read and checked before the first score (issue 49: a bad third one used to be found
+    # after two records were printed); another width is named as such, and so are embeddings of another language
+    # than --lang (the record would have named the wrong one).
+    from ds_minimodel.model.surgery import save_embeddings
+
     model_meta = checkpoint.load_meta(folders["model"])
-    good = {"kind": checkpoint.Kind.EMBEDDINGS.value, "primary_sha256": model_meta.lineage,
-            "vocab_size": 100, "hidden_size": model_meta.model_config["hidden_size"],
-            "tokenizer": {"path": "spm.model", "sha256": "0"}, "weights_sha256": "0"}
-    embeddings = []
-    for name, meta in (("a", good), ("b", good), ("wide", {**good, "hidden_size": 1024, "primary_sha256": "f" * 64})):
-        (tmp_path / name).mkdir()
-        (tmp_path / name / "meta.json").write_text(json.dumps(meta))
-        embeddings.append(str(tmp_path / name))
-    code = evaluate.main(["--task-model", str(folders["model"]), "--embeddings", *embeddings, "--test",
-                          str(FIXTURES / "generic.jsonl"), "--lang", "de"])
-    assert f"{tmp_path / 'wide'}: embeddings 1024 wide do not fit" in one_line(code)
-    assert capsys.readouterr().out == ""
+    hidden = model_meta.model_config["hidden_size"]
+    good = {"primary_sha256": model_meta.lineage, "tokenizer": {"path": "spm.model", "sha256": "0"}, "lang": "de"}
+    for name, width, meta in (("a", hidden, good), ("b", hidden, good), ("wide", 1024, good),
+                              ("french", hidden, {**good, "lang": "fr"}), ("damaged", hidden, good)):
+        save_embeddings(tmp_path / name, torch.zeros(100, width), torch.zeros(100), meta)
+    weights = tmp_path / "damaged" / checkpoint.WEIGHTS
+    weights.write_bytes(weights.read_bytes()[:-10])
+    for third, message in (("wide", f"{tmp_path / 'wide'}: embeddings 1024 wide do not fit"),
+                           ("french", f"{tmp_path / 'french'}: embeddings learned for 'fr', but --lang is 'de'"),
+                           ("damaged", f"{tmp_path / 'damaged'}")):
+        code = evaluate.main(["--task-model", str(folders["model"]), "--embeddings", str(tmp_path / "a"),
+                              str(tmp_path / "b"), str(tmp_path / third), "--test", str(FIXTURES / "generic.jsonl"),
+                              "--lang", "de"])
+        assert message in one_line(code)
+        assert capsys.readouterr().out == ""
 
 
 def test_a_pipeline_with_no_target_language_is_refused_before_any_work(tmp_path):
@@ -446,3 +453,65 @@ def test_names_that_become_folders_and_duplicates_are_refused_when_the_config_is
     path = pipeline_config(tmp_path, **changes)
     with pytest.raises(InputError, match=message):
         PipelineConfig.load(path)
+
+
+def test_align_and_probe_refuse_bad_options_with_one_line(tmp_path, folders, capsys):
+    """Issue 49: align's default --max-len 128 over a 64-position model, and a folder or missing file as its input,
+    were tracebacks; probe --blocks 0 or -4 was accepted."""
+    from ds_minimodel.tools import align, probe
+
+    def one_line(code: int) -> str:
+        err = capsys.readouterr().err.strip()
+        assert code == 2 and len(err.splitlines()) == 1, err
+        return err
+
+    pairs = tmp_path / "pairs.jsonl"
+    pairs.write_text("".join(json.dumps({"id": i, "text": f"sentence {i}"}) + "\n" for i in range(4)))
+    common = ["--model", str(folders["model"]), "--embeddings", str(tmp_path / "e")]
+    positions = checkpoint.load_meta(folders["model"]).model_config["max_positions"]
+    for argv, message in (
+            ([*common, "--source", str(tmp_path), "--target", str(pairs)], f"{tmp_path}: a folder, not a file"),
+            ([*common, "--source", str(pairs), "--target", str(tmp_path / "none")],
+             "none: file of sentences not found (--target)"),
+            ([*common, "--source", str(pairs), "--target", str(pairs), "--max-len", str(positions + 1)],
+             f"--max-len {positions + 1} exceeds the {positions} positions of {folders['model']}")):
+        assert message in one_line(align.main(argv))
+    for blocks in ("0", "-4"):
+        assert f"--blocks must be at least 1, got {blocks}" in one_line(
+            probe.main(["--model", str(folders["model"]), "--data", str(folders["data"]), "--blocks", blocks]))
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="mounting a read-only or a tiny tmpfs needs root")
+@pytest.mark.parametrize("fault", ["read-only", "full"])
+def test_a_read_only_or_full_disk_is_one_line_naming_the_path(tmp_path, fault):
+    """Issue 49: prepare, run_pretrain and the pipeline died with OSError tracebacks (errno 30, 28)."""
+    data = tmp_path / "data"  # prepared where it can be written, for run_pretrain to read
+    prepare.main(["--corpus", str(REPO / "demo_data/corpus/de.txt"), "--out", str(data), "--vocab-size", "500",
+                  "--no-progress"])
+    disk = tmp_path / "disk"
+    disk.mkdir()
+    options = "ro,size=1m" if fault == "read-only" else "size=64k"
+    subprocess.run(["mount", "-t", "tmpfs", "-o", options, "tmpfs", str(disk)], check=True, capture_output=True)
+    try:
+        # No rank or rendezvous variables an in-process test may have set (a fixed MASTER_PORT may be taken).
+        env = {k: v for k, v in os.environ.items() if k not in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR",
+                                                                 "MASTER_PORT")}
+        env["DS_ACCELERATOR"] = "cpu"
+        config = tmp_path / "p.json"
+        config.write_text(json.dumps({**json.loads((REPO / "configs/demo.json").read_text()),
+                                      "out": str(disk / "out")}))
+        commands = [[sys.executable, "-m", "ds_minimodel", "prepare", "--corpus",
+                     str(REPO / "demo_data/corpus/de.txt"), "--out", str(disk / "d"), "--vocab-size", "500",
+                     "--no-progress"],
+                    [sys.executable, "-m", "ds_minimodel", "pipeline", "--config", str(config), "--only", "prepare"]]
+        if fault == "read-only":  # a full disk in a checkpoint write: test_reliability.py
+            commands.append([sys.executable, "run_pretrain.py", "--ds-config", "ds_configs/cpu_fp32.json", "--data",
+                             str(data), "--out", str(disk / "run"), "--preset", "tiny", "--seq-len", "64", "--steps",
+                             "4"])
+        for cmd in commands:
+            proc = subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True, timeout=300, check=False)
+            err = [line for line in proc.stderr.splitlines() if line.startswith("error:")]
+            assert proc.returncode == 1 and len(err) == 1 and "Traceback" not in proc.stderr, (cmd, proc.stderr[-3000:])
+            assert str(disk) in err[0] and ("read-only" in err[0] if fault == "read-only" else "no space" in err[0])
+    finally:
+        subprocess.run(["umount", str(disk)], capture_output=True, check=False)
