@@ -126,6 +126,29 @@ class WordList:
         return cls(path, pairs, hashlib.sha256(raw).hexdigest())
 
 
+SAMPLE_BYTES = 20 << 20
+"""How much of each corpus ``check_covered`` reads: enough to meet any real list's common words."""
+
+
+def _words(corpus: Path) -> set[str]:
+    """The lowercased words of the corpus's first ``SAMPLE_BYTES``, punctuation stripped."""
+    with Path(corpus).open(encoding="utf-8", errors="replace") as text:
+        return {t.strip(".,;:!?()[]{}\"'«»„“”") for t in text.read(SAMPLE_BYTES).lower().split()}
+
+
+def check_covered(words: WordList, source_corpus: Path, needed: int) -> None:
+    """Refuse, before any work, a word list whose source words the source corpus does not contain: fewer than
+    ``needed`` pairs (the static vectors' dimensions, as ``fit_alignment`` needs) with their source word in a sample
+    of it. The source side only: the target's script may not put spaces between words (Chinese, Japanese, Khmer),
+    so its words cannot be looked up this way. A necessary condition: ``fit_alignment`` asks more."""
+    source_words = _words(source_corpus)
+    found = sum(s.lower() in source_words for _, s in words.pairs)
+    if found < needed:
+        raise InputError(f"{words.path}: only {found:,} of its {len(words.pairs):,} pairs have a source word found in "
+                         f"{source_corpus} (its first {SAMPLE_BYTES >> 20} MB), fewer than the {needed} WECHSEL's "
+                         "alignment needs: is it a word list of these languages, target word first?")
+
+
 def word_vectors(words: list[str], encode: Callable[[str], list[int]], vectors: np.ndarray, known: np.ndarray,
                  max_pieces: int) -> tuple[np.ndarray, np.ndarray]:
     """(vectors (len(words), dim), ok (len(words),) bool): each word's vector is the mean of its pieces' static

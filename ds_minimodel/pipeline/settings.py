@@ -9,7 +9,8 @@ from pathlib import Path
 from typing import Any
 
 from ds_minimodel.config import MAX_UPDATES, FinetuneConfig, TrainConfig, dataclass_from_dict, get_preset, read_json
-from ds_minimodel.data.bilingual import WordList
+from ds_minimodel.data.bilingual import WordList, check_covered
+from ds_minimodel.data.static_vectors import StaticSettings
 from ds_minimodel.errors import InputError, require_file
 from ds_minimodel.pipeline.source_model import GivenModel, given_model, given_primary
 from ds_minimodel.systems import (
@@ -418,7 +419,7 @@ def check(cfg: PipelineConfig, source: str, *, world_size: int | None) -> GivenM
             if inits[target.lang] != "wechsel":
                 raise InputError(f"{source}: {target.lang}'s word_list is used by step2.init wechsel (or auto) only, "
                                  f"not {step2.init}")
-            WordList.read(target.word_list)
+            check_covered(WordList.read(target.word_list), Path(cfg.source.corpus), StaticSettings.dim)
     ft = cfg.finetuning(source)
     if not ft.seeds:
         raise InputError(f"{source}: step3 needs a non-empty list of integer seeds")

@@ -297,13 +297,18 @@ def test_issue_49s_silently_accepted_inputs_are_refused_before_any_work(tmp_path
     (tmp_path / "typo.json").write_text(json.dumps(typo))
     tiny = tmp_path / "tiny.txt"
     tiny.write_text("eins zwei drei\nvier fünf\nsechs\n")
+    junk = tmp_path / "junk.tsv"  # well formed, but no pair's English word is in the English corpus
+    junk.write_text("".join(f"xq{i}\tzz{i}\n" for i in range(20000)))
+    german = str(REPO / "demo_data/corpus/de.txt")
     for changes, message in [
             ({"step1__steps": 10**30}, "step1.steps must be at most 1,000,000,000"),
             ({"step1__ds_config": str(tmp_path / "no_optimizer.json")}, "no optimizer section"),
             ({"step1__ds_config": str(tmp_path / "typo.json")},
              "'train_batch_sise' is not a DeepSpeed key .* did you mean 'train_batch_size'"),
             ({"targets": [{"lang": "de", "corpus": str(tiny)}]},
-             "tiny.txt: 25 characters, too little text for static vectors .* de's init focus")]:
+             "tiny.txt: 25 characters, too little text for static vectors .* de's init focus"),
+            ({"step2__init": "wechsel", "targets": [{"lang": "de", "corpus": german, "word_list": str(junk)}]},
+             "junk.tsv: only 0 of its 20,000 pairs have a source word found in")]:
         path = pipeline_config(tmp_path, **changes)
         with pytest.raises(InputError, match=message):
             Pipeline(PipelineConfig.load(path), str(path))

@@ -1,6 +1,7 @@
 """The pipeline's config checks and its results files: every record and the means over seeds."""
 from __future__ import annotations
 
+import collections
 import json
 from pathlib import Path
 
@@ -283,8 +284,10 @@ def test_wechsel_takes_each_targets_word_list_and_the_source_data_and_refuses_wh
     from ds_minimodel.pipeline.settings import check
 
     base = json.loads((Path(__file__).resolve().parents[2] / "configs/demo.json").read_text())
-    words = tmp_path / "de-en.tsv"
-    words.write_text("Haus\thouse\n", encoding="utf-8")
+    words = tmp_path / "de-en.tsv"  # pairs enough for the alignment's 100 dimensions, their English in the corpus
+    english = (Path(__file__).resolve().parents[2] / "demo_data/corpus/en.txt").read_text(encoding="utf-8")
+    common = [w for w, _ in collections.Counter(english.lower().split()).most_common(150)]
+    words.write_text("".join(f"{w}\t{w}\n" for w in common), encoding="utf-8")
     target = {**base["targets"][0], "word_list": str(words)}
     wechsel = {**base["step2"], "init": "wechsel"}
     pipeline = demo_pipeline(tmp_path, step2=wechsel, targets=[target])
