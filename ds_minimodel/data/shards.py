@@ -21,6 +21,7 @@ import logging
 import multiprocessing
 import os
 import shutil
+import signal
 import sys
 from collections import deque
 from collections.abc import Iterator
@@ -144,6 +145,11 @@ _worker_dtype: np.dtype | None = None
 
 def _init_worker(tokenizer_path: str, dtype: str) -> None:
     global _worker_tokenizer, _worker_dtype
+    # A forked worker inherits its parent's handlers (the pipeline's raise where they arrive): Ctrl-C is the
+    # parent's to handle, which then ends the pool; SIGTERM and SIGHUP (the pool's own terminate()) end it quietly.
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    for sig in (signal.SIGTERM, signal.SIGHUP):
+        signal.signal(sig, signal.SIG_DFL)
     _worker_tokenizer = open_tokenizer(tokenizer_path)
     _worker_dtype = np.dtype(dtype)
 

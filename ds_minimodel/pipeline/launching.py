@@ -44,11 +44,29 @@ def launch(script: str, args: list[str], ranks: int, launcher: str = "deepspeed"
     print("$ " + " ".join(cmd), flush=True)
     env = {k: v for k, v in os.environ.items()
            if k not in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT")}
+    if "DS_ACCELERATOR" not in env and _cpu_only():  # else each launcher process says it fell back to the CPU
+        env["DS_ACCELERATOR"] = "cpu"
     code = run_logged(cmd, env, log)
     stop = Stop.active
     if code > 0 and (stop is None or stop.received is None):
         raise SystemExit(f"pipeline: {script} exited with {code}" + (f"; its whole output: {log}" if log else ""))
     return code
+
+
+# DeepSpeed's accelerators other than CUDA, by the package each needs (deepspeed.accelerator.real_accelerator).
+_OTHER_ACCELERATORS = ("intel_extension_for_pytorch", "torch_npu", "torch_sdaa", "habana_frameworks", "torch_mlu",
+                       "torch_supa", "torch_xmlir")
+
+
+def _cpu_only() -> bool:
+    """Whether DeepSpeed would find no accelerator here and fall back to the CPU (saying so in every process)."""
+    import importlib.util
+
+    import torch
+
+    mps = getattr(torch.backends, "mps", None)
+    return (not torch.cuda.is_available() and not (mps is not None and mps.is_available())
+            and not any(importlib.util.find_spec(name) for name in _OTHER_ACCELERATORS))
 
 
 def run_logged(cmd: list[str], env: dict[str, str], log: Path | None, *, poll: float = 0.2) -> int:

@@ -72,7 +72,8 @@ class Stop:
         if job is None:
             if self.starting:
                 return  # passed on by ``start`` once the job exists
-            raise Stopped(signum, f"pipeline: stopped by {name} before its next job; nothing was training")
+            raise Stopped(signum, f"pipeline: stopped by {name} while no job was training; what it wrote is whole: "
+                                  "run the pipeline again to continue")
         if again:
             print(f"[pipeline] {name} again: stopping the job now, without saving", flush=True)
             _kill_job(job, signal.SIGKILL)

@@ -2,12 +2,16 @@
 from __future__ import annotations
 
 import importlib
+import os
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
 from ds_minimodel.__main__ import COMMANDS, main
+
+REPO = Path(__file__).resolve().parents[2]
 
 
 def test_every_command_names_a_module_with_a_main():
@@ -52,3 +56,23 @@ def test_every_option_of_every_command_says_what_it_is(monkeypatch, capsys):
             importlib.import_module(module).main(["--help"])
     capsys.readouterr()
     assert missing == []
+
+
+def test_no_deepspeed_accelerator_notice_without_ds_accelerator_set(tmp_path, monkeypatch, capfd):
+    """Issue 48: DeepSpeed's "Setting accelerator to CPU ..." came once per process of a CPU run unless the caller
+    set DS_ACCELERATOR (only demo.sh did). The package drops it in its own processes and sets DS_ACCELERATOR=cpu for
+    the jobs it launches where DeepSpeed would find no accelerator (their launchers do not import the package)."""
+    from ds_minimodel.pipeline import launching
+
+    env = {k: v for k, v in os.environ.items() if k != "DS_ACCELERATOR"}
+    proc = subprocess.run([sys.executable, "-m", "ds_minimodel", "pipeline", "--config", "configs/demo.json", "--list"],
+                          cwd=REPO, env=env, capture_output=True, text=True, check=True)
+    assert "accelerator" not in proc.stdout + proc.stderr and "step1-base" in proc.stdout
+    monkeypatch.delenv("DS_ACCELERATOR", raising=False)
+    job = tmp_path / "job.py"
+    job.write_text("import os\nprint('DS_ACCELERATOR', os.environ.get('DS_ACCELERATOR'))\n")
+    launching.launch(str(job), [], 1)
+    import torch
+
+    shown = capfd.readouterr().out
+    assert f"DS_ACCELERATOR {'None' if torch.cuda.is_available() else 'cpu'}" in shown, shown

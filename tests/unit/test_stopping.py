@@ -51,7 +51,7 @@ def test_a_second_signal_stops_the_job_at_once_and_one_between_jobs_stops_the_pi
         assert job.poll() is None
         os.kill(os.getpid(), signal.SIGINT)
         assert job.wait(timeout=20) == -signal.SIGKILL
-    with Stop() as stop, pytest.raises(Stopped, match="before its next job") as stopped:
+    with Stop() as stop, pytest.raises(Stopped, match="while no job was training") as stopped:
         os.kill(os.getpid(), signal.SIGTERM)
         time.sleep(5)
     assert stopped.value.exit_code == 143
@@ -82,3 +82,31 @@ def test_a_job_notices_the_pipeline_that_started_it_is_gone(monkeypatch):
     assert faults.StopSignals().stop_requested()
     monkeypatch.setenv(faults.OWNER_ENV, f"another-host:{pid}:{start}")
     assert faults.owner_process() is None and not faults.StopSignals().stop_requested()
+
+
+def test_ctrl_c_while_the_pipeline_prepares_data_is_one_line_and_exit_130(tmp_path):
+    """A terminal's Ctrl-C reaches the pipeline's whole process group, its encoding workers included: one line, no
+    traceback from any of them (issue 49: 27 lines of KeyboardInterrupt)."""
+    import json
+    from pathlib import Path
+
+    repo = Path(__file__).resolve().parents[2]
+    config = json.loads((repo / "configs/demo.json").read_text())
+    config["out"] = str(tmp_path / "out")
+    path = tmp_path / "p.json"
+    path.write_text(json.dumps(config))
+    proc = subprocess.Popen([sys.executable, "-m", "ds_minimodel", "pipeline", "--config", str(path), "--only",
+                             "prepare"], cwd=repo, env={**os.environ, "DS_ACCELERATOR": "cpu"},
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
+    tokenizers = [tmp_path / "out" / "data" / lang / "spm.model" for lang in ("en", "de")]
+    deadline = time.monotonic() + 120
+    while not all(p.is_file() for p in tokenizers):  # both trained: the first corpus is being encoded
+        assert proc.poll() is None and time.monotonic() < deadline, proc.communicate()
+        time.sleep(0.05)
+    time.sleep(0.5)
+    os.killpg(proc.pid, signal.SIGINT)
+    _, err = proc.communicate(timeout=60)
+    assert proc.returncode == 130 and "Traceback" not in err, err[-3000:]
+    assert [line for line in err.splitlines() if "stopped" in line] == [
+        "pipeline: stopped by SIGINT while no job was training; what it wrote is whole: run the pipeline again to "
+        "continue"], err[-3000:]
