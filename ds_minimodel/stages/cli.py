@@ -71,7 +71,8 @@ def spec_from_command_line(spec: type[RunSpec], argv: list[str] | None = None, *
             return spec.from_file(Path(path))
         except InputError as err:
             raise SystemExit(report(err)) from None
-    parsed = tyro.cli(spec, args=argv, prog=prog, description=f"{description.rstrip()}\n\n{CONFIG_HELP}",
+    text = f"{description.rstrip()}\n\n{CONFIG_HELP}".replace("``", "`")  # the docstring's reST quotes, plainly
+    parsed = tyro.cli(spec, args=argv, prog=prog, description=text,
                       config=(tyro.conf.FlagCreatePairsOff,))
     try:
         checked = spec.from_dict(parsed.to_dict(), "", name=option_name)

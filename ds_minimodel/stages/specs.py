@@ -30,6 +30,9 @@ from ds_minimodel.systems import Depths
 Count = Annotated[int, pydantic.Field(ge=0)]
 PositiveInt = Annotated[int, pydantic.Field(ge=1)]
 Updates = Annotated[int, pydantic.Field(ge=1, le=MAX_UPDATES)]
+OWN_DEFAULT = tyro.conf.arg(help_behavior_hint="")
+"""For a field whose docstring says its default in words ("default: the scheduler's total_num_steps"): tyro's own
+"(default: None)" would follow it."""
 Positive = Annotated[float, pydantic.Field(gt=0)]
 Fraction = Annotated[float, pydantic.Field(ge=0, lt=1)]
 Probability = Annotated[float, pydantic.Field(gt=0, lt=1)]
@@ -58,22 +61,22 @@ class RunSpec:
     log_every: PositiveInt = TrainConfig.log_every
     """updates between log lines"""
     warmup_ratio: Fraction = TrainConfig.warmup_ratio
-    """warm-up share where the scheduler says "auto" (paper: 10,000 of 125,000 updates)"""
+    """warm-up share where the scheduler says "auto" (the paper warms up for 8% of its updates)"""
     resume: bool = False
     """continue from the newest complete checkpoint in --out"""
     allow_config_change: bool = False
     """with --resume: continue although the DeepSpeed JSON or the warm-up share differs from the one run.json
     records (the change is recorded there); the model's settings never may"""
-    log_root: Path | None = None
+    log_root: Annotated[Path | None, OWN_DEFAULT] = None
     """TensorBoard log root shared by several runs (default: <out>/tensorboard); this run logs to
     <log-root>/<run-name>"""
-    run_name: str | None = None
+    run_name: Annotated[str | None, OWN_DEFAULT] = None
     """this run's name under --log-root (default: stage, language and system)"""
     activation_checkpointing: bool = False
     """recompute each layer in the backward pass: less activation memory, ~1 more forward pass"""
     compile: bool = False
     """torch.compile the model: faster updates after a compilation of about a minute"""
-    prefetch: Count | None = None
+    prefetch: Annotated[Count | None, OWN_DEFAULT] = None
     """micro-batches built ahead on a background thread, pinned on a GPU (default: 2 on a GPU, 0 on a CPU)"""
     dist_timeout: Positive = DEFAULT_DIST_TIMEOUT_S
     """a collective that waits longer than this many seconds on a dead or hung peer ends the run with an error
@@ -135,13 +138,13 @@ class MLMSpec(RunSpec):
 
     data: Path
     """folder made by `python -m ds_minimodel prepare`"""
-    steps: Updates | None = None
+    steps: Annotated[Updates | None, OWN_DEFAULT] = None
     """optimizer updates (default: the scheduler's total_num_steps)"""
     seq_len: PositiveInt = TrainConfig.seq_len
     """tokens per training sequence"""
     mask_prob: Probability = TrainConfig.mask_prob
     """share of tokens masked"""
-    keep_checkpoints: PositiveInt | None = None
+    keep_checkpoints: Annotated[PositiveInt | None, OWN_DEFAULT] = None
     """keep only the newest K checkpoints (default: all)"""
 
 
@@ -190,7 +193,7 @@ class AdaptSpec(MLMSpec):
     body: Path
     """checkpoint or model folder of the body: the primary (bl_base; also a Hugging Face folder), the 4-layer model
     (bl_small), the MiniJoint primary or its extracted mini-model (minijoint), the Step-1b output (minipost)"""
-    lang: str | None = None
+    lang: Annotated[str | None, OWN_DEFAULT] = None
     """target language code for run names (default: the --data folder's name)"""
     body_dropout: typing.Literal["on", "off"] = "on"
     """dropout inside the frozen body during Step 2 (recorded in every checkpoint)"""
@@ -213,7 +216,8 @@ class AdaptSpec(MLMSpec):
     """wechsel: a bilingual word list, one 'target_word<TAB>source_word' pair a line
     (scripts/make_dictionaries.py builds them from FreeDict)"""
     source_data: Path | None = None
-    """wechsel: the source corpus prepared with the body's tokenizer (prepare_data.py), for its static vectors"""
+    """wechsel: the source corpus prepared with the body's tokenizer (ds-minimodel prepare --tokenizer), for its
+    static vectors"""
     freeze_copied: bool = False
     """keep the rows copied from source rows (and their output biases) unchanged: fixed anchors; sets Step 2's
     weight decay to 0, so that they stay bit-identical"""
@@ -238,7 +242,7 @@ class FinetuneSpec(RunSpec):
 
     out: Path
     """run folder: checkpoints, metrics, dev scores"""
-    save_every: PositiveInt = FinetuneConfig.save_every
+    save_every: Annotated[PositiveInt, OWN_DEFAULT] = FinetuneConfig.save_every
     """updates between checkpoints (default: the end)"""
     warmup_ratio: Fraction = FinetuneConfig.warmup_ratio
     """warm-up share of the updates where the scheduler says "auto\""""
