@@ -15,9 +15,10 @@ import json
 import logging
 import os
 import zipfile
+from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
 import numpy as np
 
@@ -86,7 +87,8 @@ def paragraphs(shards: TokenShards, pieces: list[str], max_tokens: int) -> Itera
 
 
 def train_static_vectors(data_dir: Path | str, pieces: list[str], settings: StaticSettings = StaticSettings(), *,
-                         cache: bool = True) -> tuple[np.ndarray, np.ndarray, dict[str, Any]]:
+                         cache: bool = True, say: Callable[[str], None] = lambda line: None
+                         ) -> tuple[np.ndarray, np.ndarray, dict[str, Any]]:
     """(vectors (V, dim) float32, known (V,) bool, record): one vector per piece of the folder's tokenizer, known
     where FastText kept the piece (seen at least ``min_count`` times); the record names the folder, its hash and
     the settings, for the checkpoint that used them. ``cache``: read them from the folder where an earlier call
@@ -116,6 +118,8 @@ def train_static_vectors(data_dir: Path | str, pieces: list[str], settings: Stat
     corpus = list(paragraphs(shards, pieces, settings.max_tokens))
     if not corpus:
         raise InputError(f"{data_dir}: no text to train static vectors on")
+    say(f"training static vectors (FastText, {settings.epochs} epochs over {sum(map(len, corpus)):,} tokens of "
+        f"{data_dir}, one core): a minute or more" + (f"; kept in {kept.parent} for the next run" if cache else ""))
     model = FastText(vector_size=settings.dim, window=settings.window, min_count=settings.min_count,
                      epochs=settings.epochs, seed=settings.seed, workers=1, sg=1)
     model.build_vocab(corpus_iterable=corpus)

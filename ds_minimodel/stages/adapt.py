@@ -17,6 +17,7 @@ records the body's hash so the embeddings are only ever plugged into a model of 
 from __future__ import annotations
 
 import functools
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -96,12 +97,12 @@ def check_wechsel_inputs(spec: AdaptSpec, source_sha256: str) -> WordList | None
     return words
 
 
-def align_static_vectors(spec: AdaptSpec, words: WordList, target: AnyTokenizer, source: AnyTokenizer
-                         ) -> AlignedVectors:
+def align_static_vectors(spec: AdaptSpec, words: WordList, target: AnyTokenizer, source: AnyTokenizer,
+                         say: Callable[[str], None] = lambda line: None) -> AlignedVectors:
     """Both languages' static vectors and the orthogonal map between them (``data.bilingual``)."""
     settings = StaticSettings(seed=spec.seed, rare=spec.rare_vectors)
-    t_vec, t_known, t_record = train_static_vectors(spec.data, target.pieces(), settings)
-    s_vec, s_known, s_record = train_static_vectors(spec.source_data, source.pieces(), settings)
+    t_vec, t_known, t_record = train_static_vectors(spec.data, target.pieces(), settings, say=say)
+    s_vec, s_known, s_record = train_static_vectors(spec.source_data, source.pieces(), settings, say=say)
     alignment = fit_alignment(words, (target.encode, t_vec, t_known), (source.encode, s_vec, s_known))
     return AlignedVectors(alignment.target(t_vec), t_known, alignment.source(s_vec), s_known,
                           {**alignment.record, "target_vectors": t_record, "source_vectors": s_record})
@@ -134,11 +135,17 @@ def build(spec: AdaptSpec, ctx: Context) -> Built:
     generator = torch.Generator().manual_seed(spec.seed)
     source_embeddings, source_bias = extract_embeddings(model)
     static = aligned = None
+    name = spec.run_name or f"{Step.ADAPT}-{lang}-{spec.system}"
+
+    def say(line: str) -> None:  # a silence of a minute or more ahead: rank 0 says why
+        if info.rank == 0:
+            print(f"[{name}] {line}", flush=True)
+
     if spec.init == "focus":
         static = train_static_vectors(spec.data, target.pieces(), StaticSettings(seed=spec.seed,
-                                                                                 rare=spec.rare_vectors))
+                                                                                 rare=spec.rare_vectors), say=say)
     if words is not None:
-        aligned = align_static_vectors(spec, words, target, source)
+        aligned = align_static_vectors(spec, words, target, source, say)
     shared_with = None
     if spec.shared_with is not None:
         anchor = open_tokenizer(spec.shared_with)
@@ -178,7 +185,6 @@ def build(spec: AdaptSpec, ctx: Context) -> Built:
         "source": body_sha256, "body": str(Path(spec.body).resolve()), "body_dropout": spec.body_dropout,
         "init": spec.init, "init_options": init_options, "trainable": trainable,
     }
-    name = spec.run_name or f"{Step.ADAPT}-{lang}-{spec.system}"
     banner = (f"[{name}] vocabulary overlap with the source: {overlap['overlap']:,} of "
               f"{overlap['target_vocab']:,} target pieces ({overlap['ratio']:.1%}) start from source rows"
               + (f", {rows.record['mixed']:,} from mixtures of them ({spec.init})" if "mixed" in rows.record else "")
