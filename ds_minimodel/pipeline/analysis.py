@@ -317,7 +317,7 @@ def table3(rows: list[dict[str, Any]]) -> str:
                          + f" {(f'{avg:.2f}x' + ('*' if left_out else '') if avg else '-'):>12}")
         if not any(r.get("transfer", True) for r in rows if r["task"] == task):
             lines.append("BL_BASE transfers to none of these languages: the run is too small to measure a speedup "
-                         "(RESULTS.md reports the larger reference run, configs/reference.json)")
+                         "(RESULTS.md reports the larger reference run, configs/reference_focus.json, whose does)")
         targets = sorted({(r["lang"], r["target"]) for r in rows if r["task"] == task and r["target"] is not None})
         marked = any(r["task"] == task and r.get("transfer", True) and not r["never"] and r["at_first_checkpoint"]
                      for r in rows)
@@ -430,11 +430,13 @@ def _pyplot() -> Any:
 
 def plot_curves(all_curves: dict[tuple[str, str, str], list[Point]], rows: list[dict[str, Any]],
                 metrics: dict[str, str], out: Path, *, majority: dict[tuple[str, str], float] | None = None,
-                source_score: dict[str, float] | None = None, prefix: str = "figure3") -> list[Path]:
+                bag_of_words: dict[tuple[str, str], float] | None = None, source_score: dict[str, float] | None = None,
+                prefix: str = "figure3") -> list[Path]:
     """Figure 3: score against Step-2 V100-days per system, one file per task and language, with the majority
-    class and the source-language score (BL_BASE's primary, its own embeddings) as reference lines."""
+    class, the bag of words (Table 2's trivial baselines) and the source-language score (BL_BASE's primary, its own
+    embeddings) as reference lines."""
     plt = _pyplot()
-    majority, source_score = majority or {}, source_score or {}
+    majority, bag_of_words, source_score = majority or {}, bag_of_words or {}, source_score or {}
     targets = {(r["task"], r["lang"]): r["target"] for r in rows}
     written = []
     for task, lang in sorted({k[:2] for k in all_curves}):
@@ -446,10 +448,13 @@ def plot_curves(all_curves: dict[tuple[str, str, str], list[Point]], rows: list[
             ax.axhline(targets[(task, lang)], color="grey", linestyle="--", label="95% of BL_BASE final")
         if (task, lang) in majority:
             ax.axhline(majority[(task, lang)], color="black", linestyle=":", label="majority class")
+        # colours outside matplotlib's default cycle, which the systems' curves take theirs from
+        if (task, lang) in bag_of_words:
+            ax.axhline(bag_of_words[(task, lang)], color="slategray", linestyle=(0, (1, 3)),
+                       label="bag of words, trained on the source language")
         if task in source_score:
-            # a colour outside matplotlib's default cycle, which the systems' curves take theirs from
             ax.axhline(source_score[task], color="darkgoldenrod", linestyle="-.",
-                       label="source language, own embeddings")
+                       label="source language: BL_BASE's primary, own embeddings")
         ax.set(xlabel="Step-2 compute (V100-days)", ylabel=f"{metrics[task]} (mean over seeds)",
                title=f"{task}, {'mean over target languages' if lang == AVERAGE else lang}: zero-shot score")
         ax.legend()

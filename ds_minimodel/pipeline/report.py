@@ -39,8 +39,8 @@ def run(results_path: Path, out: Path, *, plots: bool = True) -> dict[str, Any]:
         raise InputError(f"{results_path}: holds no zero-shot scores yet")
     relearn_curves = curves(results, str(results_path), key="source_relearn_over_seeds")[0]
     trivial = trivial_scores(results)
-    majority = {(task, lang): v["majority"] for (task, lang, split), v in trivial.items()
-                if split == "test" and "majority" in v}
+    majority, bag_of_words = ({(task, lang): v[kind] for (task, lang, split), v in trivial.items()
+                               if split == "test" and kind in v} for kind in ("majority", "bag_of_words"))
     source_score = {task: p.score for (task, _, primary), p in own_scores(results).items() if primary == "base"}
     out.mkdir(parents=True, exist_ok=True)
     rows = analyse(all_curves, majority)
@@ -60,15 +60,13 @@ def run(results_path: Path, out: Path, *, plots: bool = True) -> dict[str, Any]:
             "note": "mean over target languages of the per-seed-mean curves, at the updates all languages share",
             "curves": [{"task": task, "system": system, "points": [asdict(p) for p in curve]}
                        for (task, _, system), curve in sorted(averaged.items())]})
-    averaged_majority = {}  # the mean over a task's target languages, the reference line of the averaged curves
-    for task in {k[0] for k in averaged}:
-        values = [m for (t, lang), m in majority.items() if t == task and (t, lang, BASELINE) in all_curves]
-        if values:
-            averaged_majority[(task, AVERAGE)] = sum(values) / len(values)
+    averaged_majority, averaged_bow = (_over_languages(line, averaged, all_curves) for line in (majority, bag_of_words))
     figures = []
     if plots:
-        figures = [*plot_curves(all_curves, rows, metrics, out, majority=majority, source_score=source_score),
-                   *plot_curves(averaged, [], metrics, out, majority=averaged_majority, source_score=source_score),
+        figures = [*plot_curves(all_curves, rows, metrics, out, majority=majority, bag_of_words=bag_of_words,
+                                source_score=source_score),
+                   *plot_curves(averaged, [], metrics, out, majority=averaged_majority, bag_of_words=averaged_bow,
+                                source_score=source_score),
                    *plot_curves(relearn_curves, [], metrics, out, majority=majority, source_score=source_score,
                                 prefix="relearn"),
                    *studies.plot_depths(all_curves, averaged, metrics, out, source_score)]
@@ -80,6 +78,18 @@ def run(results_path: Path, out: Path, *, plots: bool = True) -> dict[str, Any]:
         else:
             figures.append(speedups)
     return {**tables, "figures": [str(p) for p in figures], "out": str(out)}
+
+
+def _over_languages(line: dict[tuple[str, str], float], averaged: dict[tuple[str, str, str], Any],
+                    all_curves: dict[tuple[str, str, str], Any]) -> dict[tuple[str, str], float]:
+    """A reference line's mean over each task's target languages (those with BL_BASE curves): the line drawn with the
+    curves averaged over languages."""
+    means = {}
+    for task in {k[0] for k in averaged}:
+        values = [v for (t, lang), v in line.items() if t == task and (t, lang, BASELINE) in all_curves]
+        if values:
+            means[(task, AVERAGE)] = sum(values) / len(values)
+    return means
 
 
 def main(argv: list[str] | None = None) -> int:

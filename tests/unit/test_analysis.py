@@ -226,6 +226,34 @@ def test_no_speedup_where_bl_base_is_not_clearly_above_the_majority_class(tmp_pa
     assert any(p.endswith("relearn_xnli_en-relearn.png") for p in summary["figures"])
 
 
+def test_figure3_draws_both_trivial_baselines_and_says_whose_source_line_it_is(tmp_path, monkeypatch):
+    """Issue 48: Table 2 had a bag-of-words row that Figure 3 did not draw, and its source line said not whose."""
+    from ds_minimodel.pipeline import analysis
+
+    pyplot, axes = analysis._pyplot(), []
+
+    class Recording:  # pyplot, keeping each figure's axes for the test to read after the figure is closed
+        def __getattr__(self, name):
+            return getattr(pyplot, name)
+
+        def subplots(self, *args, **kwargs):
+            fig, ax = pyplot.subplots(*args, **kwargs)
+            axes.append(ax)
+            return fig, ax
+
+    monkeypatch.setattr(analysis, "_pyplot", Recording)
+    path = tmp_path / "results.json"
+    path.write_text(json.dumps(with_controls(synthetic_results(), {"de": 58.5, "fr": 40.0})))
+    run(path, tmp_path / "analysis")
+    figure3 = [ax for ax in axes if ax.get_title() in ("xnli, de: zero-shot score", "xnli, fr: zero-shot score",
+                                                        "xnli, mean over target languages: zero-shot score")]
+    assert len(figure3) == 3
+    for ax in figure3:
+        labels = ax.get_legend_handles_labels()[1]
+        assert {"majority class", "bag of words, trained on the source language",
+                "source language: BL_BASE's primary, own embeddings"} <= set(labels), labels
+
+
 def test_a_run_without_transfer_anywhere_says_so():
     rows = analyse(curves(synthetic_results(), "results.json")[0], {("xnli", "de"): 60.0, ("xnli", "fr"): 69.0})
     assert all(r["speedup"] is None and not r["transfer"] for r in rows)
