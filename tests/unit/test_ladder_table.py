@@ -1,11 +1,11 @@
-"""scripts/ladder_table.py: a dev ladder's table and how well the label-free probe predicts its dev scores."""
+"""scripts/experiments/ladder_table.py: a dev ladder's table and how well the label-free probe predicts its dev scores."""
 from __future__ import annotations
 
 import importlib.util
 import json
 from pathlib import Path
 
-SCRIPT = Path(__file__).resolve().parents[2] / "scripts/ladder_table.py"
+SCRIPT = Path(__file__).resolve().parents[2] / "scripts/experiments/ladder_table.py"
 spec = importlib.util.spec_from_file_location("ladder_table", SCRIPT)
 ladder_table = importlib.util.module_from_spec(spec)
 spec.loader.exec_module(ladder_table)
