@@ -26,6 +26,7 @@ def run_cmd(cmd: list[str], *, timeout: float = 300, check: bool = True, **kwarg
     env = {**inherited, "DS_ACCELERATOR": "cpu", "OMP_NUM_THREADS": "1", "PYTHONUNBUFFERED": "1",
            "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}"}
     env.update(kwargs.pop("env", {}))
+    env = {k: v for k, v in env.items() if v is not None}  # None: leave the variable out
     proc = subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True, timeout=timeout, **kwargs)
     if check and proc.returncode != 0:
         raise AssertionError(f"{' '.join(map(str, cmd))} exited {proc.returncode}\n"
@@ -99,9 +100,11 @@ def demo_pipeline(tmp_path_factory) -> dict:
     path.write_text(json.dumps(config))
     # Its 14 training launches go through torchrun, which starts one interpreter fewer than the deepspeed launcher
     # (the default; its command is unit-tested in test_launch.py and the launcher runs in test_pretrain/test_cluster).
+    # Without DS_ACCELERATOR, as a user runs it from the venv: the package keeps DeepSpeed's CPU notice out itself.
     proc = run_cmd([sys.executable, "-m", "ds_minimodel", "pipeline", "--config", str(path), "--launcher", "torchrun"],
-                   timeout=900)
-    return {"out": Path(config["out"]), "config": path, "stdout": proc.stdout, "settings": config}
+                   timeout=900, env={"DS_ACCELERATOR": None})
+    return {"out": Path(config["out"]), "config": path, "stdout": proc.stdout, "stderr": proc.stderr,
+            "settings": config}
 
 
 @pytest.fixture(scope="session")

@@ -51,6 +51,8 @@ def test_the_run_prints_a_readable_page_not_logs(pipeline):
     lines = pipeline["stdout"].splitlines()
     assert not [line for line in lines if "[INFO]" in line or line.lstrip().startswith("{")]
     assert not [line for line in lines if "zero checkpoint" in line or "FutureWarning" in line]
+    # Issue 48: DeepSpeed's CPU-fallback notice came once per process unless the caller set DS_ACCELERATOR.
+    assert "Setting accelerator" not in pipeline["stdout"] + pipeline["stderr"]
     scores = [line for line in lines if line.startswith("[step4]")]
     pattern = (r"\[step4\] lohelp (de|en) (\w+ update \d+|primary \w+, own embeddings) seed \d: "
                r"accuracy \d+\.\d, macro_f1 \d+\.\d")
