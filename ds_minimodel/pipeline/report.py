@@ -23,12 +23,11 @@ from ds_minimodel.pipeline.analysis import (
     curves,
     diagnostics,
     own_scores,
-    plot_curves,
-    plot_speedups,
     table2,
     table3,
     trivial_scores,
 )
+from ds_minimodel.pipeline.figures import plot_curves, plot_speedups
 from ds_minimodel.systems import BASELINE
 
 

@@ -24,8 +24,8 @@ from ds_minimodel.pipeline.analysis import (
     Point,
     main_metric,
     own_scores,
-    plot_curves,
 )
+from ds_minimodel.pipeline.figures import plot_curves
 from ds_minimodel.pipeline.settings import MINI_PREFIX
 from ds_minimodel.systems import (
     BASELINE,

@@ -231,9 +231,9 @@ def test_no_speedup_where_bl_base_is_not_clearly_above_the_majority_class(tmp_pa
 
 def test_figure3_draws_both_trivial_baselines_and_says_whose_source_line_it_is(tmp_path, monkeypatch):
     """Issue 48: Table 2 had a bag-of-words row that Figure 3 did not draw, and its source line said not whose."""
-    from ds_minimodel.pipeline import analysis
+    from ds_minimodel.pipeline import figures
 
-    pyplot, axes = analysis._pyplot(), []
+    pyplot, axes = figures._pyplot(), []
 
     class Recording:  # pyplot, keeping each figure's axes for the test to read after the figure is closed
         def __getattr__(self, name):
@@ -244,7 +244,7 @@ def test_figure3_draws_both_trivial_baselines_and_says_whose_source_line_it_is(t
             axes.append(ax)
             return fig, ax
 
-    monkeypatch.setattr(analysis, "_pyplot", Recording)
+    monkeypatch.setattr(figures, "_pyplot", Recording)
     path = tmp_path / "results.json"
     path.write_text(json.dumps(with_controls(synthetic_results(), {"de": 58.5, "fr": 40.0})))
     run(path, tmp_path / "analysis")
