@@ -6,6 +6,7 @@ construction from a ``ds_configs/`` JSON, gradient accumulation, logging, checkp
 """
 from __future__ import annotations
 
+import collections
 import math
 import os
 import time
@@ -280,11 +281,16 @@ def _engine_metrics(engine: Any, scale_watch: LossScaleWatch | None) -> dict[str
 
 class _progress:
     """A tqdm bar on rank 0 when attached to a terminal; plain lines otherwise (batch-job logs stay readable), each
-    with the loss, the tokens per second of that update and the time left at the pace since this run started."""
+    with the loss, the tokens per second of that update and the time left at the pace of the last ``WINDOW`` lines
+    (since this run started, before there are that many): a machine whose load changes mid-run (another job starts
+    or ends) gets an estimate at today's pace, not the run's average."""
+
+    WINDOW = 4
 
     def __init__(self, name: str, start: int, total: int, *, enabled: bool):
         self.name, self.enabled, self.bar = name, enabled, None
-        self.start, self.total, self.started = start, total, time.perf_counter()
+        self.start, self.total = start, total
+        self.marks = collections.deque([(time.perf_counter(), start)], maxlen=self.WINDOW + 1)
         if enabled and os.isatty(2):
             from tqdm import tqdm
 
@@ -298,9 +304,10 @@ class _progress:
             self.bar.set_postfix(loss=f"{loss:.4f}", tok_s=f"{tokens_per_s:,.0f}")
             return
         line = f"[{self.name}] update {step} loss {loss:.4f}, {tokens_per_s:,.0f} tokens/s"
-        if step < self.total and step > self.start:
-            left = (time.perf_counter() - self.started) / (step - self.start) * (self.total - step)
-            line += f", {duration(left)} left"
+        self.marks.append((time.perf_counter(), step))
+        (then, first), (now, last) = self.marks[0], self.marks[-1]
+        if step < self.total and last > first:
+            line += f", {duration((now - then) / (last - first) * (self.total - step))} left"
         print(line, flush=True)
 
     def close(self) -> None:

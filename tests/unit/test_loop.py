@@ -156,3 +156,16 @@ def test_the_closing_summary_is_one_readable_line_and_a_file(tmp_path):
     write_summary(tmp_path, finetune)
     assert json.loads((tmp_path / SUMMARY_FILE).read_text()) == finetune
     assert [p.name for p in tmp_path.iterdir()] == [SUMMARY_FILE]  # no temporary file left
+
+
+def test_time_left_follows_the_recent_pace_not_the_runs_average(monkeypatch, capsys):
+    """Issue 48: "time left" was far off when the machine's load changed mid-run (the pace since the start)."""
+    from ds_minimodel.train import engine
+
+    clock = iter([0.0, *(10.0 * k for k in range(1, 11)), *(100.0 + 40.0 * k for k in range(1, 11))])
+    monkeypatch.setattr(engine.time, "perf_counter", lambda: next(clock))
+    progress = engine._progress("step2", 0, 1000, enabled=True)
+    for k in range(1, 21):  # a line every 10 updates: 1 s an update for 100 updates, then 4 s an update
+        progress.update(10 * k, 1.0, 100.0)
+    last = capsys.readouterr().out.strip().splitlines()[-1]
+    assert last.endswith(", 53 min 20 s left"), last  # 800 updates at 4 s, not at the run's 2.5 s average
