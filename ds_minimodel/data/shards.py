@@ -15,6 +15,7 @@ FULL-SENTENCES packing -> `MLMBatchStream`, BERT's dynamic 80/10/10 masking in a
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import logging
@@ -143,13 +144,21 @@ _worker_tokenizer: AnyTokenizer | None = None
 _worker_dtype: np.dtype | None = None
 
 
+# Held while the pool forks its workers, so that each starts with them pending rather than caught by the parent's
+# handlers (which the pipeline's raise where they arrive): a signal the parent's handler caught before the worker
+# replaced it would be dropped (Python skips a pending signal whose handler is now the default), and a worker that
+# misses the pool's terminate() keeps the pool's join waiting for ever (seen: 1 of 24 Ctrl-Cs mid-encoding).
+_STOPS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+
+
 def _init_worker(tokenizer_path: str, dtype: str) -> None:
     global _worker_tokenizer, _worker_dtype
-    # A forked worker inherits its parent's handlers (the pipeline's raise where they arrive): Ctrl-C is the
-    # parent's to handle, which then ends the pool; SIGTERM and SIGHUP (the pool's own terminate()) end it quietly.
+    # Ctrl-C is the parent's to handle, which then ends the pool; SIGTERM and SIGHUP (the pool's own terminate())
+    # end the worker quietly. Then the signals held since the fork are taken, with these handlers.
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     for sig in (signal.SIGTERM, signal.SIGHUP):
         signal.signal(sig, signal.SIG_DFL)
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, _STOPS)
     _worker_tokenizer = open_tokenizer(tokenizer_path)
     _worker_dtype = np.dtype(dtype)
 
@@ -175,7 +184,16 @@ def _encoded_blocks(
     # tokenizer whose Rust thread pool this process has not started: it loaded the tokenizer but encoded nothing);
     # elsewhere fork is unsafe.
     context = multiprocessing.get_context("fork" if sys.platform == "linux" else "spawn")
-    with context.Pool(workers, initializer=_init_worker, initargs=(str(tokenizer_path), dtype.str)) as pool:
+    signal.pthread_sigmask(signal.SIG_BLOCK, _STOPS)
+    try:
+        pool = context.Pool(workers, initializer=_init_worker, initargs=(str(tokenizer_path), dtype.str))
+    finally:
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, _STOPS)  # one that came meanwhile is taken here
+    # Ended by close() and join(), also when a signal or an error stops the consumer: the workers finish the few
+    # blocks in flight and exit. Pool.terminate() (what leaving a `with Pool` does) kills them, and one killed while
+    # writing its result holds the result queue's lock, on which the pool's own cleanup then waits for ever (1 of 24
+    # Ctrl-Cs mid-encoding hung so).
+    try:
         pending: deque = deque()
         for block in blocks:
             pending.append((pool.apply_async(_encode_in_worker, (block,)), len(block)))
@@ -185,6 +203,9 @@ def _encoded_blocks(
         while pending:
             result, size = pending.popleft()
             yield *result.get(), size
+    finally:
+        pool.close()
+        pool.join()
 
 
 class _ShardWriter:
@@ -416,12 +437,14 @@ def prepare_corpus(
         with corpus.open("rb") as f, tqdm(total=corpus_bytes, unit="B", unit_scale=True, disable=not progress,
                                           desc=f"encoding {corpus.name}") as bar:
             blocks = _read_blocks(f, corpus, digest, max_line_bytes)
-            for ids, codes, size in _encoded_blocks(blocks, tokenizer.path, dtype, workers):
-                binariser.add(ids, codes)
-                bar.update(size)
-                lines_seen = binariser.num_paragraphs + binariser.skipped_invalid_utf8
-                if lines_seen >= _BINARY_CHECK_LINES:
-                    _check_mostly_text(corpus, binariser)
+            # closed here, not whenever it is collected: its pool's workers end before anything else does
+            with contextlib.closing(_encoded_blocks(blocks, tokenizer.path, dtype, workers)) as encoded:
+                for ids, codes, size in encoded:
+                    binariser.add(ids, codes)
+                    bar.update(size)
+                    lines_seen = binariser.num_paragraphs + binariser.skipped_invalid_utf8
+                    if lines_seen >= _BINARY_CHECK_LINES:
+                        _check_mostly_text(corpus, binariser)
         shards = binariser.finish()
         _check_mostly_text(corpus, binariser)
         if binariser.num_paragraphs == 0:

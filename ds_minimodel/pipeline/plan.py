@@ -459,36 +459,36 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--systems", metavar="A,B", help="only these of the config's systems (and the primaries, controls "
                    "and results they need): e.g. score the systems whose steps are done while the others train")
     args = p.parse_args(argv)
-    try:
-        cfg = PipelineConfig.load(args.config)
-        if args.systems is not None:
-            cfg = only_systems(cfg, args.systems.split(","), str(args.config))
-        pipeline = Pipeline(cfg, str(args.config), launcher=args.launcher, verbose=args.verbose)
-        if args.list:  # and what of it is done: nothing is started
-            from ds_minimodel.pipeline.status import print_jobs
+    with Stop():  # to the end: SIGINT, SIGTERM, SIGHUP stop a running job first, then the pipeline (stopping.py)
+        try:
+            return _run(args)
+        except InputError as err:
+            return report(err)
+        except (StoppedEarly, Stopped) as stop:  # saved and stopped: exit 75 (requeue a batch job), 128 + a signal
+            print(stop, file=sys.stderr, flush=True)
+            return stop.exit_code
 
-            return print_jobs(pipeline)
-        if args.lang is not None and not (args.only or "").startswith(f"{Step.ADAPT}-"):
-            raise InputError("--lang goes with --only step2-<system>")
-        own_output(pipeline.out, args.config)
-        with Stop():  # SIGINT, SIGTERM, SIGHUP: the running job saves and stops, then the pipeline (stopping.py)
-            if args.only is None:  # one pipeline per folder; single jobs (batch jobs, Step-2 arrays) claim runs
-                claim(pipeline.out, f"pipeline {args.config}")
-                summary = pipeline.run_all()
-            else:
-                summary = pipeline.run(args.only, args.lang)
-    except InputError as err:
-        return report(err)
-    except (StoppedEarly, Stopped) as stop:  # saved and stopped: exit 75 (requeue the batch job), 128 + a signal
-        print(stop, file=sys.stderr, flush=True)
-        return stop.exit_code
-    except KeyboardInterrupt:  # Ctrl-C while the config is read, before the handlers are in place
-        print("pipeline: interrupted before any work", file=sys.stderr, flush=True)
-        return 130
+
+def _run(args: argparse.Namespace) -> int:
+    cfg = PipelineConfig.load(args.config)
+    if args.systems is not None:
+        cfg = only_systems(cfg, args.systems.split(","), str(args.config))
+    pipeline = Pipeline(cfg, str(args.config), launcher=args.launcher, verbose=args.verbose)
+    if args.list:  # and what of it is done: nothing is started
+        from ds_minimodel.pipeline.status import print_jobs
+
+        return print_jobs(pipeline)
+    if args.lang is not None and not (args.only or "").startswith(f"{Step.ADAPT}-"):
+        raise InputError("--lang goes with --only step2-<system>")
+    own_output(pipeline.out, args.config)
+    if args.only is None:  # one pipeline per folder; single jobs (batch jobs, Step-2 arrays) claim their runs
+        claim(pipeline.out, f"pipeline {args.config}")
+        summary = pipeline.run_all()
+    else:
+        summary = pipeline.run(args.only, args.lang)
     if args.only not in (None, Step.TRANSFER):
         return 0
-    # The analysis (tables shaped like the paper's Tables 2 and 3, Figures 1 and 3) reads only results.json.
-    if not summary["has_results"]:
+    if not summary["has_results"]:  # the analysis (the paper's Tables 2-3, Figures 1 and 3) reads only results.json
         print("no zero-shot results (no task has a test file in a target language): nothing to analyse")
     else:
         print(flush=True)

@@ -50,6 +50,7 @@ class Stop:
         self.received: int | None = None
         self.job: subprocess.Popen | None = None
         self.starting = False
+        self._pid = os.getpid()
         self._previous: dict[int, Any] = {}
 
     def __enter__(self) -> Stop:
@@ -66,6 +67,10 @@ class Stop:
             Stop.active = None
 
     def _handle(self, signum: int, frame: Any) -> None:
+        if os.getpid() != self._pid:  # a forked child (the encoding pool's workers, before their own handlers)
+            if signum != signal.SIGINT:  # Ctrl-C is the pipeline's to handle; the pool's SIGTERM ends the child
+                os._exit(128 + signum)
+            return
         again, job = self.received is not None, self.job
         self.received = self.received or signum
         name = signal.Signals(signum).name
