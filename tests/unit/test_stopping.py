@@ -2,6 +2,7 @@
 that started it (train/faults.py), with a stand-in job; the real thing on 2 ranks is tests/integration/test_stopping.py."""
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import subprocess
@@ -100,13 +101,17 @@ def test_ctrl_c_while_the_pipeline_prepares_data_is_one_line_and_exit_130(tmp_pa
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
     tokenizers = [tmp_path / "out" / "data" / lang / "spm.model" for lang in ("en", "de")]
     deadline = time.monotonic() + 120
-    while not all(p.is_file() for p in tokenizers):  # both trained: the first corpus is being encoded
-        assert proc.poll() is None and time.monotonic() < deadline, proc.communicate()
-        time.sleep(0.05)
-    time.sleep(0.5)
-    os.killpg(proc.pid, signal.SIGINT)
-    _, err = proc.communicate(timeout=60)
+    try:
+        while not all(p.is_file() for p in tokenizers):  # both trained: the first corpus is being encoded
+            assert proc.poll() is None and time.monotonic() < deadline, proc.communicate()
+            time.sleep(0.05)
+        time.sleep(0.5)
+        os.killpg(proc.pid, signal.SIGINT)
+        _, err = proc.communicate(timeout=60)
+    finally:  # nothing of it left behind, whatever failed (a hung pool worker once outlived the test)
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGKILL)
     assert proc.returncode == 130 and "Traceback" not in err, err[-3000:]
-    assert [line for line in err.splitlines() if "stopped" in line] == [
-        "pipeline: stopped by SIGINT while no job was training; what it wrote is whole: run the pipeline again to "
-        "continue"], err[-3000:]
+    said = ("pipeline: stopped by SIGINT while no job was training; what it wrote is whole: run the pipeline again "
+            "to continue")
+    assert [line for line in err.splitlines() if "stopped" in line] == [said], err[-3000:]
