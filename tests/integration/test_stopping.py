@@ -1,9 +1,8 @@
 """One rule for stopping a run, whatever is signalled: SIGTERM to the pipeline (SIGINT and SIGHUP take the same path:
 tests/unit/test_stopping.py), SIGTERM to one rank or to the job's ``deepspeed`` launcher, and the pipeline's own death
 (SIGKILL). Every time the whole job saves at an update boundary and stops, no process of it is left, the pipeline
-(where alive) exits non-zero naming the folder to resume, and the resumed run ends with the weights of a run never
-stopped. The pipeline's Step 1 on 2 CPU ranks
-(tiny preset), launched by ``deepspeed`` as by default."""
+(where alive) exits non-zero naming the folder to resume, and the pipeline resumes to the end. The pipeline's Step 1
+on 2 CPU ranks (tiny preset), launched by ``deepspeed`` as by default."""
 from __future__ import annotations
 
 import json
@@ -17,15 +16,15 @@ from pathlib import Path
 
 import psutil
 import pytest
-import torch
 
 from ds_minimodel.pipeline.ownership import OWNER_MARK
 from ds_minimodel.train import checkpoint
 from tests.integration.conftest import DEMO, RANK_VARS, REPO, run_cmd
 
-pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("timing")]
+# Not in the "timing" group: nothing here waits on a tight timer, so it may run beside that group's tests.
+pytestmark = pytest.mark.slow
 
-STEPS = 150
+STEPS = 60
 
 
 def config(tmp_path: Path, en_data: Path, name: str) -> Path:
@@ -101,9 +100,10 @@ def stop_once(path: Path, how: str, after: int) -> tuple[subprocess.Popen, str, 
     return proc, stderr, processes, step
 
 
-def test_every_way_of_stopping_saves_the_whole_job_and_resumes_exactly(en_data, tmp_path):
-    reference = config(tmp_path, en_data, "reference")
-    run_cmd(pipeline(reference), timeout=600)
+def test_every_way_of_stopping_saves_the_whole_job_and_resumes(en_data, tmp_path):
+    """That a resume from any checkpoint gives the weights of a run never stopped, bitwise, is test_pretrain.py's
+    (2 ranks) and test_reliability.py's: here, that each way of stopping leaves such a checkpoint and nothing
+    running, and that the pipeline then resumes to the end."""
     path = config(tmp_path, en_data, "stopped")
     run = run_dir(path)
     saved = 0
@@ -124,9 +124,5 @@ def test_every_way_of_stopping_saves_the_whole_job_and_resumes_exactly(en_data, 
         assert f"{reason}: saved" in log.split("$ ")[-1], (how, log[-3000:])
         saved = step
     run_cmd(pipeline(path), timeout=600)
-    want = checkpoint.load_weights(checkpoint.latest_checkpoint(run_dir(reference)))
-    got = checkpoint.load_weights(checkpoint.latest_checkpoint(run))
     assert checkpoint.load_meta(checkpoint.latest_checkpoint(run)).step == STEPS
-    assert want.keys() == got.keys()
-    for name in want:
-        assert torch.equal(want[name], got[name]), f"{name} differs from the run never stopped"
+    assert all(checkpoint.verify(c) is None for c in checkpoint.complete_checkpoints(run))
