@@ -12,7 +12,7 @@ This writes into `.gpu/` (ignored by git; it travels beside the repository as th
 - `.gpu/data/en.txt.xz`: the GPU reference run's English corpus (`--english`; by default the 27 MB English corpus
   of the project's shared data where this checkout has it beside it). Without one the run uses the 2M tokens of
   `reference_data/` and says so.
-- `.gpu/bodies/NAME/` (`--body`): a Step-1 model folder for `scripts/gpu_ladder.sh`, its weights rounded to bfloat16
+- `.gpu/bodies/NAME/` (`--body`): a Step-1 model folder for `scripts/experiments/gpu_ladder.sh`, its weights rounded to bfloat16
   (half the bytes: two bodies of the CPU reference's shape fit the limit only so), its tokenizer inside. Steps 2-4
   on the GPU compute in bf16, so Step 2 reads the same numbers; Step 3's master weights start from the rounded ones.
   With `--focus`, the wheels include gensim (the `focus` extra), for ladders with `--init focus` variants.
@@ -201,9 +201,9 @@ def main() -> int:
     p.add_argument("--no-english", dest="english", action="store_const", const=None,
                    help="no English corpus (a ladder call needs none): less to carry")
     p.add_argument("--body", action="append", default=[], metavar="NAME=MODEL_FOLDER",
-                   help="a Step-1 body for scripts/gpu_ladder.sh, into .gpu/bodies/NAME (bf16 weights)")
+                   help="a Step-1 body for scripts/experiments/gpu_ladder.sh, into .gpu/bodies/NAME (bf16 weights)")
     p.add_argument("--focus", action="store_true",
-                   help="carry the focus extra too (gensim, for run_adapt.py --init focus in scripts/gpu_ladder.sh)")
+                   help="carry the focus extra too (gensim, for run_adapt.py --init focus in scripts/experiments/gpu_ladder.sh)")
     args = p.parse_args()
     # Built beside what an earlier preparation left, which is replaced only once the new one is complete: a bad
     # --body or a failed download leaves .gpu as it was.

@@ -1,5 +1,5 @@
 """Unpack each shipped reference_data/**/*.xz beside itself, once (an interrupted unpack leaves no half file: it
-writes, then renames). Run from the repository root; scripts/reference.sh and scripts/init_ladder.sh do."""
+writes, then renames). Run from the repository root; scripts/reference.sh and scripts/experiments/init_ladder.sh do."""
 import lzma
 import os
 import pathlib

@@ -16,4 +16,4 @@ cd /work/wt-wechsel
 export BODY=$R/step1/base/checkpoints/step_00003000 DATA=$R/data OUT LANGS SEEDS=${SEEDS:-"1 2 3"} JOBS=${JOBS:-2}
 export STEP2_STEPS=600 STEP2_SAVE=100 VENV=/work/main/.venv
 VARIANTS=${VARIANTS:-"focus=--init,focus wechsel-help=--init,wechsel,--word-list,reference_data/lexicons/{lang}-en.help.tsv,--source-data,{en}"} \
-  bash scripts/init_ladder.sh
+  bash scripts/experiments/init_ladder.sh
