@@ -171,8 +171,7 @@ def train_step(spec: type[RunSpec], run_dir: Path, values: dict[str, Any], spec_
     if code < 0:  # the launcher was killed by a signal; its ranks noticed, saved and stopped (train.faults)
         raise StoppedEarly(f"pipeline: {spec.ENTRY}'s launcher ended by {signal.Signals(-code).name}; {resume}")
     if not finished(run_dir):
-        raise StoppedEarly(f"pipeline: {run_dir} stopped before its last update ({saved_at(run_dir)}); run the "
-                           "pipeline again to resume")
+        raise StoppedEarly(f"pipeline: {run_dir} stopped before its last update ({resume})")
 
 
 def saved_at(run_dir: Path) -> str:

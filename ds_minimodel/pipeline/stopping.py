@@ -41,8 +41,9 @@ class Stopped(BaseException):
 
 
 class Stop:
-    """The pipeline's handlers for ``SIGNALS``, installed for its whole run (``with Stop.installed(): ...``). While a
-    job runs (``watch``), a signal is passed on to it; otherwise it raises ``Stopped`` where the pipeline is."""
+    """The pipeline's handlers for ``SIGNALS``, installed for its whole run (``with Stop(): ...``). While a job it
+    started runs (``start`` .. ``finished``), a signal is passed on to it; otherwise it raises ``Stopped`` where the
+    pipeline is."""
 
     active: Stop | None = None
 

@@ -143,9 +143,10 @@ def run_main(run: Callable[[Any], dict[str, Any]], spec: RunSpec) -> int:
     except (InputError, TrainingError) as err:
         return report(err)
     except OSError as err:  # a full, read-only or forbidden disk: one line, no traceback
-        if disk_fault(err) is None:
+        fault = disk_fault(err)
+        if fault is None:
             raise
-        return report(disk_fault(err))
+        return report(fault)
     except KeyboardInterrupt:  # a second Ctrl-C, or one before training began: stop now, no traceback
         print(f"{Path(sys.argv[0]).name}: interrupted; nothing was saved after the newest checkpoint in {spec.out}",
               file=sys.stderr, flush=True)
