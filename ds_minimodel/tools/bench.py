@@ -37,6 +37,7 @@ from ds_minimodel.model.losses import mlm_step
 from ds_minimodel.stages import steps
 from ds_minimodel.systems import Depths, Step, system_names
 from ds_minimodel.tools import bench_data
+from ds_minimodel.tools.kernel_classes import summarise_profile
 from ds_minimodel.tools.machine import GPU_PEAK_TFLOPS, BenchSpec, environment
 
 DUAL = "dual"
@@ -183,10 +184,11 @@ def time_stage(stage: str, args: BenchSpec) -> dict[str, Any]:
                                 + "\n# the three phases of an update (inclusive times)\n"
                                 + profiler.key_averages().table(sort_by="cpu_time_total", row_limit=8,
                                                                 max_name_column_width=60))
+    classes = summarise_profile(profiler.key_averages(), sum(times), cuda) if profiler is not None else None
     median = statistics.median(times)
     peak_bytes = peak_memory_bytes(cuda)
     engine.destroy()
-    return {"stage": stage, "layers": cfg.num_layers, "trainable_parameters": sum(p.numel() for p in trainable),
+    return {**({"profile": classes} if classes else {}), "stage": stage, "layers": cfg.num_layers, "trainable_parameters": sum(p.numel() for p in trainable),
             "parameters": sum(p.numel() for p in model.parameters()), "median_s": median, "min_s": min(times),
             "tokens_per_s": args.micro_batch * args.seq_len / median, "analytic_flops": analytic,
             "achieved_tflops": analytic / median / 1e12, "peak_memory_mb": peak_bytes / 2**20,

@@ -27,7 +27,7 @@ class Sizes:
     minutes: float = 8.5
     """The whole command's wall clock, the reference run's deadline included (the device tool's limit per command
     is 10 minutes, and a lease 15 in all: this leaves room to start a machine again and rerun a part)."""
-    budgets: tuple[tuple[str, float], ...] = (("env", 30), ("tests", 120), ("bench", 220))
+    budgets: tuple[tuple[str, float], ...] = (("env", 30), ("tests", 120), ("bench", 220), ("profile", 200))
     """Seconds each part may take at most (the reference part takes what is left)."""
     preset: str = "base"
     vocab: int = 50_000
@@ -38,6 +38,9 @@ class Sizes:
     """Micro-batches tried for the largest that trains: from, to (doubling). 256 sequences of 512 tokens is about a
     quarter of a second per update on an H100; beyond it the 13 timed updates of each of six rows would not fit
     the part's minutes."""
+    profile_micro: int = 256
+    """The profile part's micro-batch where the bench part did not run (else the largest the bench found): 256, what
+    every lease's search found on an H100 and an H200, so that the profile explains the bench's MFU row."""
     hf_max_batch: int = 64
     """HF computes logits at every position (vocab x tokens): its comparison runs at most this micro-batch."""
     gemm: int = 8192
@@ -57,9 +60,9 @@ class Sizes:
 
 
 GPU = Sizes()
-TINY = Sizes(minutes=30, budgets=(("env", 120), ("tests", 300), ("bench", 600)), preset="tiny", vocab=300,
-             seq_len=32, warmup=0, updates=2, search=(1, 4), hf_max_batch=2, gemm=256, reference_preset="tiny",
-             reference_vocab=1000, sizing_micro=2, compile=False, corpus_bytes=300_000, task_lines=400,
+TINY = Sizes(minutes=30, budgets=(("env", 120), ("tests", 300), ("bench", 600), ("profile", 120)), preset="tiny",
+             vocab=300, seq_len=32, warmup=0, updates=2, search=(1, 4), profile_micro=2, hf_max_batch=2, gemm=256,
+             reference_preset="tiny", reference_vocab=1000, sizing_micro=2, compile=False, corpus_bytes=300_000, task_lines=400,
              step_caps={"step1": 1, "step1b": 1, "step2": 2, "epochs": 0.02, "body": 2})
 
 
@@ -187,10 +190,12 @@ NO_CUDA = "needs CUDA: torch.cuda.is_available() is False on this machine"
 
 
 def ds_config(run: Run, name: str, *, precision: str = "bf16", base: str | None = None, fused: bool | None = None,
-              batch: int | None = None) -> Path:
+              batch: int | None = None, overflow_check: bool = True) -> Path:
     """A DeepSpeed JSON for the benchmark: ZeRO-1 in ``precision`` (its batch is the bench command's to set), or the
     file ``base`` on one rank (its global batch ``batch`` where given); either with DeepSpeed's fused Adam on a GPU,
-    torch's AdamW on a CPU (where the fused one would compile for a minute) or where ``fused`` is False."""
+    torch's AdamW on a CPU (where the fused one would compile for a minute) or where ``fused`` is False.
+    ``overflow_check=False``: bf16 without DeepSpeed's per-update gradient overflow check (``check_grad_overflow``,
+    on by default in DeepSpeed 0.19), whose per-tensor tests synchronise the host with the GPU."""
     config = read_json(REPO / base) if base else {
         "train_batch_size": 8, "train_micro_batch_size_per_gpu": 8, "steps_per_print": 1_000_000,
         "optimizer": {"type": "AdamW", "params": {"lr": 1e-4, "betas": [0.9, 0.98], "eps": 1e-6,
@@ -204,6 +209,8 @@ def ds_config(run: Run, name: str, *, precision: str = "bf16", base: str | None 
         config[precision] = {"enabled": True} if precision != "fp16" else {
             "enabled": True, "loss_scale": 0, "initial_scale_power": 16, "loss_scale_window": 1000,
             "hysteresis": 2, "min_loss_scale": 1}
+    if not overflow_check:
+        config["bf16"] = {**config.get("bf16", {"enabled": True}), "check_grad_overflow": False}
     config["optimizer"]["params"]["torch_adam"] = not (run.cuda if fused is None else fused and run.cuda)
     path = run.work / f"ds_{name}.json"
     write_json(path, config)

@@ -16,6 +16,9 @@ Parts, in order (``--parts`` picks a subset, e.g. to rerun what failed):
   (found by trying), Step 1 in bf16 (plain and dual-head), with ``--compile``, and in fp16 with FusedAdam; Step 2
   over the 12-layer body and over the 4-layer mini-model (the time ratio next to A3(12)/A3(4)); ours against
   Hugging Face ``RobertaForMaskedLM``; and the shapes of the reference run, timed to size it.
+- ``profile``: Step 1 at the bench's shapes and micro-batch under torch.profiler, plain bf16, without DeepSpeed's
+  gradient overflow check, and with ``--compile`` too: each update's time by kernel class (matmul, attention, norm/activation, loss, optimizer, copy/cast,
+  other, idle), and torch's table of the largest kernels in the log.
 - ``reference``: ``configs/reference_gpu.json`` through the whole pipeline (Steps 1-4, all four systems) with step
   counts set from the throughput just measured so that it ends before the deadline; beside it, on the same GPU, a
   Step-1 body of the CPU reference's shape trained for as long as the time allows (``bodies``), for the CPU
@@ -43,7 +46,7 @@ from ds_minimodel.config import read_json, write_json
 from ds_minimodel.tools.gpu_common import GPU, NO_CUDA, REPO, TINY, Run, bench_cmd, ds_config, skipped
 from ds_minimodel.tools.gpu_reference import argument_problem, part_reference, start_data, time_reference_shapes
 
-PARTS = ("env", "tests", "bench", "reference")
+PARTS = ("env", "tests", "bench", "profile", "reference")
 WORK_MARK = ".gpu-run-work"
 """Marks a scratch folder as gpu-run's own, which a later run may clear."""
 
@@ -224,6 +227,38 @@ def part_bench(run: Run, budget: float) -> dict[str, Any]:
     return {**found, "status": "partial" if bad else "ok"}
 
 
+# ----------------------------------------------------------------------------------------------- profile
+def part_profile(run: Run, budget: float) -> dict[str, Any]:
+    """Step 1 at the benchmark's shapes under torch.profiler: where an update's time goes, by kernel class
+    (``tools.kernel_classes``): plain bf16, then with the levers the first profile pointed to (no gradient
+    overflow check: the host waited on the GPU in each optimizer step; ``--compile``: fused norm, activation and
+    copies). Each row's torch table goes to the log."""
+    from ds_minimodel.tools.bench import summarise
+    from ds_minimodel.tools.kernel_classes import profile_table
+
+    s, end = run.sizes, time.monotonic() + budget
+    micro = (run.figures["parts"].get("bench") or {}).get("micro_batch") or s.profile_micro
+    plain, unchecked = ds_config(run, "profile"), ds_config(run, "profile_unchecked", overflow_check=False)
+    found: dict[str, Any] = {"micro_batch": micro, "preset": s.preset, "seq_len": s.seq_len, "rows": []}
+    for label, ds, extra in (("bf16", plain, ()), ("bf16, no overflow check", unchecked, ()),
+                             ("bf16 --compile, no overflow check", unchecked, ("--compile",))):
+        if extra and not s.compile:
+            found["rows"].append({"label": label, **skipped("--tiny: compiling takes about 50 s on a CPU")})
+            continue
+        table = run.work / f"profile_{len(found['rows'])}.txt"
+        rows, status = run.timed(f"profile {label} step1 x{micro}", bench_cmd(
+            run, "one-stage", "step1", preset=s.preset, vocab=s.vocab, seq_len=s.seq_len, micro=micro, ds=ds,
+            extra=(*extra, "--profile", str(table))), 120 if extra else 70, end)
+        row = {"label": label, "micro_batch": micro, **status, **(rows[-1] if rows else {})}
+        if row.get("profile"):
+            summarise([row], "bf16", 1)  # its MFU
+            run.log(f"\n### profile {label}: kernel classes\n{profile_table(row['profile'])}\n"
+                    + (table.read_text(encoding="utf-8") if table.is_file() else ""))
+        found["rows"].append(row)
+    bad = [r for r in found["rows"] if r["status"] not in ("ok", "skipped")]
+    return {**found, "status": "partial" if bad else "ok"}
+
+
 # ----------------------------------------------------------------------------------------------- outputs
 def write_outputs(run: Run) -> None:
     run.figures["wall_s"] = time.monotonic() - run.start
@@ -276,6 +311,16 @@ def summary_markdown(figures: dict[str, Any]) -> str:
             lines.append(f"\nOurs {hf['ours']['median_s']:.4f} s/update, HF RobertaForMaskedLM "
                          f"{hf['hf']['median_s']:.4f}: ours is {hf['speedup']:.2f}x as fast (micro-batch "
                          f"{hf.get('micro_batch')}, length {hf.get('seq_len')}, bf16 autocast).")
+    profiled = [r for r in (parts.get("profile") or {}).get("rows", []) if r.get("profile")]
+    if profiled:
+        from ds_minimodel.tools.kernel_classes import profile_table
+
+        lines += ["", "## Profile (Step 1, torch.profiler over the timed updates)"]
+        for r in profiled:
+            mfu = f"{r['mfu']:.1%} MFU" if r.get("mfu") is not None else "MFU n/a"
+            head = (f"{r['label']}, micro-batch {r['micro_batch']}: {r['median_s']:.4f} s/update, {mfu} (under the "
+                    f"profiler); {r['profile']['basis']}:")
+            lines += ["", head, "", profile_table(r["profile"])]
     ref = parts.get("reference") or {}
     if ref.get("plan"):
         pipeline = ref.get("pipeline") or {}
@@ -290,7 +335,8 @@ def summary_markdown(figures: dict[str, Any]) -> str:
 
 
 PART_FUNCTIONS: dict[str, Callable[[Run, float], dict[str, Any]]] = {
-    "env": part_env, "tests": part_tests, "bench": part_bench, "reference": part_reference}
+    "env": part_env, "tests": part_tests, "bench": part_bench, "profile": part_profile,
+    "reference": part_reference}
 
 
 def main(argv: list[str] | None = None) -> int:

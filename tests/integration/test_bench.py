@@ -31,3 +31,41 @@ def test_loader_reports_the_wait_for_data_with_and_without_prefetching(tmp_path,
     for run in result["runs"]:
         assert 0 < run["mean_wait_ms"] <= run["max_wait_ms"] and 0 < run["stall_share"] < 1
     assert result["runs"][0]["tokens_per_s_when_built_on_demand"] > 0 and "prefetch 2: waits" in proc.stdout
+
+
+UPDATES_WITH_AND_WITHOUT_THE_OVERFLOW_CHECK = """
+import json, sys
+import torch
+from ds_minimodel.tools.bench import stage_engine, synthetic_batch
+from ds_minimodel.tools.machine import BenchSpec
+from ds_minimodel.train.engine import batch_to
+weights = []
+for name in sys.argv[1:]:
+    torch.manual_seed(0)
+    spec = BenchSpec(preset="tiny", vocab=300, seq_len=16, micro_batch=2, ds_config=name)
+    engine, model, loss_fn, *_ = stage_engine("step1", spec, micro_batch=2, steps=3)
+    batch = batch_to(synthetic_batch(2, 16, 300, 0.15, torch.Generator().manual_seed(0)), engine.device)
+    start = {k: v.detach().float().clone() for k, v in model.state_dict().items()}
+    for _ in range(3):
+        engine.backward(loss_fn(engine, batch)["loss"])
+        engine.step()
+    weights.append({k: v.detach().float().clone() for k, v in model.state_dict().items()})
+    engine.destroy()
+moved = max((weights[1][k] - start[k]).abs().max().item() for k in start)
+print(json.dumps([max((weights[0][k] - weights[1][k]).abs().max().item() for k in weights[0]), moved]))
+"""
+
+
+def test_bf16_without_deepspeeds_overflow_check_trains_the_same_weights(tmp_path):
+    # The profile part's lever (tools/gpu_run.py): DeepSpeed's per-update gradient overflow check makes the host
+    # wait for the GPU; without it, updates whose gradients are finite (all of them here) give the same weights.
+    from ds_minimodel.tools.gpu_common import ds_config
+
+    class _Run:
+        work, cuda = tmp_path, False
+
+    names = [ds_config(_Run, "checked"), ds_config(_Run, "unchecked", overflow_check=False)]
+    assert json.loads(names[1].read_text())["bf16"] == {"enabled": True, "check_grad_overflow": False}
+    proc = run_cmd([sys.executable, "-c", UPDATES_WITH_AND_WITHOUT_THE_OVERFLOW_CHECK, *map(str, names)])
+    apart, moved = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert apart == 0.0 and moved > 0  # equal, and trained
