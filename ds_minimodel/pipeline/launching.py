@@ -3,7 +3,6 @@ this machine's ranks (or the batch job's), and whether a run is finished."""
 from __future__ import annotations
 
 import codecs
-import os
 import signal
 import subprocess
 import sys
@@ -12,11 +11,11 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from ds_minimodel.cluster.launch import free_port, local_command
 from ds_minimodel.cluster.slurm import EXIT_REQUEUE
 from ds_minimodel.config import read_json
 from ds_minimodel.errors import InputError
 from ds_minimodel.pipeline.stopping import Stop, descendants, running
+from ds_minimodel.pipeline.workers import Workers, job_env, launch_command
 from ds_minimodel.stages.specs import RunSpec
 from ds_minimodel.train import checkpoint
 
@@ -35,38 +34,18 @@ def launch(script: str, args: list[str], ranks: int, launcher: str = "deepspeed"
     node); ranks find each other from the SLURM_* variables (``ds_minimodel.cluster.slurm.rank_env``), and the job's
     pre-timeout SIGUSR1 reaches every rank. ``verbose``: the launcher's own INFO lines too.
     """
-    if launcher == "srun":
-        cmd = ["srun", "--kill-on-bad-exit=1", sys.executable, script, *args]
-    elif ranks == 1:
-        cmd = [sys.executable, script, *args]
-    else:
-        cmd = local_command(launcher, ranks, free_port(), script, args, verbose=verbose)
+    cmd = launch_command(script, args, ranks, launcher, verbose=verbose)
     print("$ " + " ".join(cmd), flush=True)
-    env = {k: v for k, v in os.environ.items()
-           if k not in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT")}
-    if "DS_ACCELERATOR" not in env and _cpu_only():  # else each launcher process says it fell back to the CPU
-        env["DS_ACCELERATOR"] = "cpu"
-    code = run_logged(cmd, env, log)
+    return failed_unless_stopped(script, run_logged(cmd, job_env(), log), log)
+
+
+def failed_unless_stopped(script: str, code: int, log: Path | None) -> int:
+    """``code``, unless it says the job failed (positive, and no signal asked the pipeline to stop): then the
+    pipeline stops, naming the script and the job's log."""
     stop = Stop.active
     if code > 0 and (stop is None or stop.received is None):
         raise SystemExit(f"pipeline: {script} exited with {code}" + (f"; its whole output: {log}" if log else ""))
     return code
-
-
-# DeepSpeed's accelerators other than CUDA, by the package each needs (deepspeed.accelerator.real_accelerator).
-_OTHER_ACCELERATORS = ("intel_extension_for_pytorch", "torch_npu", "torch_sdaa", "habana_frameworks", "torch_mlu",
-                       "torch_supa", "torch_xmlir")
-
-
-def _cpu_only() -> bool:
-    """Whether DeepSpeed would find no accelerator here and fall back to the CPU (saying so in every process)."""
-    import importlib.util
-
-    import torch
-
-    mps = getattr(torch.backends, "mps", None)
-    return (not torch.cuda.is_available() and not (mps is not None and mps.is_available())
-            and not any(importlib.util.find_spec(name) for name in _OTHER_ACCELERATORS))
 
 
 def run_logged(cmd: list[str], env: dict[str, str], log: Path | None, *, poll: float = 0.2) -> int:
@@ -164,7 +143,10 @@ def train_step(spec: type[RunSpec], run_dir: Path, values: dict[str, Any], spec_
     values = {**values, "out": str(run_dir), "resume": (run_dir / checkpoint.RUN).is_file()}
     spec_file.parent.mkdir(parents=True, exist_ok=True)
     spec.from_dict(values, f"{spec_file} (the pipeline's settings)").write(spec_file)
-    code = launch(spec.ENTRY, ["--config", str(spec_file)], ranks, launcher, verbose=verbose, log=log)
+    if Workers.active is not None:  # the plan's shared launch (workers.py)
+        code = failed_unless_stopped(spec.ENTRY, Workers.active.run(spec.ENTRY, spec_file, log), log)
+    else:
+        code = launch(spec.ENTRY, ["--config", str(spec_file)], ranks, launcher, verbose=verbose, log=log)
     resume = f"{saved_at(run_dir)}; run the pipeline again to resume"
     if Stop.active is not None:
         Stop.active.raise_if_stopped(resume)

@@ -5,10 +5,9 @@ figures (table2.txt, table3.txt, figure1_speedup.png, figure3_<task>_<lang>.png,
     python -m ds_minimodel pipeline --config configs/demo.json
 
 Steps whose outputs exist are skipped (if they were trained with the settings the config asks now: otherwise an
-error says which differ); a step whose run folder exists but did not finish is resumed. Training
-steps run as separate processes through the ``deepspeed`` launcher (``ranks`` per node; ``--launcher torchrun``
-or ``srun`` for the others); Step 4 runs in process.
-Relative paths in the config are taken from the current directory.
+error says which differ); a step whose run folder exists but did not finish is resumed. The training jobs run on
+``ranks`` processes started once for them all (``workers``) by the ``deepspeed`` launcher (``--launcher torchrun``;
+``srun``: a launch per job); Step 4 runs in process. Relative paths in the config are from the current directory.
 """
 from __future__ import annotations
 
@@ -50,6 +49,7 @@ from ds_minimodel.pipeline.source_model import (
     given_primary,
 )
 from ds_minimodel.pipeline.stopping import Stop, Stopped
+from ds_minimodel.pipeline.workers import Workers
 from ds_minimodel.stages.specs import AdaptSpec, FinetuneSpec, PretrainSpec, RunSpec
 from ds_minimodel.systems import Step, get_system
 from ds_minimodel.train import checkpoint
@@ -443,11 +443,9 @@ class Pipeline:
 
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--config", type=Path, required=True,
-                   help="the pipeline's JSON config: corpora, systems, step lengths, tasks, out folder (see "
-                        "configs/demo.json and configs/reference.json)")
-    p.add_argument("--only", metavar="JOB",
-                   help="run one job of the plan (see --list), e.g. step1-base, step2-minijoint")
+    p.add_argument("--config", type=Path, required=True, help="the pipeline's JSON config: corpora, systems, step "
+                   "lengths, tasks, out folder (see configs/demo.json and configs/reference_focus.json)")
+    p.add_argument("--only", metavar="JOB", help="run one job of the plan (see --list), e.g. step2-minijoint")
     p.add_argument("--lang", help="with --only step2-*: just this target language")
     p.add_argument("--launcher", choices=LAUNCHERS, default="deepspeed",
                    help="how training ranks start on this machine: the deepspeed launcher or PyTorch's torchrun; "
@@ -456,6 +454,7 @@ def main(argv: list[str] | None = None) -> int:
                    "(a Step-2 job: for which languages), then exit")
     p.add_argument("--verbose", action="store_true", help="the deepspeed launcher's own INFO and warning lines "
                    "too (by default it logs errors only: on one machine the rest repeats itself at every launch)")
+    p.add_argument("--launch-per-job", action="store_true", help="start the ranks anew for each training job")
     p.add_argument("--systems", metavar="A,B", help="only these of the config's systems (and the primaries, controls "
                    "and results they need): e.g. score the systems whose steps are done while the others train")
     args = p.parse_args(argv)
@@ -481,11 +480,12 @@ def _run(args: argparse.Namespace) -> int:
     if args.lang is not None and not (args.only or "").startswith(f"{Step.ADAPT}-"):
         raise InputError("--lang goes with --only step2-<system>")
     own_output(pipeline.out, args.config)
-    if args.only is None:  # one pipeline per folder; single jobs (batch jobs, Step-2 arrays) claim their runs
-        claim(pipeline.out, f"pipeline {args.config}")
-        summary = pipeline.run_all()
-    else:
-        summary = pipeline.run(args.only, args.lang)
+    with Workers(pipeline.root, cfg.ranks, args.launcher, verbose=args.verbose, off=args.launch_per_job):
+        if args.only is None:  # one pipeline per folder; single jobs (batch jobs, Step-2 arrays) claim their runs
+            claim(pipeline.out, f"pipeline {args.config}")
+            summary = pipeline.run_all()
+        else:
+            summary = pipeline.run(args.only, args.lang)
     if args.only not in (None, Step.TRANSFER):
         return 0
     if not summary["has_results"]:  # the analysis (the paper's Tables 2-3, Figures 1 and 3) reads only results.json

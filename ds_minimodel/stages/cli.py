@@ -121,8 +121,15 @@ def summary_line(summary: dict[str, Any], run_dir: Path) -> str:
     return "; ".join(parts)
 
 
+keep_process_group = False
+"""Set by ``stages.worker`` (many jobs in one launch): the process group outlives each run, for the next."""
+last_summary: dict[str, Any] | None = None
+"""The closing summary of the run ``run_main`` ran last in this process (``stages.worker`` reads how it ended)."""
+
+
 def run_main(run: Callable[[Any], dict[str, Any]], spec: RunSpec) -> int:
     """Run a stage; bad input exits 2 with one line naming the file and the problem, no traceback."""
+    global last_summary
     import torch.distributed as dist
 
     # torch warns once per rank that DeepSpeed's ZeRO calls a deprecated all-gather: DeepSpeed's to change, not ours.
@@ -151,6 +158,7 @@ def run_main(run: Callable[[Any], dict[str, Any]], spec: RunSpec) -> int:
         print(f"{Path(sys.argv[0]).name}: interrupted; nothing was saved after the newest checkpoint in {spec.out}",
               file=sys.stderr, flush=True)
         return 130
+    last_summary = summary
     if dist.is_initialized():
         if dist.get_rank() == 0:
             write_summary(Path(spec.out), summary)
@@ -160,7 +168,8 @@ def run_main(run: Callable[[Any], dict[str, Any]], spec: RunSpec) -> int:
         # left to interpreter shutdown, Gloo state freed late can abort the process ("terminate called without an
         # active exception"; seen once in about a hundred 2-rank CPU runs, not since this collect, not proven).
         gc.collect()
-        dist.destroy_process_group()
+        if not keep_process_group:
+            dist.destroy_process_group()
     return 130 if summary.get("stopped_by") == "SIGINT" else 0  # a shell's code for a Ctrl-C'd command
 
 

@@ -123,6 +123,19 @@ def test_every_way_of_stopping_saves_the_whole_job_and_resumes(en_data, tmp_path
                   "launcher SIGTERM": "its launcher ended", "rank SIGTERM": "a peer's signal"}.get(how, "SIGTERM")
         assert f"{reason}: saved" in log.split("$ ")[-1], (how, log[-3000:])
         saved = step
+    # A rank killed outright fails the job: the pipeline stops naming the job's script and its log, and no process
+    # of the (shared) launch is left; the newest complete checkpoint stays.
+    proc = start(path)
+    while updates_logged(run) < saved + 3:
+        assert proc.poll() is None, f"the pipeline ended early: {proc.communicate()}"
+        time.sleep(0.01)
+    launcher, ranks = job_processes(proc)
+    ranks[1].send_signal(signal.SIGKILL)
+    _, stderr = proc.communicate(timeout=180)
+    assert proc.returncode == 1 and "pipeline: run_pretrain.py exited with" in stderr, stderr[-3000:]
+    assert str(run.parent.parent / "logs" / "step1-base.log") in stderr.strip().splitlines()[-1]
+    assert not any(p.is_running() and p.status() != psutil.STATUS_ZOMBIE for p in [launcher, *ranks])
+    assert checkpoint.load_meta(checkpoint.latest_checkpoint(run)).step == saved
     run_cmd(pipeline(path), timeout=600)
     assert checkpoint.load_meta(checkpoint.latest_checkpoint(run)).step == STEPS
     assert all(checkpoint.verify(c) is None for c in checkpoint.complete_checkpoints(run))

@@ -1,0 +1,57 @@
+"""The pipeline's shared launch (pipeline/workers.py, stages/worker.py): a plan's training jobs on 2 CPU ranks started
+once train exactly what a launch per job trains, each job in its own run folder with its own log. Signals, a killed
+rank and a stopped launcher in the shared launch: tests/integration/test_stopping.py."""
+from __future__ import annotations
+
+import json
+import shutil
+import sys
+from pathlib import Path
+
+import pytest
+
+from ds_minimodel.pipeline.ownership import OWNER_MARK
+from ds_minimodel.train import checkpoint
+from tests.integration.conftest import DEMO, run_cmd
+
+pytestmark = pytest.mark.slow
+
+
+def plan(tmp_path: Path, en_data: Path, de_data: Path, name: str) -> Path:
+    out = tmp_path / name
+    for lang, data in (("en", en_data), ("de", de_data)):
+        shutil.copytree(data, out / "data" / lang)  # prepared already: the pipeline finds it done
+    (out / OWNER_MARK).write_text("a pipeline's folder, its data prepared by the test")
+    path = tmp_path / f"{name}.json"
+    path.write_text(json.dumps({
+        "out": str(out), "ranks": 2, "preset": "tiny", "seq_len": 64, "vocab_size": 2000, "systems": ["bl_base"],
+        "source": {"lang": "en", "corpus": str(DEMO / "corpus/en.txt")},
+        "targets": [{"lang": "de", "corpus": str(DEMO / "corpus/de.txt")}],
+        "step1": {"ds_config": "ds_configs/cpu_fp32.json", "steps": 12, "save_every": 12, "log_every": 4},
+        "step2": {"ds_config": "ds_configs/cpu_fp32.json", "steps": 6, "save_every": 6, "init": "overlap"},
+        "step3": {"ds_config": "ds_configs/cpu_finetune.json", "epochs": 1, "seeds": [1]},
+        "tasks": []}))
+    return path
+
+
+def weights(out: Path, *steps: str) -> dict[str, str]:
+    runs = {"step1": out / "step1" / "base", "step2": out / "step2" / "de" / "bl_base"}
+    return {step: checkpoint.load_meta(checkpoint.latest_checkpoint(runs[step])).weights_sha256 for step in steps}
+
+
+def test_jobs_sharing_one_launch_train_what_a_launch_per_job_trains(tmp_path, en_data, de_data):
+    shared, each = plan(tmp_path, en_data, de_data, "shared"), plan(tmp_path, en_data, de_data, "each")
+    command = [sys.executable, "-m", "ds_minimodel", "pipeline", "--launcher", "torchrun", "--config"]
+    proc = run_cmd([*command, str(each), "--launch-per-job"], timeout=600)
+    assert "run_jobs.py" not in proc.stdout and proc.stdout.count("run_pretrain.py") >= 1
+    proc = run_cmd([*command, str(shared)], timeout=600)
+    assert proc.stdout.count("torch.distributed.run") == 1 and "run_jobs.py --queue" in proc.stdout
+    out, other = (Path(json.loads(path.read_text())["out"]) for path in (shared, each))
+    # Bitwise the same: the launch's second job starts from its own seed, as in a process of its own.
+    assert weights(out, "step1", "step2") == weights(other, "step1", "step2")
+    log = (out / "logs" / "step2-de-bl_base.log").read_text()
+    assert "run_jobs.py job 2" in log and "[step2-de-bl_base] finished at update 6 of 6" in log
+    assert "[step1-base]" not in log  # each job's output in its own log
+    # Nothing left to train: no launch is started.
+    proc = run_cmd([*command, str(shared)], timeout=600)
+    assert f"{out / 'step1' / 'base'}: done, skipped" in proc.stdout and "run_jobs.py" not in proc.stdout
