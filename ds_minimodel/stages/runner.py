@@ -126,6 +126,7 @@ def run_stage(spec: RunSpec, build: Builder) -> Outcome:
                    log_root=spec.log_root, resume=spec.resume, batch=batch)
     summary = {"run": built.stage.name, "step": result.step, "steps": built.train_cfg.steps,
                "tokens": result.tokens, "flops": result.flops,
-               "checkpoint": str(result.checkpoint), "stopped_by": result.stopped_by, **result.last_metrics,
+               "checkpoint": str(result.checkpoint), "stopped_by": result.stopped_by,
+               "update_seconds": result.update_seconds, **result.last_metrics,
                **built.summary(result)}
     return Outcome(summary=summary, built=built, result=result)

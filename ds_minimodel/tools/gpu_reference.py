@@ -28,6 +28,9 @@ SAVE_S = 2.0
 STEP2_SAVES = 6
 """Seconds per checkpoint written (the weights and their consolidated copy; about 1.5 s measured on the H200 at stop
 33), and how many a Step-2 launch writes (``run_pipeline`` saves every fifth of its updates, and at the end)."""
+JOB_SETUP_S = 5.0
+"""Allowed for each job's own set-up in the shared launch (model, engine, data; the process start is paid once, in
+``startup_s``): a planning allowance, not a measurement; the reference part's log times each job."""
 
 
 def time_reference_shapes(run: Run, end: float) -> dict[str, Any]:
@@ -178,13 +181,15 @@ def plan_reference(run: Run, config: dict[str, Any], sizing: dict[str, Any], *, 
         / flops.per_update_flops(Step.PRETRAIN, preset, **shape))
     langs, systems, seeds = len(config["targets"]), config["systems"], config["step3"]["seeds"]
     primaries = len({get_system(name).primary for name in systems})
-    launches = (primaries + ("minipost" in systems) + len(systems) * langs + len(config["source_relearn"])
-                + primaries * len(seeds))
+    jobs = (primaries + ("minipost" in systems) + len(systems) * langs + len(config["source_relearn"])
+            + primaries * len(seeds))
     startup = sizing["startup_s"]
     available = run.left() - RESERVE_S
-    # Every launch but Step 3's writes STEP2_SAVES (Step 2) or one or two (Steps 1, 1b) checkpoints.
-    saves = SAVE_S * (launches + (STEP2_SAVES - 1) * (len(systems) * langs + len(config["source_relearn"])))
-    train_s = 0.8 * (available - launches * startup - saves)
+    # Every job but Step 3's writes STEP2_SAVES (Step 2) or one or two (Steps 1, 1b) checkpoints.
+    saves = SAVE_S * (jobs + (STEP2_SAVES - 1) * (len(systems) * langs + len(config["source_relearn"])))
+    # The jobs share one launch (pipeline.workers): one start-up, then each job's own set-up (its model, engine and
+    # data), JOB_SETUP_S allowed for each.
+    train_s = 0.8 * (available - startup - jobs * JOB_SETUP_S - saves)
     step2_each = langs * sum(t[f"step2-{name}"] for name in systems) + sum(
         t[f"step2-{name}"] for name in config["source_relearn"])
     train_lines = sum(1 for _ in open(config["tasks"][0]["train"], encoding="utf-8"))
@@ -204,7 +209,7 @@ def plan_reference(run: Run, config: dict[str, Any], sizing: dict[str, Any], *, 
     body_update = beside + min(sizing["reference"]["median_s"].values()) if body else 0.0
     body_steps = int(0.6 * (available - startup) / body_update) if body else 0
     body_steps = max(1, min(body_steps, caps.get("body", body_steps))) if body else 0
-    return {"available_s": available, "launches": launches, "startup_s": startup, "train_s": train_s,
+    return {"available_s": available, "jobs": jobs, "launches": 1, "startup_s": startup, "train_s": train_s,
             "steps": steps, "epochs": round(epochs, 3), "body_steps": body_steps}
 
 
@@ -237,7 +242,7 @@ def part_reference(run: Run, budget: float) -> dict[str, Any]:
         found["body_prepare"] = run.join("body_prepare", run.left() - RESERVE_S)
     body = start_body(run, plan) if beside and found["body_prepare"]["status"] == "ok" else None
     if plan["train_s"] < 20 and not run.args.tiny:
-        found["pipeline"] = skipped(f"{plan['available_s']:.0f} s left: too little for {plan['launches']} launches")
+        found["pipeline"] = skipped(f"{plan['available_s']:.0f} s left: too little for {plan['jobs']} jobs")
     else:
         found["pipeline"] = run_pipeline(run, config, plan)
     found["results"] = pack_reference(run, Path(config["out"]))
@@ -276,7 +281,21 @@ def run_pipeline(run: Run, config: dict[str, Any], plan: dict[str, Any]) -> dict
     code, output, seconds = run.sh("reference pipeline", [sys.executable, "-m", "ds_minimodel", "pipeline",
                                                           "--config", run.config_path], run.left() - 25)
     return {"exit_code": code, "seconds": seconds, "status": "ok" if code == 0 else (
-        "timed out" if code is None else "failed"), **({} if code == 0 else {"error": output[-3000:]})}
+        "timed out" if code is None else "failed"), **({} if code == 0 else {"error": output[-3000:]}),
+        **in_updates(Path(config["out"]), seconds)}
+
+
+def in_updates(out: Path, seconds: float) -> dict[str, Any]:
+    """How much of the pipeline's ``seconds`` its jobs spent in training updates (each run's summary.json, written
+    at its end), in all and per job: the share issue 47's target is about (75% of a device command's)."""
+    from ds_minimodel.stages.cli import SUMMARY_FILE
+
+    jobs = {}
+    for summary in sorted(out.rglob(SUMMARY_FILE)):
+        figures = read_json(summary)
+        jobs[figures.get("run", str(summary.parent))] = round(figures.get("update_seconds", 0.0), 2)
+    total = sum(jobs.values())
+    return {"update_seconds": total, "update_share": total / seconds if seconds else None, "job_updates_s": jobs}
 
 
 def pack_reference(run: Run, out: Path) -> dict[str, Any]:

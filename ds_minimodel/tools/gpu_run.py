@@ -325,7 +325,9 @@ def summary_markdown(figures: dict[str, Any]) -> str:
     if ref.get("plan"):
         pipeline = ref.get("pipeline") or {}
         lines += ["", "## Reference run", "", f"Plan: {json.dumps(ref['plan'])}",
-                  f"Pipeline: {pipeline.get('status')} in {pipeline.get('seconds', 0):.0f} s."]
+                  f"Pipeline: {pipeline.get('status')} in {pipeline.get('seconds', 0):.0f} s"
+                  + (f", {pipeline['update_share']:.0%} of it in training updates ({pipeline['update_seconds']:.0f} s)."
+                     if pipeline.get("update_share") is not None else ".")]
         for name, text in (ref.get("results") or {}).get("tables", {}).items():
             if name in ("table2", "diagnostics"):
                 lines += ["", f"### {name}", "", "```", text.rstrip(), "```"]

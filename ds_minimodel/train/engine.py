@@ -78,6 +78,9 @@ class TrainResult:
     """The signal that stopped the run before its last update (it saved a checkpoint first), or None."""
     skipped_updates: int = 0
     """fp16: updates of this run that the loss scaler skipped because the gradients overflowed."""
+    update_seconds: float = 0.0
+    """Wall-clock seconds this process spent in updates (forward, backward, step), checkpoints not counted: set
+    against a plan's wall clock, the share of it that trained."""
 
 
 def batch_to(batch: dict[str, Any], device: torch.device) -> dict[str, Any]:
@@ -220,11 +223,13 @@ class Loop:
         metrics: dict[str, float] = {}
         stopped_by = None
         signals = StopSignals().install()
+        in_updates = 0.0
         try:
             if stage.save_initial and latest is None:
                 self.save(0)
             while self.step < cfg.steps:
                 stats, seconds = self.update(signals.stop_requested)
+                in_updates += seconds
                 step, loss = self.step, stats.losses["loss"]
                 if not math.isfinite(loss) and self.scale_watch is None:
                     raise non_finite_loss(self.run_dir, stage.name, loss, step, self.last_ckpt)
@@ -263,7 +268,8 @@ class Loop:
                      f"(loss scale now {self.scale_watch.scale():g})")
         return TrainResult(step=self.step, samples=self.samples, tokens=self.tokens,
                            flops=self.step * stage.flops_per_update, last_metrics=metrics, checkpoint=self.last_ckpt,
-                           engine=self.engine, stopped_by=stopped_by, skipped_updates=skipped)
+                           engine=self.engine, stopped_by=stopped_by, skipped_updates=skipped,
+                           update_seconds=in_updates)
 
 
 def _engine_metrics(engine: Any, scale_watch: LossScaleWatch | None) -> dict[str, float]:

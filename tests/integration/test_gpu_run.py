@@ -60,6 +60,8 @@ def test_the_gpu_command_runs_every_part_on_a_cpu_and_reports_each_figure(tmp_pa
     # The reference run: planned (here from the --tiny caps), run through the pipeline, packed.
     ref = parts["reference"]
     assert ref["pipeline"]["status"] == "ok" and ref["plan"]["steps"] == {"step1": 1, "step1b": 1, "step2": 2}
+    # Its jobs share one launch; the share of the pipeline's wall clock they spent in updates is recorded.
+    assert 0 < ref["pipeline"]["update_share"] < 1 and "step1-base" in ref["pipeline"]["job_updates_s"]
     with tarfile.open(out / "reference_gpu.tar.gz") as tar:
         names = tar.getnames()
         results = json.load(tar.extractfile("reference_gpu/results.json"))

@@ -6,7 +6,7 @@ import json
 from types import SimpleNamespace
 
 from ds_minimodel.tools.gpu_common import GPU, TINY
-from ds_minimodel.tools.gpu_reference import RESERVE_S, SAVE_S, SHARES, STEP2_SAVES, plan_reference
+from ds_minimodel.tools.gpu_reference import JOB_SETUP_S, RESERVE_S, SAVE_S, SHARES, STEP2_SAVES, plan_reference
 
 SECONDS = {"step1": 0.06, "step1-dual": 0.07, "step1b": 0.015, "step2-bl_base": 0.03, "step2-bl_small": 0.012,
            "step2-minijoint": 0.011, "step2-minipost": 0.016}
@@ -28,13 +28,14 @@ def fake_run(left, sizes=GPU):
     return SimpleNamespace(left=lambda: left, sizes=sizes)
 
 
-def test_the_plan_fits_the_time_left_after_every_launch_start(tmp_path):
+def test_the_plan_fits_the_time_left_after_the_launch_and_each_jobs_set_up(tmp_path):
     cfg = config(tmp_path, ["bl_base", "bl_small", "minijoint", "minipost"])
     plan = plan_reference(fake_run(600), cfg, SIZING)
-    # 3 primaries, Step 1b, 4 Step-2 runs, 3 Step-3 runs: 11 launches of 20 s before any training, and their
-    # checkpoints: one per launch, STEP2_SAVES per Step-2 launch.
+    # 3 primaries, Step 1b, 4 Step-2 runs, 3 Step-3 runs: 11 jobs in one launch that starts in 20 s, each job's own
+    # set-up, and their checkpoints: one per job, STEP2_SAVES per Step-2 job.
     saves = SAVE_S * (11 + 4 * (STEP2_SAVES - 1))
-    assert plan["launches"] == 11 and plan["train_s"] == 0.8 * (600 - RESERVE_S - 11 * 20 - saves)
+    assert plan["jobs"] == 11 and plan["launches"] == 1
+    assert plan["train_s"] == 0.8 * (600 - RESERVE_S - 20 - 11 * JOB_SETUP_S - saves)
     steps, train_s = plan["steps"], plan["train_s"]
     # Every stage's update costs its own time plus the body's beside it (0.03 s): the GPU is time-sliced.
     body = 0.03
@@ -61,10 +62,10 @@ def plan_small_ratio() -> float:
             / flops.per_update_flops(Step.PRETRAIN, cfg, **shape))
 
 
-def test_a_subset_of_systems_plans_only_their_launches_and_caps_hold(tmp_path):
+def test_a_subset_of_systems_plans_only_their_jobs_and_caps_hold(tmp_path):
     cfg = config(tmp_path, ["bl_base"], languages=("de", "fr"))
     plan = plan_reference(fake_run(600), cfg, SIZING)
-    assert plan["launches"] == 1 + 2 + 1  # BL_BASE's Step 1, Step 2 in two languages, Step 3
+    assert plan["jobs"] == 1 + 2 + 1  # BL_BASE's Step 1, Step 2 in two languages, Step 3
     assert plan["steps"]["step1"] == int(SHARES["step1"] * plan["train_s"] / (SECONDS["step1"] + 0.03))
     tiny = plan_reference(fake_run(600, TINY), cfg, SIZING)
     assert tiny["steps"] == {"step1": 1, "step1b": 1, "step2": 2} and tiny["epochs"] == 0.02
