@@ -49,7 +49,7 @@ from ds_minimodel.pipeline.source_model import (
     given_primary,
 )
 from ds_minimodel.pipeline.stopping import Stop, Stopped
-from ds_minimodel.pipeline.workers import Workers
+from ds_minimodel.pipeline.workers import Workers, end_shared_launch
 from ds_minimodel.stages.specs import AdaptSpec, FinetuneSpec, PretrainSpec, RunSpec
 from ds_minimodel.systems import Step, get_system
 from ds_minimodel.train import checkpoint
@@ -151,9 +151,8 @@ class Pipeline:
         return jobs
 
     def job(self, name: str) -> Job:
-        for job in self.jobs():
-            if job.name == name:
-                return job
+        if (job := next((j for j in self.jobs() if j.name == name), None)) is not None:
+            return job
         raise InputError(f"{self.source_path}: no job {name!r} in this pipeline; its jobs are "
                          + ", ".join(j.name for j in self.jobs()))
 
@@ -230,6 +229,7 @@ class Pipeline:
         if job.step == Step.PREPARE:
             return self._prepare()
         if job.step == Step.TRANSFER:
+            end_shared_launch()
             return self._step4()
         run = self if job.pretrain_seed is None else self.extra_runs[job.pretrain_seed]
         if job.step == Step.PRETRAIN:

@@ -214,3 +214,10 @@ class Workers:
             self.proc.wait()
         self.proc = None
 
+
+
+def end_shared_launch() -> None:
+    """Before work the pipeline does in its own process (Step 4's scoring): the shared launch's ranks leave, and the
+    device memory they hold with them; a later training job starts them again."""
+    if Workers.active is not None:
+        Workers.active.close()

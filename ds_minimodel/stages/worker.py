@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import gc
 import json
 import os
 import signal
@@ -27,6 +28,8 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
+
+import torch
 
 from ds_minimodel.stages import adapt, cli, finetune, pretrain
 from ds_minimodel.stages.specs import AdaptSpec, FinetuneSpec, PretrainSpec
@@ -111,6 +114,10 @@ def run_job(job: dict[str, Any]) -> tuple[int, str | None]:
         code = main(["--config", job["spec"]])
     except SystemExit as exit_:  # a stage's own usage error (a bad spec file): its status, as its script's
         code = exit_.code if isinstance(exit_.code, int) else 2
+    finally:  # the job's engine, model and data freed, and on a GPU given back to the device, for the next
+        gc.collect()
+        if torch.cuda.is_available():
+            torch.cuda.empty_cache()
     return code, (cli.last_summary or {}).get("stopped_by")
 
 
