@@ -29,6 +29,7 @@ unchanged while the others train (``anchor_copied_rows``).
 """
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -38,13 +39,9 @@ from torch import nn
 
 from ds_minimodel.data.bilingual import unit_rows
 from ds_minimodel.data.tokenizer import NUM_SPECIAL, SPECIAL_PIECES
+from ds_minimodel.systems import load_plugins
 
-INITS = ("overlap", "specials", "focus", "wechsel")
 NEW_ROWS = ("normal", "source")
-STATIC_INITS = ("focus", "wechsel")
-"""The initialisers that train static vectors (``data.static_vectors``; ``rare_vectors`` applies to them)."""
-TRANSLITERATING = ("overlap", "focus")
-"""The initialisers whose copied rows (and FOCUS's anchors) ``transliterate`` extends."""
 MIN_LATIN_LETTERS = 3
 WORD_START = "\u2581"  # SentencePiece's word-start mark; every tokenizer's pieces are spelled in its style
 
@@ -256,6 +253,122 @@ def mix_rows(embeddings: torch.Tensor, bias: torch.Tensor, at: np.ndarray, sourc
     bias[index.to(bias.device)] = b.to(bias.device, bias.dtype)
 
 
+@dataclass
+class RowInputs:
+    """What an initialiser's ``mix`` reads and writes: the rows being built (copied and drawn already), which source
+    row each target piece copied (-1: none), both vocabularies and the source rows, and the inputs the entry
+    ``needs`` (None where it needs none)."""
+
+    embeddings: torch.Tensor
+    bias: torch.Tensor
+    src_ids: torch.Tensor
+    source_pieces: list[str]
+    target_pieces: list[str]
+    source_embeddings: torch.Tensor
+    source_bias: torch.Tensor
+    shared_with: set[str] | None
+    static: tuple[np.ndarray, np.ndarray, dict[str, Any]] | None
+    aligned: AlignedVectors | None
+
+
+STATIC_VECTORS, WORD_LIST = "static_vectors", "word_list"
+"""What an initialiser can need beyond the two vocabularies and the source rows: the target text's static vectors
+(``data.static_vectors``; ``rare_vectors`` applies), or a bilingual word list with the source text (both languages'
+static vectors aligned by it: ``data.bilingual``)."""
+
+
+@dataclass(frozen=True)
+class Initialiser:
+    """One way to build Step 2's starting rows (the module's table): what it copies, what it needs, how it builds
+    the rest (``mix``, after the copies and draws), registered by name with ``register``."""
+
+    name: str
+    copies: str
+    """``shared``: the row of every piece both vocabularies hold; ``specials``: the 5 special pieces' only."""
+    needs: frozenset[str] = frozenset()
+    """``STATIC_VECTORS`` and/or ``WORD_LIST``: the inputs Step 2 prepares for it (and checks before any work)."""
+    mix: Callable[[RowInputs], dict[str, Any]] | None = None
+    """Builds rows over the copies and draws in ``RowInputs.embeddings``/``bias``; returns what ``run.json``
+    records of it (``mixed``: how many rows it built, at least)."""
+    pipeline: bool = True
+    """Offered as the pipeline's ``step2.init`` (``specials`` is the source-relearn control's alone)."""
+
+    @property
+    def transliterates(self) -> bool:
+        """``transliterate`` extends copied rows: only an initialiser that copies shared pieces has them."""
+        return self.copies == "shared"
+
+
+INITIALISERS: dict[str, Initialiser] = {}
+
+
+def register(entry: Initialiser) -> Initialiser:
+    if entry.copies not in ("shared", "specials") or not entry.needs <= {STATIC_VECTORS, WORD_LIST}:
+        raise ValueError(f"initialiser {entry.name!r}: copies shared or specials, needs {STATIC_VECTORS} and/or "
+                         f"{WORD_LIST}")
+    INITIALISERS[entry.name] = entry
+    return entry
+
+
+def get_initialiser(name: str) -> Initialiser:
+    load_plugins()  # a plugin module (DS_MINIMODEL_PLUGINS) may register initialisers as well as systems
+    if name not in INITIALISERS:
+        raise ValueError(f"init {name!r}: one of {', '.join(INITIALISERS)}")
+    return INITIALISERS[name]
+
+
+def _focus_rows(inp: RowInputs) -> dict[str, Any]:
+    if inp.static is None:
+        raise ValueError("init 'focus' needs the target data's static vectors")
+    vectors, known, static_record = inp.static
+    if len(vectors) != len(inp.target_pieces):
+        raise ValueError(f"static vectors for {len(vectors)} pieces, the target vocabulary has "
+                         f"{len(inp.target_pieces)}")
+    targets, candidates, weights = focus_weights(vectors, known, inp.src_ids)
+    embeddings, bias = inp.embeddings, inp.bias
+    if len(targets) and len(candidates):
+        mix = torch.from_numpy(weights).to(torch.float64)
+        rows = inp.src_ids[torch.from_numpy(candidates)]
+        emb = mix @ inp.source_embeddings.detach().double().cpu().index_select(0, rows)
+        b = mix @ inp.source_bias.detach().double().cpu().index_select(0, rows)
+        at = torch.from_numpy(targets)
+        embeddings[at.to(embeddings.device)] = emb.to(device=embeddings.device, dtype=embeddings.dtype)
+        bias[at.to(bias.device)] = b.to(device=bias.device, dtype=bias.dtype)
+    nonzero = (weights > 0).sum(1) if len(targets) else np.zeros(0)
+    return {"mixed": len(targets) if len(candidates) else 0, "candidates": len(candidates),
+            "sources_per_row": float(nonzero.mean()) if len(nonzero) else 0.0, "static_vectors": static_record}
+
+
+def _wechsel_rows(inp: RowInputs) -> dict[str, Any]:
+    aligned = inp.aligned
+    if aligned is None:
+        raise ValueError("init 'wechsel' needs both languages' static vectors and their alignment")
+    if len(aligned.target) != len(inp.target_pieces) or len(aligned.source) != len(inp.source_pieces):
+        raise ValueError(f"static vectors for {len(aligned.target)} target and {len(aligned.source)} source "
+                         f"pieces; the vocabularies have {len(inp.target_pieces)} and {len(inp.source_pieces)}")
+    usable = aligned.source_known & (np.arange(len(inp.source_pieces)) >= NUM_SPECIAL)
+    if inp.shared_with is not None:
+        usable &= np.array([piece in inp.shared_with for piece in inp.source_pieces])
+    targets, neighbours, weights = wechsel_weights(aligned, np.flatnonzero(usable))
+    mix_rows(inp.embeddings, inp.bias, targets, neighbours, weights, inp.source_embeddings, inp.source_bias)
+    return {"mixed": len(targets) if neighbours.size else 0, "candidates": int(usable.sum()),
+            "sources_per_row": int(neighbours.shape[1]), "temperature": aligned.temperature,
+            "alignment": aligned.record}
+
+
+register(Initialiser("overlap", copies="shared"))
+register(Initialiser("specials", copies="specials", pipeline=False))
+register(Initialiser("focus", copies="shared", needs=frozenset({STATIC_VECTORS}), mix=_focus_rows))
+register(Initialiser("wechsel", copies="specials", needs=frozenset({STATIC_VECTORS, WORD_LIST}), mix=_wechsel_rows))
+
+
+def initialisers_that(*, need: str | None = None, transliterate: bool = False) -> tuple[str, ...]:
+    """The registered names that need ``need`` / that ``transliterate`` extends (for messages and checks)."""
+    load_plugins()
+    return tuple(name for name, entry in INITIALISERS.items()
+                 if (need is None or need in entry.needs) and (not transliterate or entry.transliterates))
+
+
 def initial_rows(init: str, source_pieces: list[str], source_embeddings: torch.Tensor, source_bias: torch.Tensor,
                  target_pieces: list[str], *, std: float, generator: torch.Generator, new_rows: str = "normal",
                  static: tuple[np.ndarray, np.ndarray, dict[str, Any]] | None = None,
@@ -266,13 +379,12 @@ def initial_rows(init: str, source_pieces: list[str], source_embeddings: torch.T
     vectors and their map, for ``wechsel``. ``shared_with``: copy (and mix from) only the pieces of this vocabulary
     too (``shared_source_ids``). Every initialiser draws its new rows from
     ``generator`` first, in the same order, so the rows no mixture replaces equal ``overlap``'s."""
-    if init not in INITS:
-        raise ValueError(f"init {init!r}: one of {', '.join(INITS)}")
-    if transliterate and init not in TRANSLITERATING:
-        raise ValueError(f"transliterate extends the copied rows of {', '.join(TRANSLITERATING)}; {init} copies "
-                         "only the special pieces")
+    entry = get_initialiser(init)
+    if transliterate and not entry.transliterates:
+        raise ValueError(f"transliterate extends the copied rows of {', '.join(initialisers_that(transliterate=True))}; "
+                         f"{init} copies only the special pieces")
     src_ids = source_ids_checked(source_pieces, source_embeddings, source_bias, target_pieces,
-                                 specials_only=init in ("specials", "wechsel"), shared_with=shared_with,
+                                 specials_only=entry.copies == "specials", shared_with=shared_with,
                                  transliterate=transliterate)
     embeddings, bias, stats = copy_or_draw(src_ids, source_embeddings, source_bias, std=std, generator=generator,
                                            new_rows=new_rows)
@@ -281,39 +393,9 @@ def initial_rows(init: str, source_pieces: list[str], source_embeddings: torch.T
     if transliterate:
         exact = source_ids_checked(source_pieces, source_embeddings, source_bias, target_pieces, shared_with=shared_with)
         record["transliterated"] = int(copied.sum() - (exact >= 0).sum())
-    if init == "focus":
-        if static is None:
-            raise ValueError("init 'focus' needs the target data's static vectors")
-        vectors, known, static_record = static
-        if len(vectors) != len(target_pieces):
-            raise ValueError(f"static vectors for {len(vectors)} pieces, the target vocabulary has "
-                             f"{len(target_pieces)}")
-        targets, candidates, weights = focus_weights(vectors, known, src_ids)
-        if len(targets) and len(candidates):
-            mix = torch.from_numpy(weights).to(torch.float64)
-            rows = src_ids[torch.from_numpy(candidates)]
-            emb = mix @ source_embeddings.detach().double().cpu().index_select(0, rows)
-            b = mix @ source_bias.detach().double().cpu().index_select(0, rows)
-            at = torch.from_numpy(targets)
-            embeddings[at.to(embeddings.device)] = emb.to(device=embeddings.device, dtype=embeddings.dtype)
-            bias[at.to(bias.device)] = b.to(device=bias.device, dtype=bias.dtype)
-        nonzero = (weights > 0).sum(1) if len(targets) else np.zeros(0)
-        record.update(mixed=len(targets) if len(candidates) else 0, candidates=len(candidates),
-                      sources_per_row=float(nonzero.mean()) if len(nonzero) else 0.0, static_vectors=static_record)
-    if init == "wechsel":
-        if aligned is None:
-            raise ValueError("init 'wechsel' needs both languages' static vectors and their alignment")
-        if len(aligned.target) != len(target_pieces) or len(aligned.source) != len(source_pieces):
-            raise ValueError(f"static vectors for {len(aligned.target)} target and {len(aligned.source)} source "
-                             f"pieces; the vocabularies have {len(target_pieces)} and {len(source_pieces)}")
-        usable = aligned.source_known & (np.arange(len(source_pieces)) >= NUM_SPECIAL)
-        if shared_with is not None:
-            usable &= np.array([piece in shared_with for piece in source_pieces])
-        targets, neighbours, weights = wechsel_weights(aligned, np.flatnonzero(usable))
-        mix_rows(embeddings, bias, targets, neighbours, weights, source_embeddings, source_bias)
-        record.update(mixed=len(targets) if neighbours.size else 0, candidates=int(usable.sum()),
-                      sources_per_row=int(neighbours.shape[1]), temperature=aligned.temperature,
-                      alignment=aligned.record)
+    if entry.mix is not None:
+        record.update(entry.mix(RowInputs(embeddings, bias, src_ids, source_pieces, target_pieces, source_embeddings,
+                                          source_bias, shared_with, static, aligned)))
     record["drawn"] = len(target_pieces) - record["copied"] - record.get("mixed", 0)
     return InitialRows(embeddings, bias, copied, stats, record)
 

@@ -23,7 +23,7 @@ from ds_minimodel.data.prepare import prepare, prepare_tokenizer, tokenizer_path
 from ds_minimodel.data.shards import META_FILE
 from ds_minimodel.errors import InputError, report
 from ds_minimodel.folders import claim
-from ds_minimodel.model.embedding_init import STATIC_INITS, TRANSLITERATING
+from ds_minimodel.model.embedding_init import STATIC_VECTORS, WORD_LIST, get_initialiser
 from ds_minimodel.model.surgery import extract_minijoint_folder
 from ds_minimodel.pipeline.launching import LAUNCHERS, StoppedEarly, finished, train_step
 from ds_minimodel.pipeline.ownership import PRETRAIN_FOLDER, PRETRAIN_RUN, own_output
@@ -317,10 +317,10 @@ class Pipeline:
             anchored = {"shared_with": str(tokenizer_path(self._data(self.cfg.relearn_anchor, needed_by)))}
         elif relearn:
             init = "specials"
-        if init == "wechsel":  # (no source-relearn control with wechsel: PipelineConfig.check refuses it)
-            anchored = {"word_list": target.word_list,
-                        "source_data": str(self._data(self.cfg.source.lang, needed_by))}
-        unused = ("transliterate",) * (init not in TRANSLITERATING) + ("rare_vectors",) * (init not in STATIC_INITS)
+        entry = get_initialiser(init)
+        if WORD_LIST in entry.needs:  # (no source-relearn control with such an init: PipelineConfig.check refuses it)
+            anchored = {"word_list": target.word_list, "source_data": str(self._data(self.cfg.source.lang, needed_by))}
+        unused = ("transliterate",) * (not entry.transliterates) + ("rare_vectors",) * (STATIC_VECTORS not in entry.needs)
         options = as_values(self.cfg.step2, exclude=("init", *unused))  # what this run's initialiser does not take
         if self.cfg.step2.init == AUTO_INIT:
             print(f"[pipeline] {self._name(Step.ADAPT, system)} {lang}: init {init} ({why})", flush=True)

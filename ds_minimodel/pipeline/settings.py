@@ -377,48 +377,50 @@ def check(cfg: PipelineConfig, source: str, *, world_size: int | None) -> GivenM
         if stage.steps > MAX_UPDATES:
             raise InputError(f"{source}: {name}.steps must be at most {MAX_UPDATES:,}, got {stage.steps:,}")
         _check_ds_config(stage.ds_config, f"{source}: {name}.ds_config", world_size, steps=stage.steps)
-    from ds_minimodel.model.embedding_init import INITS, NEW_ROWS
+    from ds_minimodel.model.embedding_init import INITIALISERS, NEW_ROWS, STATIC_VECTORS, WORD_LIST, initialisers_that
 
     if cfg.step1 is not None and cfg.step1.forget_every < 0:
         raise InputError(f"{source}: step1.forget_every must be at least 0 (0: never), got {cfg.step1.forget_every}")
     step2 = cfg.step2
-    choices = [*(i for i in INITS if i != "specials"), AUTO_INIT]
+    choices = [*(name for name, entry in INITIALISERS.items() if entry.pipeline), AUTO_INIT]
     if step2.init not in choices or step2.new_rows not in NEW_ROWS:
         raise InputError(f"{source}: step2.init must be one of {', '.join(choices)} and step2.new_rows one of "
                          f"{', '.join(NEW_ROWS)}; got {step2.init!r}, {step2.new_rows!r}")
-    from ds_minimodel.model.embedding_init import STATIC_INITS, TRANSLITERATING
-
     inits = {target.lang: target_init(step2, target)[0] for target in cfg.targets}
+    static, listed = initialisers_that(need=STATIC_VECTORS), initialisers_that(need=WORD_LIST)
+    translit = initialisers_that(transliterate=True)
     if step2.rare_vectors not in ("drawn", "ngrams") or (
-            step2.rare_vectors == "ngrams" and not set(inits.values()) <= set(STATIC_INITS)):
-        raise InputError(f"{source}: step2.rare_vectors is drawn or ngrams, and ngrams works with init focus or "
-                         f"wechsel (their static vectors); got {step2.rare_vectors!r} with init {step2.init!r}")
-    if step2.transliterate and (not set(inits.values()) & set(TRANSLITERATING)
+            step2.rare_vectors == "ngrams" and not set(inits.values()) <= set(static)):
+        raise InputError(f"{source}: step2.rare_vectors is drawn or ngrams, and ngrams works with init "
+                         f"{' or '.join(static)} (their static vectors); got {step2.rare_vectors!r} with init "
+                         f"{step2.init!r}")
+    if step2.transliterate and (not set(inits.values()) & set(translit)
                                 or importlib.util.find_spec("anyascii") is None):
-        raise InputError(f"{source}: step2.transliterate works with init {' or '.join(TRANSLITERATING)} and needs "
+        raise InputError(f"{source}: step2.transliterate works with init {' or '.join(translit)} and needs "
                          f"anyascii (pip install anyascii); init is {step2.init!r}")
-    if set(inits.values()) & set(STATIC_INITS) and importlib.util.find_spec("gensim") is None:
+    if set(inits.values()) & set(static) and importlib.util.find_spec("gensim") is None:
         raise InputError(f"{source}: step2.init {step2.init} trains static vectors with gensim, which is not "
                          "installed (pip install gensim, or the package's [focus] extra)")
     from ds_minimodel.data.static_vectors import check_enough_text
 
     for target in cfg.targets:
-        if inits[target.lang] in STATIC_INITS:
+        if inits[target.lang] in static:
             require_file(target.corpus, "corpus", f"{source}: {target.lang}")
             check_enough_text(Path(target.corpus), f"{source}: {target.lang}'s init {inits[target.lang]}")
     if cfg.source.word_list is not None:
         raise InputError(f"{source}: source.word_list: a word list belongs to a target language")
-    if step2.init == "wechsel" and cfg.source_relearn:
-        raise InputError(f"{source}: the source-relearn control (source_relearn) with step2.init wechsel would align "
-                         "the source language with itself; run it with overlap, focus or auto")
+    if step2.init in listed and cfg.source_relearn:
+        raise InputError(f"{source}: the source-relearn control (source_relearn) with step2.init {step2.init} would "
+                         "align the source language with itself; run it with an initialiser that needs no word list "
+                         "(or auto)")
     for target in cfg.targets:
-        if inits[target.lang] == "wechsel" and target.word_list is None:
-            raise InputError(f"{source}: step2.init wechsel needs a bilingual word list for every target language; "
-                             f"{target.lang} has none (targets[].word_list)")
+        if inits[target.lang] in listed and target.word_list is None:
+            raise InputError(f"{source}: step2.init {inits[target.lang]} needs a bilingual word list for every target "
+                             f"language; {target.lang} has none (targets[].word_list)")
         if target.word_list is not None:
-            if inits[target.lang] != "wechsel":
-                raise InputError(f"{source}: {target.lang}'s word_list is used by step2.init wechsel (or auto) only, "
-                                 f"not {step2.init}")
+            if inits[target.lang] not in listed:
+                raise InputError(f"{source}: {target.lang}'s word_list is used by step2.init {' or '.join(listed)} "
+                                 f"(or auto) only, not {step2.init}")
             check_covered(WordList.read(target.word_list), Path(cfg.source.corpus), StaticSettings.dim)
     ft = cfg.finetuning(source)
     if not ft.seeds:

@@ -34,13 +34,15 @@ from ds_minimodel.errors import InputError
 from ds_minimodel.model import hf
 from ds_minimodel.model.bodies import body_of
 from ds_minimodel.model.embedding_init import (
-    INITS,
+    INITIALISERS,
     NEW_ROWS,
-    STATIC_INITS,
-    TRANSLITERATING,
+    STATIC_VECTORS,
+    WORD_LIST,
     AlignedVectors,
     anchor_copied_rows,
+    get_initialiser,
     initial_rows,
+    initialisers_that,
 )
 from ds_minimodel.model.encoder import MaskedLM
 from ds_minimodel.model.loading import load_mlm
@@ -57,7 +59,8 @@ from ds_minimodel.systems import Step, get_system
 from ds_minimodel.train import checkpoint
 from ds_minimodel.train.engine import Stage
 
-CHECKS = {"system": functools.partial(get_system, source=""), "init": one_of(INITS), "new_rows": one_of(NEW_ROWS)}
+CHECKS = {"system": functools.partial(get_system, source=""), "init": one_of(INITIALISERS),
+          "new_rows": one_of(NEW_ROWS)}
 """What the spec's annotations cannot say about its values (``specs.check_fields``)."""
 
 
@@ -81,13 +84,14 @@ def disable_dropout(model: nn.Module) -> None:
 def check_wechsel_inputs(spec: AdaptSpec, source_sha256: str) -> WordList | None:
     """WECHSEL's two extra inputs exist and fit: a word list (returned, read), and source text prepared with the
     body's tokenizer. None for the other initialisers, which refuse those options."""
-    if spec.init != "wechsel":
+    if WORD_LIST not in get_initialiser(spec.init).needs:
         for name in ("word_list", "source_data"):
             if getattr(spec, name) is not None:
-                raise InputError(f"{option_name(name)} is used by --init wechsel only, not {spec.init}")
+                raise InputError(f"{option_name(name)} is used by --init {' or '.join(initialisers_that(need=WORD_LIST))}"
+                                 f" only, not {spec.init}")
         return None
     if spec.word_list is None or spec.source_data is None:
-        raise InputError("--init wechsel needs --word-list (a bilingual word list) and --source-data (the source "
+        raise InputError(f"--init {spec.init} needs --word-list (a bilingual word list) and --source-data (the source "
                          "corpus prepared with the body's tokenizer)")
     words = WordList.read(spec.word_list)
     prepared = TokenShards.open(spec.source_data)
@@ -112,12 +116,14 @@ def build(spec: AdaptSpec, ctx: Context) -> Built:
     """The Step-2 stage: the body frozen, the target's rows initialised, the stream of target text."""
     # Every input is checked before anything is written: a refused run leaves --out as it was.
     check_fields(spec, CHECKS)  # a spec file's unknown system or initialiser, refused by name
-    if spec.rare_vectors != "drawn" and spec.init not in STATIC_INITS:
-        raise InputError(f"--rare-vectors {spec.rare_vectors} is for the static vectors of --init focus or wechsel, "
-                         f"not {spec.init}")
-    if spec.transliterate and spec.init not in TRANSLITERATING:
-        raise InputError(f"--transliterate extends the copied rows of --init {' or '.join(TRANSLITERATING)}; "
-                         f"--init {spec.init} copies only the special pieces")
+    entry = get_initialiser(spec.init)
+    if spec.rare_vectors != "drawn" and STATIC_VECTORS not in entry.needs:
+        raise InputError(f"--rare-vectors {spec.rare_vectors} is for the static vectors of --init "
+                         f"{' or '.join(initialisers_that(need=STATIC_VECTORS))}, not {spec.init}")
+    if spec.transliterate and not entry.transliterates:
+        raise InputError(f"--transliterate extends the copied rows of --init "
+                         f"{' or '.join(initialisers_that(transliterate=True))}; --init {spec.init} copies only the "
+                         "special pieces")
     ds_config = ctx.ds_config
     train_cfg = ctx.train_cfg
     info, batch = ctx.info, ctx.batch
@@ -141,7 +147,7 @@ def build(spec: AdaptSpec, ctx: Context) -> Built:
         if info.rank == 0:
             print(f"[{name}] {line}", flush=True)
 
-    if spec.init == "focus":
+    if entry.needs == {STATIC_VECTORS}:  # the target's alone (with a word list: both languages', aligned below)
         static = train_static_vectors(spec.data, target.pieces(), StaticSettings(seed=spec.seed,
                                                                                  rare=spec.rare_vectors), say=say)
     if words is not None:

@@ -285,12 +285,13 @@ def read_spec(path: Path) -> RunSpec:
 
 
 def one_of(allowed: Iterable[str]) -> Callable[[str], None]:
-    """A field check (``check_fields``): the value must be one of ``allowed``, a registry's names."""
-    allowed = list(allowed)
+    """A field check (``check_fields``): the value must be one of ``allowed``, a registry's names (a registry passed
+    itself is read at each check, so that a name registered later counts)."""
 
     def check(value: str) -> None:
-        if value not in allowed:
-            raise InputError(f"must be one of {', '.join(allowed)}, got {value!r}")
+        names = list(allowed)
+        if value not in names:
+            raise InputError(f"must be one of {', '.join(names)}, got {value!r}")
 
     return check
 

@@ -186,3 +186,47 @@ def test_transliteration_anchors_a_piece_in_another_script_to_the_source_piece_i
     with pytest.raises(ValueError, match="transliterate extends the copied rows of overlap, focus; wechsel copies"):
         initial_rows("wechsel", source, embeddings, bias, target, std=0.02, generator=torch.Generator(),
                      transliterate=True)
+
+
+
+def test_a_registered_initialiser_is_an_option_of_step_2_and_of_the_pipeline(tmp_path):
+    """Issue 50: a new initialiser is one register call. Here one that copies the shared pieces and puts every other
+    row at the mean of the source rows: initial_rows builds its rows, Step 2's option accepts it, and the pipeline's
+    step2.init offers it, with no edit elsewhere."""
+    import json
+
+    from ds_minimodel.errors import InputError
+    from ds_minimodel.model.embedding_init import INITIALISERS, Initialiser, register
+    from ds_minimodel.pipeline.plan import Pipeline
+    from ds_minimodel.pipeline.settings import PipelineConfig
+    from ds_minimodel.stages.adapt import CHECKS
+    from ds_minimodel.stages.specs import AdaptSpec, check_fields
+    from tests.unit.test_hardening import pipeline_config
+
+    def mean_rows(inp):
+        new = inp.src_ids < 0
+        inp.embeddings[new] = inp.source_embeddings[NUM_SPECIAL:].mean(0).to(inp.embeddings.dtype)
+        return {"mixed": int(new.sum())}
+
+    register(Initialiser("mean", copies="shared", mix=mean_rows))
+    try:
+        source = SPECIALS + ["\u2581the", "\u2581a", "x"]
+        target = SPECIALS + ["\u2581a", "\u2581der", "y"]
+        emb, bias = torch.randn(len(source), 8), torch.randn(len(source))
+        rows = initial_rows("mean", source, emb, bias, target, std=0.02, generator=torch.Generator().manual_seed(0))
+        assert torch.equal(rows.embeddings[NUM_SPECIAL], emb[NUM_SPECIAL + 1])  # "\u2581a" copied
+        assert torch.allclose(rows.embeddings[-1], emb[NUM_SPECIAL:].mean(0))
+        assert rows.record["mixed"] == 2 and rows.record["drawn"] == 0 and rows.record["init"] == "mean"
+        # Step 2's option reads the registry: this name passes, an unknown one is refused with the choices.
+        spec = {"system": "bl_base", "body": "b", "data": "d", "out": "o", "ds_config": "c.json"}
+        check_fields(AdaptSpec(**spec, init="mean"), {"init": CHECKS["init"]})
+        with pytest.raises(InputError, match="must be one of overlap, specials, focus, wechsel, mean, got 'zeros'"):
+            check_fields(AdaptSpec(**spec, init="zeros"), {"init": CHECKS["init"]})
+        # The pipeline's step2.init offers it (it needs no input, so nothing more is asked of the config).
+        step2 = json.loads(pipeline_config(tmp_path).read_text())["step2"]
+        path = pipeline_config(tmp_path, step2={**step2, "init": "mean"})
+        Pipeline(PipelineConfig.load(path), str(path))
+    finally:
+        INITIALISERS.pop("mean", None)
+    with pytest.raises(ValueError, match="copies shared or specials"):
+        register(Initialiser("odd", copies="everything"))
