@@ -63,6 +63,29 @@ def de_data(tmp_path_factory) -> Path:
     return prepare(DEMO / "corpus/de.txt", tmp_path_factory.mktemp("data") / "de")
 
 
+def tiny_pipeline(tmp_path: Path, name: str, prepared: dict[str, Path], **sections: dict) -> Path:
+    """A pipeline config of the tiny preset on 2 CPU ranks, BL_BASE alone, English to German, no task, in
+    ``tmp_path/name`` with the ``prepared`` languages' data copied in (the pipeline finds them done); ``sections``
+    update the step sections' settings."""
+    from ds_minimodel.pipeline.ownership import OWNER_MARK
+
+    out = tmp_path / name
+    for lang, data in prepared.items():
+        shutil.copytree(data, out / "data" / lang)
+    (out / OWNER_MARK).write_text("a pipeline's folder, its data prepared by the test")
+    config = {
+        "out": str(out), "ranks": 2, "preset": "tiny", "seq_len": 64, "vocab_size": 2000, "systems": ["bl_base"],
+        "source": {"lang": "en", "corpus": str(DEMO / "corpus/en.txt")},
+        "targets": [{"lang": "de", "corpus": str(DEMO / "corpus/de.txt")}],
+        "step1": {"ds_config": "ds_configs/cpu_fp32.json"}, "step2": {"ds_config": "ds_configs/cpu_fp32.json"},
+        "step3": {"ds_config": "ds_configs/cpu_finetune.json", "epochs": 1, "seeds": [1]}, "tasks": []}
+    for section, values in sections.items():
+        config[section].update(values)
+    path = tmp_path / f"{name}.json"
+    path.write_text(json.dumps(config))
+    return path
+
+
 PIPELINE_SEEDS = [1, 2]
 PIPELINE_STEP2_SAVES = [0, 30, 60]  # Step 2 saves its initial rows as update 0, then every 30
 PIPELINE_TEST_SIZE = 400

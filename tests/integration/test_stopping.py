@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import signal
 import subprocess
 import sys
@@ -17,9 +16,8 @@ from pathlib import Path
 import psutil
 import pytest
 
-from ds_minimodel.pipeline.ownership import OWNER_MARK
 from ds_minimodel.train import checkpoint
-from tests.integration.conftest import DEMO, RANK_VARS, REPO, run_cmd
+from tests.integration.conftest import RANK_VARS, REPO, run_cmd, tiny_pipeline
 
 # Not in the "timing" group: nothing here waits on a tight timer, so it may run beside that group's tests.
 pytestmark = pytest.mark.slow
@@ -28,19 +26,8 @@ STEPS = 60
 
 
 def config(tmp_path: Path, en_data: Path, name: str) -> Path:
-    out = tmp_path / name
-    shutil.copytree(en_data, out / "data" / "en")  # prepared already: the pipeline finds it done
-    (out / OWNER_MARK).write_text("a pipeline's folder, its data prepared by the test")
-    path = tmp_path / f"{name}.json"
-    path.write_text(json.dumps({
-        "out": str(out), "ranks": 2, "preset": "tiny", "seq_len": 64, "vocab_size": 2000, "systems": ["bl_base"],
-        "source": {"lang": "en", "corpus": str(DEMO / "corpus/en.txt")},
-        "targets": [{"lang": "de", "corpus": str(DEMO / "corpus/de.txt")}],
-        "step1": {"ds_config": "ds_configs/cpu_fp32.json", "steps": STEPS, "save_every": 1000, "log_every": 1},
-        "step2": {"ds_config": "ds_configs/cpu_fp32.json", "steps": 6, "save_every": 6},
-        "step3": {"ds_config": "ds_configs/cpu_finetune.json", "epochs": 1, "seeds": [1]},
-        "tasks": []}))
-    return path
+    return tiny_pipeline(tmp_path, name, {"en": en_data},
+                         step1={"steps": STEPS, "save_every": 1000, "log_every": 1}, step2={"steps": 6, "save_every": 6})
 
 
 def pipeline(path: Path) -> list[str]:

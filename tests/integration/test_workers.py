@@ -4,34 +4,21 @@ rank and a stopped launcher in the shared launch: tests/integration/test_stoppin
 from __future__ import annotations
 
 import json
-import shutil
 import sys
 from pathlib import Path
 
 import pytest
 
-from ds_minimodel.pipeline.ownership import OWNER_MARK
 from ds_minimodel.train import checkpoint
-from tests.integration.conftest import DEMO, run_cmd
+from tests.integration.conftest import run_cmd, tiny_pipeline
 
 pytestmark = pytest.mark.slow
 
 
 def plan(tmp_path: Path, en_data: Path, de_data: Path, name: str) -> Path:
-    out = tmp_path / name
-    for lang, data in (("en", en_data), ("de", de_data)):
-        shutil.copytree(data, out / "data" / lang)  # prepared already: the pipeline finds it done
-    (out / OWNER_MARK).write_text("a pipeline's folder, its data prepared by the test")
-    path = tmp_path / f"{name}.json"
-    path.write_text(json.dumps({
-        "out": str(out), "ranks": 2, "preset": "tiny", "seq_len": 64, "vocab_size": 2000, "systems": ["bl_base"],
-        "source": {"lang": "en", "corpus": str(DEMO / "corpus/en.txt")},
-        "targets": [{"lang": "de", "corpus": str(DEMO / "corpus/de.txt")}],
-        "step1": {"ds_config": "ds_configs/cpu_fp32.json", "steps": 12, "save_every": 12, "log_every": 4},
-        "step2": {"ds_config": "ds_configs/cpu_fp32.json", "steps": 6, "save_every": 6, "init": "overlap"},
-        "step3": {"ds_config": "ds_configs/cpu_finetune.json", "epochs": 1, "seeds": [1]},
-        "tasks": []}))
-    return path
+    return tiny_pipeline(tmp_path, name, {"en": en_data, "de": de_data},
+                         step1={"steps": 12, "save_every": 12, "log_every": 4},
+                         step2={"steps": 6, "save_every": 6, "init": "overlap"})
 
 
 def weights(out: Path, *steps: str) -> dict[str, str]:
