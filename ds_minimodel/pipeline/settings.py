@@ -318,7 +318,7 @@ def check(cfg: PipelineConfig, source: str, *, world_size: int | None) -> GivenM
     whose allocation decides)."""
     from ds_minimodel.data.tokenizer import check_vocabulary_fits, open_tokenizer
     from ds_minimodel.model.encoder import POOLINGS
-    from ds_minimodel.tasks.formats import FORMATS, read_examples
+    from ds_minimodel.tasks.formats import FORMATS, KINDS, read_examples
     from ds_minimodel.tasks.qa import window_room
 
     if not cfg.targets:
@@ -433,7 +433,7 @@ def check(cfg: PipelineConfig, source: str, *, world_size: int | None) -> GivenM
             raise InputError(f"{where}: needs epochs > 0, max_len at most {positions} (the {what} positions) and "
                              f"pooling one of {', '.join(POOLINGS)}; got {own.epochs}, "
                              f"{own.max_len}, {own.pooling!r}")
-        if task.format in FORMATS and FORMATS[task.format].kind == "span":
+        if task.format in FORMATS and KINDS[FORMATS[task.format].kind].windows:
             problem = window_room(own.max_len, own.doc_stride)
             if problem:
                 raise InputError(f"{where}: {problem}")

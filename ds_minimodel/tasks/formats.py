@@ -30,9 +30,6 @@ from ds_minimodel.tasks import qa, readers
 from ds_minimodel.tasks.features import classification_features, token_classification_features
 from ds_minimodel.train import checkpoint
 
-MAIN_METRIC = {"sequence": "accuracy", "token": "accuracy", "span": "f1"}
-"""The paper's headline metric of each kind of task."""
-
 
 @dataclass(frozen=True)
 class TaskFormat:
@@ -46,7 +43,7 @@ class TaskFormat:
 
     @property
     def main_metric(self) -> str:
-        return MAIN_METRIC[self.kind]
+        return KINDS[self.kind].main_metric
 
 
 def _needs_language(path: Path, language: str | None) -> str:
@@ -149,12 +146,8 @@ def read_eval_examples(spec: TaskSpec, fmt: str | None, path: Path, language: st
 
 
 def task_labels(fmt: str, examples: readers.Examples) -> list[str]:
-    if KIND_OF_FORMAT[fmt] == "sequence":
-        return list(examples.labels)
-    if KIND_OF_FORMAT[fmt] == "token":
-        seen = {tag for example in examples for tag in example.tags}
-        return [t for t in readers.UPOS if t in seen]  # read_conllu refuses any other UPOS tag
-    return []
+    """The head's outputs a training file gives (``TaskKind.labels``)."""
+    return KINDS[KIND_OF_FORMAT[fmt]].labels(examples)
 
 
 @dataclass
@@ -166,14 +159,7 @@ class Features:
 
 
 def featurize(spec: TaskSpec, examples: Sequence[Any], tokenizer: AnyTokenizer) -> Features:
-    if spec.kind == "sequence":
-        return Features(classification_features(examples, tokenizer, max_len=spec.max_len))
-    if spec.kind == "token":
-        arrays, _ = token_classification_features(examples, tokenizer, spec.labels, max_len=spec.max_len)
-        return Features(arrays)
-    windows = [w for example in examples
-               for w in qa.qa_features(example, tokenizer, max_len=spec.max_len, doc_stride=spec.doc_stride)]
-    return Features(qa.stack_qa_windows(windows), windows)
+    return KINDS[spec.kind].featurize(spec, examples, tokenizer)
 
 
 def task_loss(model: torch.nn.Module, batch: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
@@ -234,13 +220,67 @@ def macro_f1(gold: np.ndarray, pred: np.ndarray, num_labels: int) -> float:
 def score(spec: TaskSpec, examples: Sequence[Any], features: Features, logits: np.ndarray, lang: str
           ) -> dict[str, float]:
     """The task's metrics in percent."""
-    if spec.kind == "sequence":
-        gold, pred = features.arrays["labels"], logits.argmax(-1)
-        return {"accuracy": 100 * float(np.mean(pred == gold)), "macro_f1": 100 * macro_f1(gold, pred,
-                                                                                           spec.num_labels)}
-    if spec.kind == "token":
-        gold, pred = features.arrays["labels"], logits.argmax(-1)
-        words = gold != IGNORE_INDEX
-        return {"accuracy": 100 * float(np.mean(pred[words] == gold[words]))}
+    return KINDS[spec.kind].score(spec, examples, features, logits, lang)
+
+
+# ----------------------------------------------------------------------------------------------- kinds of task
+@dataclass(frozen=True)
+class TaskKind:
+    """What a kind of task does beyond reading its files (``TaskFormat.read``): the labels its head outputs, its
+    model inputs, its scores. The head itself is the model's (``model.encoder.TaskModel``, by the same name). A new
+    kind is one entry in ``KINDS`` with its head there."""
+
+    name: str
+    main_metric: str
+    """The paper's headline metric for it."""
+    labels: Callable[[readers.Examples], list[str]]
+    featurize: Callable[[TaskSpec, Sequence[Any], AnyTokenizer], Features]
+    score: Callable[[TaskSpec, Sequence[Any], Features, np.ndarray, str], dict[str, float]]
+    windows: bool = False
+    """Long inputs are cut into overlapping windows (``doc_stride``) around a question of bounded length."""
+
+
+def _token_labels(examples: readers.Examples) -> list[str]:
+    seen = {tag for example in examples for tag in example.tags}
+    return [t for t in readers.UPOS if t in seen]  # read_conllu refuses any other UPOS tag
+
+
+def _token_features(spec: TaskSpec, examples: Sequence[Any], tokenizer: AnyTokenizer) -> Features:
+    arrays, _ = token_classification_features(examples, tokenizer, spec.labels, max_len=spec.max_len)
+    return Features(arrays)
+
+
+def _span_features(spec: TaskSpec, examples: Sequence[Any], tokenizer: AnyTokenizer) -> Features:
+    windows = [w for example in examples
+               for w in qa.qa_features(example, tokenizer, max_len=spec.max_len, doc_stride=spec.doc_stride)]
+    return Features(qa.stack_qa_windows(windows), windows)
+
+
+def _sequence_score(spec: TaskSpec, examples: Sequence[Any], features: Features, logits: np.ndarray, lang: str
+                    ) -> dict[str, float]:
+    gold, pred = features.arrays["labels"], logits.argmax(-1)
+    return {"accuracy": 100 * float(np.mean(pred == gold)), "macro_f1": 100 * macro_f1(gold, pred, spec.num_labels)}
+
+
+def _token_score(spec: TaskSpec, examples: Sequence[Any], features: Features, logits: np.ndarray, lang: str
+                 ) -> dict[str, float]:
+    gold, pred = features.arrays["labels"], logits.argmax(-1)
+    words = gold != IGNORE_INDEX
+    return {"accuracy": 100 * float(np.mean(pred[words] == gold[words]))}
+
+
+def _span_score(spec: TaskSpec, examples: Sequence[Any], features: Features, logits: np.ndarray, lang: str
+                ) -> dict[str, float]:
     answers = qa.postprocess_qa(features.windows, logits[..., 0], logits[..., 1])
     return qa.evaluate_qa(answers, examples, lang)
+
+
+KINDS: dict[str, TaskKind] = {k.name: k for k in (
+    TaskKind("sequence", "accuracy", lambda examples: list(examples.labels),
+             lambda spec, examples, tokenizer: Features(classification_features(examples, tokenizer,
+                                                                                max_len=spec.max_len)),
+             _sequence_score),
+    TaskKind("token", "accuracy", _token_labels, _token_features, _token_score),
+    TaskKind("span", "f1", lambda examples: [], _span_features, _span_score, windows=True),
+)}
+"""Every kind of task, by the name of the head it trains (``model.encoder.TASK_KINDS``)."""
