@@ -147,7 +147,7 @@ def start_data(run: Run) -> None:
     write_json(run.config_path, config)
     run.spawn("reference_prepare", [sys.executable, "-m", "ds_minimodel", "pipeline", "--config", run.config_path,
                                     "--only", "prepare"])
-    if run.args.no_body:
+    if not run.args.body:
         return
     # The body: the CPU reference's tokenizer (the same call on the same file as its pipeline's prepare), applied to
     # the larger English corpus.
@@ -235,7 +235,7 @@ def part_reference(run: Run, budget: float) -> dict[str, Any]:
         sizing["startup_s"] = startup_seconds(run, sizing["body"])
     found["prepare"] = run.join("reference_prepare", run.left() - RESERVE_S)
     config = read_json(run.config_path)
-    beside = not run.args.no_body
+    beside = run.args.body
     plan = found["plan"] = (plan_reference(run, config, sizing, body_beside=beside) if "body" in sizing
                             else tiny_plan(run))
     if beside:

@@ -5,7 +5,8 @@ minutes, each part under its own time budget and its own error handling, so that
     ds-minimodel gpu-run --out DIR                 # the same where DeepSpeed is installed (a user's GPU node)
     ds-minimodel gpu-run --tiny --out DIR          # every part at a size of seconds, on a CPU (the CI test)
 
-Parts, in order (``--parts`` picks a subset, e.g. to rerun what failed):
+Parts, in order (``--parts`` picks a subset, e.g. to rerun what failed; by default ``env``, ``tests``, ``profile``
+and ``reference``: ``bench``, measured on five leases, runs when asked):
 
 - ``env``: nvidia-smi, versions, every module of the package imported, the bf16 (GPU) or fp32 (CPU) matrix-multiply
   rate measured, and DeepSpeed's FusedAdam build timed (it compiles with nvcc on first use; started at once, in the
@@ -16,13 +17,14 @@ Parts, in order (``--parts`` picks a subset, e.g. to rerun what failed):
   (found by trying), Step 1 in bf16 (plain and dual-head), with ``--compile``, and in fp16 with FusedAdam; Step 2
   over the 12-layer body and over the 4-layer mini-model (the time ratio next to A3(12)/A3(4)); ours against
   Hugging Face ``RobertaForMaskedLM``; and the shapes of the reference run, timed to size it.
-- ``profile``: Step 1 at the bench's shapes and micro-batch under torch.profiler, plain bf16, without DeepSpeed's
-  gradient overflow check, and with ``--compile`` too: each update's time by kernel class (matmul, attention, norm/activation, loss, optimizer, copy/cast,
-  other, idle), and torch's table of the largest kernels in the log.
+- ``profile``: Step 1 at the bench's shapes (its micro-batch, or 256) under torch.profiler, plain bf16, without
+  DeepSpeed's gradient overflow check, and with ``--compile`` too: each update's time by kernel class (matmul,
+  attention, norm/activation, loss, optimizer, copy/cast, other, idle), and torch's table of the largest kernels in
+  the log.
 - ``reference``: ``configs/reference_gpu.json`` through the whole pipeline (Steps 1-4, all four systems) with step
-  counts set from the throughput just measured so that it ends before the deadline; beside it, on the same GPU, a
-  Step-1 body of the CPU reference's shape trained for as long as the time allows (``bodies``), for the CPU
-  reference experiment to start its Steps 2-4 from.
+  counts set from the throughput just measured so that it ends before the deadline, its jobs in one launch; with
+  ``--body``, beside it on the same GPU, a Step-1 body of the CPU reference's shape trained for as long as the time
+  allows (``bodies``), for the CPU reference experiment to start its Steps 2-4 from.
 
 ``--out`` receives at most 7 files: ``gpu_run.json`` (every figure), ``gpu_run.md`` (the summary), ``gpu_run.log``
 (every command's output), ``reference_gpu.tar.gz`` (results, tables, figures) and ``body.tar.part-NN`` (the body,
@@ -47,6 +49,9 @@ from ds_minimodel.tools.gpu_common import GPU, NO_CUDA, REPO, TINY, Run, bench_c
 from ds_minimodel.tools.gpu_reference import argument_problem, part_reference, start_data, time_reference_shapes
 
 PARTS = ("env", "tests", "bench", "profile", "reference")
+DEFAULT_PARTS = ("env", "tests", "profile", "reference")
+"""What a lease runs unless told: ``bench`` (its rows measured on three H200 and two H100 leases, BENCHMARKS.md) only
+on request, so that the profile and the reference run get the minutes."""
 WORK_MARK = ".gpu-run-work"
 """Marks a scratch folder as gpu-run's own, which a later run may clear."""
 
@@ -348,16 +353,17 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--out", type=Path, required=True, help="where the JSON, the summary, the log and archives go")
     p.add_argument("--work", type=Path, help="scratch folder (data, runs); default: <out>-work beside --out")
     p.add_argument("--tiny", action="store_true", help="every part at a size of seconds (CPU, CI)")
-    p.add_argument("--minutes", type=float, help="the whole command's wall clock (default 8.5; --tiny: 30)")
-    p.add_argument("--parts", default=",".join(PARTS), help=f"a subset of {','.join(PARTS)}, run in that order")
+    p.add_argument("--minutes", type=float, help="the whole command's wall clock (default 9.25; --tiny: 30)")
+    p.add_argument("--parts", default=",".join(DEFAULT_PARTS), help=f"a subset of {','.join(PARTS)}, run in that "
+                   f"order (default {','.join(DEFAULT_PARTS)})")
     p.add_argument("--config", default="configs/reference_gpu.json", help="the reference run's pipeline config")
     p.add_argument("--english", help="the reference run's English corpus (.txt or .txt.xz); default: "
                    ".gpu/data/en.txt.xz where scripts/gpu_prepare.py put one, else the config's")
     p.add_argument("--languages", default="de", help="the reference run's target languages (comma-separated)")
     p.add_argument("--seeds", default="1", help="the reference run's finetuning seeds (comma-separated)")
     p.add_argument("--systems", help="the reference run's systems, a subset of the config's (default: all)")
-    p.add_argument("--no-body", action="store_true", help="train no body of the CPU reference's shape beside the "
-                   "reference run (which then has the GPU to itself)")
+    p.add_argument("--body", action="store_true", help="also train a body of the CPU reference's shape beside the "
+                   "reference run, sharing the GPU (by default the reference run has it to itself)")
     p.add_argument("--replace", action="store_true", help="replace the results of an earlier gpu-run in --out "
                    "(its JSON, log, archives and body parts); without it such a folder is refused")
     p.add_argument("--relearn", action="store_true", help="keep the config's source-relearn control (one more "
@@ -394,7 +400,7 @@ def main(argv: list[str] | None = None) -> int:
     (work / WORK_MARK).write_text("scratch of ds-minimodel gpu-run: a later run with this folder replaces it\n")
     run = Run(args.out.resolve(), work.resolve(), sizes, args)
     budgets = dict(sizes.budgets)
-    if run.cuda and {"env", "tests", "bench"} & set(parts):
+    if run.cuda and {"env", "tests", "bench", "profile"} & set(parts):
         run.spawn("fused_adam", fused_adam_cmd())  # nvcc takes a minute: from the first second
     try:
         if "reference" in parts:

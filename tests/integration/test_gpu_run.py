@@ -24,7 +24,8 @@ pytestmark = pytest.mark.slow
 def test_the_gpu_command_runs_every_part_on_a_cpu_and_reports_each_figure(tmp_path):
     out = tmp_path / "out"
     run_cmd([sys.executable, "-m", "ds_minimodel", "gpu-run", "--tiny", "--out", str(out), "--work",
-             str(tmp_path / "work"), "--systems", "bl_base"], timeout=900)
+             str(tmp_path / "work"), "--systems", "bl_base", "--parts", "env,tests,bench,profile,reference", "--body"],
+            timeout=900)
     figures = json.loads((out / "gpu_run.json").read_text())
     parts = figures["parts"]
     assert set(parts) == {"env", "tests", "bench", "profile", "reference"} and figures["cuda"] is False
