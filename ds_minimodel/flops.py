@@ -259,10 +259,13 @@ def system_costs(*, h: float, V: float, s: float, p: float, B: float, U: float, 
         system = SYSTEMS[name]
         primary = get_primary(system.primary)
         aux = primary.aux_head_layer(depths)
+        if aux is not None and aux > layers:  # a depth-study system named elsewhere (minijoint@N) above this depth
+            continue
         step1 = (pretrain_flops(l=primary.num_layers(depths), **common) if aux is None
                  else dual_head_pretrain_flops(l=primary.num_layers(depths), aux_layer=aux, **common))
-        step1b = (minipost_flops(l=mini_layers + new_layers, l_t=new_layers, **common) if system.step1b else 0.0)
-        costs[name] = {"step1": step1, "step1b": step1b, "step2": adapt_flops(l=system.step2_layers(depths), **common)}
+        own = system.depths_of(depths)
+        step1b = minipost_flops(l=own.keep + own.new, l_t=own.new, **common) if system.step1b else 0.0
+        costs[name] = {"step1": step1, "step1b": step1b, "step2": adapt_flops(l=system.step2_layers(own), **common)}
     return costs
 
 

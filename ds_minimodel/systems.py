@@ -86,8 +86,12 @@ class System:
     body: str
     """What Step 2 trains over: one of ``BODIES``."""
     step2_layers: Callable[[Depths], int]
-    """Depth of the Step-2 body, for the FLOP count."""
+    """Depth of the Step-2 body, for the FLOP count (of the system's own depths, ``depths_of``)."""
     description: str = ""
+    depths_of: Callable[[Depths], Depths] = lambda d: d
+    """The depths this system's own steps use, from the experiment's: a Step-1b system of another shape than the
+    config's ``keep_layers``/``new_layers`` says so here (``lambda d: dataclasses.replace(d, keep=6)``), so that two
+    MiniPost-like systems of different depths run side by side. Its Step 1b, Step 2 and FLOP count read them."""
 
     @property
     def step1b(self) -> bool:

@@ -298,6 +298,11 @@ class Initialiser:
         """``transliterate`` extends copied rows: only an initialiser that copies shared pieces has them."""
         return self.copies == "shared"
 
+    @property
+    def unused_options(self) -> tuple[str, ...]:
+        """Step 2's options it does not take (the pipeline passes them only to an initialiser that does)."""
+        return ("transliterate",) * (not self.transliterates) + ("rare_vectors",) * (STATIC_VECTORS not in self.needs)
+
 
 INITIALISERS: dict[str, Initialiser] = {}
 
@@ -381,8 +386,8 @@ def initial_rows(init: str, source_pieces: list[str], source_embeddings: torch.T
     ``generator`` first, in the same order, so the rows no mixture replaces equal ``overlap``'s."""
     entry = get_initialiser(init)
     if transliterate and not entry.transliterates:
-        raise ValueError(f"transliterate extends the copied rows of {', '.join(initialisers_that(transliterate=True))}; "
-                         f"{init} copies only the special pieces")
+        raise ValueError(f"transliterate extends the copied rows of {', '.join(initialisers_that(transliterate=True))}"
+                         f"; {init} copies only the special pieces")
     src_ids = source_ids_checked(source_pieces, source_embeddings, source_bias, target_pieces,
                                  specials_only=entry.copies == "specials", shared_with=shared_with,
                                  transliterate=transliterate)
@@ -391,7 +396,8 @@ def initial_rows(init: str, source_pieces: list[str], source_embeddings: torch.T
     copied = src_ids >= 0
     record: dict[str, Any] = {"init": init, "new_rows": new_rows, "copied": int(copied.sum())}
     if transliterate:
-        exact = source_ids_checked(source_pieces, source_embeddings, source_bias, target_pieces, shared_with=shared_with)
+        exact = source_ids_checked(source_pieces, source_embeddings, source_bias, target_pieces,
+                                   shared_with=shared_with)
         record["transliterated"] = int(copied.sum() - (exact >= 0).sum())
     if entry.mix is not None:
         record.update(entry.mix(RowInputs(embeddings, bias, src_ids, source_pieces, target_pieces, source_embeddings,

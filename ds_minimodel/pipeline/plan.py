@@ -23,7 +23,7 @@ from ds_minimodel.data.prepare import prepare, prepare_tokenizer, tokenizer_path
 from ds_minimodel.data.shards import META_FILE
 from ds_minimodel.errors import InputError, report
 from ds_minimodel.folders import claim
-from ds_minimodel.model.embedding_init import STATIC_VECTORS, WORD_LIST, get_initialiser
+from ds_minimodel.model.embedding_init import WORD_LIST, get_initialiser
 from ds_minimodel.model.surgery import extract_minijoint_folder
 from ds_minimodel.pipeline.launching import LAUNCHERS, StoppedEarly, finished, train_step
 from ds_minimodel.pipeline.ownership import PRETRAIN_FOLDER, PRETRAIN_RUN, own_output
@@ -298,11 +298,11 @@ class Pipeline:
 
     def _step1b(self, system: str) -> None:
         """Step 1b of ``system``: its primary's bottom layers, new layers trained on top (``--variant minipost``)."""
-        job, primary = f"{Step.MINIPOST}-{system}", get_system(system).primary
-        base = self._primary(primary, job)
+        job, entry = f"{Step.MINIPOST}-{system}", get_system(system)
+        base, own = self._primary(entry.primary, job), entry.depths_of(self.cfg.depths())
         self._train(PretrainSpec, self.step1b_dir(system), job,
-                    {"variant": "minipost", "from_": str(base), "keep_layers": self.cfg.keep_layers,
-                     "new_layers": self.cfg.new_layers, **self._common(job), **as_values(self.cfg.step1b)})
+                    {"variant": "minipost", "from_": str(base), "keep_layers": own.keep, "new_layers": own.new,
+                     **self._common(job), **as_values(self.cfg.step1b)})
 
     def _step2(self, system: str, lang: str) -> None:
         """Step 2 for one system and target language; every checkpoint is kept for Step 4."""
@@ -320,8 +320,7 @@ class Pipeline:
         entry = get_initialiser(init)
         if WORD_LIST in entry.needs:  # (no source-relearn control with such an init: PipelineConfig.check refuses it)
             anchored = {"word_list": target.word_list, "source_data": str(self._data(self.cfg.source.lang, needed_by))}
-        unused = ("transliterate",) * (not entry.transliterates) + ("rare_vectors",) * (STATIC_VECTORS not in entry.needs)
-        options = as_values(self.cfg.step2, exclude=("init", *unused))  # what this run's initialiser does not take
+        options = as_values(self.cfg.step2, exclude=("init", *entry.unused_options))
         if self.cfg.step2.init == AUTO_INIT:
             print(f"[pipeline] {self._name(Step.ADAPT, system)} {lang}: init {init} ({why})", flush=True)
         self._train(AdaptSpec, self.step2_dir(lang, system), f"{Step.ADAPT}-{lang}-{system}",

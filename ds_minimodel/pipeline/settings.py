@@ -13,16 +13,7 @@ from ds_minimodel.data.bilingual import WordList, check_covered
 from ds_minimodel.data.static_vectors import StaticSettings
 from ds_minimodel.errors import InputError, require_file
 from ds_minimodel.pipeline.source_model import GivenModel, given_model, given_primary
-from ds_minimodel.systems import (
-    AT,
-    BASELINE,
-    DEPTH_FAMILY,
-    Depths,
-    depth_of,
-    get_system,
-    is_system,
-    system_names,
-)
+from ds_minimodel.systems import AT, BASELINE, DEPTH_FAMILY, Depths, depth_of, get_system, is_system, system_names
 
 RELEARN_SUFFIX = "-relearn"
 """The source-relearn control's name where a target language's would stand: ``en-relearn``."""
@@ -352,9 +343,13 @@ def check(cfg: PipelineConfig, source: str, *, world_size: int | None) -> GivenM
             raise InputError(f"{source}: {name} must be between {low} and {high} for the {what} {layers} layers, "
                              f"got {value}")
     for name in cfg.systems:
-        if depth_of(name) is not None and depth_of(name) > layers:
+        if depth_of(name) is not None and depth_of(name) > layers:  # (before get_system registers such a name)
             raise InputError(f"{source}: {name} puts the second head after layer {depth_of(name)}, above the "
                              f"{what} {layers} layers")
+        own = get_system(name).depths_of(cfg.depths(layers))  # a Step-1b system's own depths (System.depths_of)
+        if get_system(name).step1b and not (1 <= own.keep <= layers - 1 and own.new >= 1):
+            raise InputError(f"{source}: {name}'s Step 1b must keep 1 to {layers - 1} of the {what} {layers} "
+                             f"layers and add 1 or more; it keeps {own.keep} and adds {own.new}")
     if given is not None:
         if given.needs_head and cfg.head is None:
             raise InputError(f"{given.path}: a bare encoder (no MLM head); Step 2 learns through that head, so "

@@ -87,8 +87,8 @@ def check_wechsel_inputs(spec: AdaptSpec, source_sha256: str) -> WordList | None
     if WORD_LIST not in get_initialiser(spec.init).needs:
         for name in ("word_list", "source_data"):
             if getattr(spec, name) is not None:
-                raise InputError(f"{option_name(name)} is used by --init {' or '.join(initialisers_that(need=WORD_LIST))}"
-                                 f" only, not {spec.init}")
+                users = " or ".join(initialisers_that(need=WORD_LIST))
+                raise InputError(f"{option_name(name)} is used by --init {users} only, not {spec.init}")
         return None
     if spec.word_list is None or spec.source_data is None:
         raise InputError(f"--init {spec.init} needs --word-list (a bilingual word list) and --source-data (the source "

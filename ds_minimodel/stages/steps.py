@@ -64,10 +64,11 @@ def fresh(step: Step, cfg: ModelConfig, depths: Depths, *, system: str | None = 
     torch.manual_seed(seed)
     if step == Step.PRETRAIN:
         return StepModel(step, MaskedLM(cfg))
-    if step == Step.MINIPOST:
-        primary = MaskedLM(cfg.replace(num_layers=depths.keep, aux_head_layer=None))
-        return StepModel(step, build_minipost(primary, keep_layers=depths.keep, new_layers=depths.new, seed=seed),
-                         trainable_layers=depths.new)
+    if step == Step.MINIPOST:  # (a system's own Step-1b depths where ``system`` is named)
+        own = get_system(system).depths_of(depths) if system is not None else depths
+        primary = MaskedLM(cfg.replace(num_layers=own.keep, aux_head_layer=None))
+        return StepModel(step, build_minipost(primary, keep_layers=own.keep, new_layers=own.new, seed=seed),
+                         trainable_layers=own.new)
     if step == Step.ADAPT:
         if system is None:
             raise InputError("Step 2's model is a system's body: name the system")
@@ -75,7 +76,7 @@ def fresh(step: Step, cfg: ModelConfig, depths: Depths, *, system: str | None = 
         primary = get_primary(entry.primary)
         model = MaskedLM(cfg.replace(num_layers=primary.num_layers(depths),
                                      aux_head_layer=primary.aux_head_layer(depths)))
-        model = body_of(entry).cut(model, depths)
+        model = body_of(entry).cut(model, entry.depths_of(depths))
         freeze_for_adaptation(model)
         return StepModel(step, model)
     if step == Step.FINETUNE:

@@ -188,7 +188,8 @@ def time_stage(stage: str, args: BenchSpec) -> dict[str, Any]:
     median = statistics.median(times)
     peak_bytes = peak_memory_bytes(cuda)
     engine.destroy()
-    return {**({"profile": classes} if classes else {}), "stage": stage, "layers": cfg.num_layers, "trainable_parameters": sum(p.numel() for p in trainable),
+    return {**({"profile": classes} if classes else {}), "stage": stage, "layers": cfg.num_layers,
+            "trainable_parameters": sum(p.numel() for p in trainable),
             "parameters": sum(p.numel() for p in model.parameters()), "median_s": median, "min_s": min(times),
             "tokens_per_s": args.micro_batch * args.seq_len / median, "analytic_flops": analytic,
             "achieved_tflops": analytic / median / 1e12, "peak_memory_mb": peak_bytes / 2**20,

@@ -60,7 +60,8 @@ def summarise_profile(events: Any, wall_s: float, cuda: bool, stored: bool = Fal
         names[label][event.key] = names[label].get(event.key, 0.0) + spent
     busy = sum(seconds.values())
     seconds[IDLE] = max(wall_s - busy, 0.0)
-    return {"wall_s": wall_s, "busy_s": busy, "basis": "CUDA kernels' time" if cuda else "aten operators' self CPU time",
+    basis = "CUDA kernels' time" if cuda else "aten operators' self CPU time"
+    return {"wall_s": wall_s, "busy_s": busy, "basis": basis,
             "seconds": seconds, "shares": {label: s / wall_s if wall_s else 0.0 for label, s in seconds.items()},
             "top": {label: dict(sorted(found.items(), key=lambda kv: -kv[1])[:20]) for label, found in names.items()
                     if found}}

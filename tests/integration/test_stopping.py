@@ -26,8 +26,8 @@ STEPS = 60
 
 
 def config(tmp_path: Path, en_data: Path, name: str) -> Path:
-    return tiny_pipeline(tmp_path, name, {"en": en_data},
-                         step1={"steps": STEPS, "save_every": 1000, "log_every": 1}, step2={"steps": 6, "save_every": 6})
+    return tiny_pipeline(tmp_path, name, {"en": en_data}, step1={"steps": STEPS, "save_every": 1000, "log_every": 1},
+                         step2={"steps": 6, "save_every": 6})
 
 
 def pipeline(path: Path) -> list[str]:

@@ -488,3 +488,44 @@ def test_every_systems_step2_body_is_cut_to_the_depth_its_flop_count_uses():
         body = body_of(entry).cut(model, depths)
         assert body.cfg.num_layers == entry.step2_layers(depths), name
         assert body.cfg.aux_head_layer is None, name  # Step 2 reads one head
+
+
+def test_a_step1b_system_of_its_own_depth_runs_beside_minipost(tmp_path, monkeypatch) -> None:
+    """Issue 50: a system carries its own Step-1b shape (systems.System.depths_of). A MiniPost that keeps 3 layers
+    beside the config's MiniPost (2 kept in the demo config): its Step-1b job asks for 3 + 2 layers, its fresh
+    models and FLOP count follow, and the config's own MiniPost is unchanged."""
+    import dataclasses
+    import json
+
+    from ds_minimodel import flops
+    from ds_minimodel.config import get_preset
+    from ds_minimodel.pipeline.plan import Pipeline
+    from ds_minimodel.pipeline.settings import PipelineConfig
+    from ds_minimodel.stages import steps
+    from ds_minimodel.systems import SYSTEMS, Depths, Step, System, register
+    from tests.unit.test_hardening import pipeline_config
+
+    register(System("minipost_deep", "MiniPost (N=3)", "base", "step1b", step2_layers=lambda d: d.keep + d.new,
+                    depths_of=lambda d: dataclasses.replace(d, keep=3)))
+    try:
+        systems = json.loads(pipeline_config(tmp_path).read_text())["systems"] + ["minipost_deep"]
+        path = pipeline_config(tmp_path, systems=systems)
+        pipeline = Pipeline(PipelineConfig.load(path), str(path))
+        asked = {}
+        monkeypatch.setattr(Pipeline, "_primary", lambda self, variant, needed_by: tmp_path / "primary")
+        monkeypatch.setattr(Pipeline, "_common", lambda self, needed_by: {})
+        monkeypatch.setattr(Pipeline, "_train", lambda self, spec, run_dir, name, values: asked.update({name: values}))
+        pipeline._step1b("minipost")
+        pipeline._step1b("minipost_deep")
+        assert (asked["step1b-minipost"]["keep_layers"], asked["step1b-minipost"]["new_layers"]) == (2, 2)
+        assert (asked["step1b-minipost_deep"]["keep_layers"], asked["step1b-minipost_deep"]["new_layers"]) == (3, 2)
+        cfg, depths = get_preset("tiny"), Depths(layers=6, keep=2, new=2)
+        model = steps.fresh(Step.MINIPOST, cfg, depths, system="minipost_deep").model
+        assert model.cfg.num_layers == 5
+        body = steps.fresh(Step.ADAPT, cfg.replace(num_layers=6), depths, system="minipost_deep").model
+        assert body.cfg.num_layers == 5
+        costs = flops.system_costs(h=64, V=300, s=32, p=0.15, B=8, U=10, layers=6, mini_layers=2, new_layers=2)
+        assert costs["minipost_deep"]["step2"] > costs["minipost"]["step2"] > 0
+        assert costs["minipost_deep"]["step1b"] > costs["minipost"]["step1b"] > 0
+    finally:
+        SYSTEMS.pop("minipost_deep", None)
