@@ -1,0 +1,117 @@
+"""Issue 46's dev ladder: what each resource gives a new language, over a real pretrained English model.
+
+    python scripts/experiments/language_ladder.py [--from runs/reference-minilm-focus] [--out runs/language-ladder]
+        [--langs ja ko km pl fi fi-small] [--variants focus,focus-translit,focus-ngrams] [--list]
+
+For each variant, one pipeline (``ds-minimodel pipeline``) adds the languages to the finished MiniLM FOCUS run
+(``configs/reference_minilm_focus.json``): its Step 1 (the given model and its trained head), its English data and
+its Step-3 classifiers (three seeds) are linked in, not retrained (the pipeline checks that their settings are the
+ones asked), and only each language's data, Step 2 over BL_BASE and Step 4 run. Step 4 scores the languages' *dev*
+files: the config's task names them as its test files, so that no test file is read while choosing (RESULTS.md
+reports test once, with the chosen recipe). ``fi-small`` is the 0.40 MB Finnish cut (issue 46 item 3), scored on
+Finnish dev.
+
+Variants (``step2`` settings over the run's own): ``focus`` (no resource), ``focus-translit`` (transliteration
+anchors), ``focus-ngrams`` (rare pieces' static vectors from character n-grams), ``wechsel-freedict`` (the FreeDict
+lists ``scripts/make_dictionaries.py`` builds, for the languages that have one: ja, pl, fi). Each variant's output is
+``<out>/<variant>/`` (results.json, analysis/); run it again to resume. ``--list`` prints each pipeline's jobs and
+what is done, and starts nothing.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(REPO))
+TASK = "reference_data/tasks/lohelp"
+VARIANTS = {
+    "focus": {"init": "focus"},
+    "focus-translit": {"init": "focus", "transliterate": True},
+    "focus-ngrams": {"init": "focus", "rare_vectors": "ngrams"},
+    "wechsel-freedict": {"init": "wechsel"},
+}
+FREEDICT = {"ja", "pl", "fi", "fi-small"}
+"""The languages with a FreeDict dictionary to English (scripts/make_language_data.py's table; fi-small is Finnish)."""
+SHARED = ("step1", "step3", "data/en")
+"""What each variant's pipeline takes from the finished run, linked."""
+
+
+def dev_file(lang: str) -> str:
+    return f"{TASK}/dev.{lang.split('-')[0]}.jsonl"
+
+
+def config(base: dict, variant: str, langs: list[str], out: Path) -> dict:
+    """The finished run's config with the languages as its targets, their dev files as the task's test files, and
+    the variant's Step-2 settings; BL_BASE alone."""
+    cfg = json.loads(json.dumps(base))
+    cfg.update(out=str(out), systems=["bl_base"], source_minis=[], fit_vocab=True)
+    word_list = variant.startswith("wechsel")
+    cfg["targets"] = [{"lang": lang, "corpus": f"reference_data/corpus/{lang}.txt",
+                       **({"word_list": f"reference_data/dictionaries/{lang.split('-')[0]}-en.tsv"} if word_list
+                          else {})} for lang in langs]
+    task = cfg["tasks"][0]
+    task["dev"] = {"en": task["dev"]["en"]}  # Step 3's English dev (its runs are linked, unchanged)
+    task["test"] = {"en": task["dev"]["en"], **{lang: dev_file(lang) for lang in langs}}
+    cfg["step2"].update(VARIANTS[variant])
+    return cfg
+
+
+def link_finished(run: Path, out: Path) -> None:
+    """The finished run's Step 1, Step 3 and English data in ``out``, as links (made once), in a folder marked as a
+    pipeline's own (``pipeline.ownership``) so that the pipeline takes it."""
+    from ds_minimodel.pipeline.ownership import OWNER_MARK
+
+    if not (out / OWNER_MARK).exists():
+        (out / OWNER_MARK).write_text(f"a pipeline's folder: {run}'s Steps 1 and 3 linked by language_ladder.py\n")
+    for rel in SHARED:
+        link = out / rel
+        if not link.exists():
+            link.parent.mkdir(parents=True, exist_ok=True)
+            link.symlink_to((run / rel).resolve(), target_is_directory=True)
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--from", dest="run", type=Path, default=Path("runs/reference-minilm-focus"),
+                   help="the finished MiniLM FOCUS run")
+    p.add_argument("--config", type=Path, default=Path("configs/reference_minilm_focus.json"),
+                   help="its config")
+    p.add_argument("--out", type=Path, default=Path("runs/language-ladder"))
+    p.add_argument("--langs", nargs="+", default=["ja", "ko", "km", "pl", "fi", "fi-small"])
+    p.add_argument("--variants", default="focus,focus-translit,focus-ngrams,wechsel-freedict")
+    p.add_argument("--list", action="store_true", help="print each pipeline's jobs; start nothing")
+    args = p.parse_args(argv)
+    base = json.loads(args.config.read_text(encoding="utf-8"))
+    missing = [path for path in [args.run / rel for rel in SHARED] + [REPO / dev_file(lang) for lang in args.langs]
+               + [REPO / f"reference_data/corpus/{lang}.txt" for lang in args.langs] if not path.exists()]
+    if missing:
+        raise SystemExit(f"language_ladder.py: missing {', '.join(map(str, missing))} (the finished run: "
+                         "scripts/reference_minilm.sh; the languages: scripts/make_language_data.py)")
+    for variant in args.variants.split(","):
+        if variant not in VARIANTS:
+            raise SystemExit(f"language_ladder.py: unknown variant {variant!r}; known: {', '.join(VARIANTS)}")
+        langs = [lang for lang in args.langs if not variant.startswith("wechsel") or lang in FREEDICT]
+        lists = [REPO / t["word_list"] for t in config(base, variant, langs, args.out)["targets"] if "word_list" in t]
+        if any(not path.is_file() for path in lists):
+            needed = ", ".join(sorted(set(map(str, lists))))
+            raise SystemExit(f"language_ladder.py: {variant} needs {needed}: python scripts/make_dictionaries.py "
+                             f"--langs {' '.join(sorted({x.split('-')[0] for x in langs}))}")
+        out = args.out / variant
+        out.mkdir(parents=True, exist_ok=True)
+        path = args.out / f"{variant}.json"
+        path.write_text(json.dumps(config(base, variant, langs, out), indent=1) + "\n", encoding="utf-8")
+        link_finished(args.run, out)
+        cmd = [sys.executable, "-m", "ds_minimodel", "pipeline", "--config", str(path), *(["--list"] * args.list)]
+        print(f"$ {' '.join(cmd)}", flush=True)
+        code = subprocess.run(cmd, cwd=REPO, check=False).returncode
+        if code:
+            return code
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
