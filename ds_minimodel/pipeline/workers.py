@@ -132,8 +132,10 @@ class Workers:
         assert self.proc is not None and self.queue is not None
         self.number += 1
         log.parent.mkdir(parents=True, exist_ok=True)
+        line = f"$ {SCRIPT} job {self.number}: {entry} --config {spec_file}"  # as a launch of its own says its command
+        print(line, flush=True)
         with log.open("ab") as sink:
-            sink.write(f"$ {SCRIPT} job {self.number} of {self.queue}: {entry} --config {spec_file}\n".encode())
+            sink.write(f"{line} ({self.queue})\n".encode())
             start = sink.tell()
         _write(self.queue / f"job-{self.number:04d}.json", {"entry": entry, "spec": str(spec_file), "log": str(log)})
         stop = Stop.active

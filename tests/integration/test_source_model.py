@@ -110,8 +110,8 @@ def test_a_language_added_to_a_finished_run_runs_only_its_own_steps(first_run):
     new = {name.split("/")[0] + "/" + name.split("/")[1] for name in set(after) - set(before)}
     assert new == {"data/xx", "step2/xx", "step4/lohelp"}
     assert sorted(p.name for p in (out / "step4/lohelp/xx").iterdir()) == ["bl_base", "minipost"]
-    launches = [line for line in proc.stdout.splitlines() if line.startswith("$ ")]
-    assert len(launches) == 2 and all("step2-xx-" in line for line in launches)  # its two Step-2 runs, nothing else
+    jobs = [line for line in proc.stdout.splitlines() if line.startswith("$ ") and " job " in line]
+    assert len(jobs) == 2 and all("step2-xx-" in line for line in jobs)  # its two Step-2 runs, nothing else
     results = json.loads((out / "results.json").read_text())
     assert {r["lang"] for r in results["zero_shot"]} == {"de", "xx"}
     assert len([r for r in results["zero_shot"] if r["lang"] == "xx"]) == 2 * 3  # 2 systems x updates 0, 2, 4
