@@ -28,10 +28,11 @@ from typing import Any
 
 from ds_minimodel.cluster.launch import free_port, local_command
 from ds_minimodel.pipeline.stopping import Stop, _kill_job, _send, descendants, running
+from ds_minimodel.stages.cli import SUMMARY_FILE
 from ds_minimodel.train.faults import OWNER_ENV, owner_mark
 
 SCRIPT = "run_jobs.py"
-STOP = "stop"  # stages.worker.STOP: the pipeline layer does not import the stages'
+STOP = "stop"  # stages.worker.STOP, not imported: that module imports every stage, and DeepSpeed with them
 CLOSE_WAIT_S = 120.0
 
 
@@ -92,6 +93,10 @@ class Workers:
         self.queue: Path | None = None
         self.number = 0
         self.launches = 0
+        self.began: float | None = None
+        """When this launch started (monotonic), for the line its close prints."""
+        self.updates = (0, 0.0)
+        """(jobs run, their seconds in training updates) in this launch."""
 
     def __enter__(self) -> Workers:
         if self.on:
@@ -107,6 +112,7 @@ class Workers:
 
     def _start(self) -> None:
         self.launches += 1
+        self.began, self.updates = time.monotonic(), (0, 0.0)
         self.queue = self.root / "workers" / f"launch-{os.getpid()}-{self.launches}"
         self.queue.mkdir(parents=True, exist_ok=True)
         for stale in self.queue.iterdir():  # a reused pid's folder: its jobs are not this launch's
@@ -154,10 +160,23 @@ class Workers:
                         sys.stdout.write(chunk)
                         sys.stdout.flush()
 
-                return self._wait(echo)
+                started = time.time()
+                code = self._wait(echo)
         finally:
             if stop is not None:
                 stop.finished()
+        self._count(spec_file, started)
+        return code
+
+    def _count(self, spec_file: Path, started: float) -> None:
+        """Add the job's seconds in updates (its run's summary.json, if written since it started) to the launch's."""
+        try:
+            summary = Path(json.loads(spec_file.read_text(encoding="utf-8"))["out"]) / SUMMARY_FILE
+            if summary.stat().st_mtime >= started:
+                jobs, seconds = self.updates
+                self.updates = (jobs + 1, seconds + json.loads(summary.read_text(encoding="utf-8"))["update_seconds"])
+        except (OSError, KeyError, ValueError):
+            return  # a job that wrote no summary (it failed first) adds nothing
 
     def _wait(self, echo: Any) -> int:
         assert self.proc is not None and self.queue is not None
@@ -215,6 +234,11 @@ class Workers:
                 _send(proc, signal.SIGKILL)
             self.proc.wait()
         self.proc = None
+        jobs, seconds = self.updates
+        if jobs and self.began is not None:
+            wall = time.monotonic() - self.began
+            print(f"[pipeline] the shared launch ran {jobs} training job{'s' * (jobs > 1)} in {wall:.0f} s, "
+                  f"{seconds:.0f} s ({seconds / wall:.0%}) of it in updates", flush=True)
 
 
 

@@ -4,6 +4,7 @@ rank and a stopped launcher in the shared launch: tests/integration/test_stoppin
 from __future__ import annotations
 
 import json
+import re
 import sys
 from pathlib import Path
 
@@ -36,6 +37,8 @@ def test_jobs_sharing_one_launch_train_what_a_launch_per_job_trains(tmp_path, en
     out, other = (Path(json.loads(path.read_text())["out"]) for path in (shared, each))
     # Bitwise the same: the launch's second job starts from its own seed, as in a process of its own.
     assert weights(out, "step1", "step2") == weights(other, "step1", "step2")
+    # It says how much of its time went into training updates (runs' summary.json, update_seconds).
+    assert re.search(r"the shared launch ran 2 training jobs in \d+ s, \d+ s \(\d+%\) of it in updates", proc.stdout)
     log = (out / "logs" / "step2-de-bl_base.log").read_text()
     assert "run_jobs.py job 2" in log and "[step2-de-bl_base] finished at update 6 of 6" in log
     assert "[step1-base]" not in log  # each job's output in its own log
