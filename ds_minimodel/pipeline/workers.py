@@ -27,6 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from ds_minimodel.cluster.launch import free_port, local_command
+from ds_minimodel.config import write_json
 from ds_minimodel.pipeline.stopping import Stop, _kill_job, _send, descendants, running
 from ds_minimodel.stages.cli import SUMMARY_FILE
 from ds_minimodel.train.faults import OWNER_ENV, owner_mark
@@ -69,12 +70,6 @@ def job_env() -> dict[str, str]:
     if "DS_ACCELERATOR" not in env and cpu_only():
         env["DS_ACCELERATOR"] = "cpu"
     return env
-
-
-def _write(path: Path, value: dict[str, Any]) -> None:
-    tmp = path.with_name(f".{path.name}.tmp")
-    tmp.write_text(json.dumps(value) + "\n", encoding="utf-8")
-    os.replace(tmp, path)
 
 
 class Workers:
@@ -143,7 +138,7 @@ class Workers:
         with log.open("ab") as sink:
             sink.write(f"{line} ({self.queue})\n".encode())
             start = sink.tell()
-        _write(self.queue / f"job-{self.number:04d}.json", {"entry": entry, "spec": str(spec_file), "log": str(log)})
+        write_json(self.queue / f"job-{self.number:04d}.json", {"entry": entry, "spec": str(spec_file), "log": str(log)})
         stop = Stop.active
         if stop is not None:
             stop.job = self.proc  # a signal now is passed on to the ranks
@@ -220,7 +215,7 @@ class Workers:
         running after ``CLOSE_WAIT_S`` is killed."""
         if self.proc is None or self.queue is None:
             return
-        _write(self.queue / STOP, {})
+        write_json(self.queue / STOP, {})
         deadline = time.monotonic() + CLOSE_WAIT_S
         self.seen.update((p.pid, p) for p in descendants(self.proc))
         while ((self.proc.poll() is None or any(running(p) for p in self.seen.values()))

@@ -31,6 +31,7 @@ from typing import Any
 
 import torch
 
+from ds_minimodel.config import write_json
 from ds_minimodel.stages import adapt, cli, finetune, pretrain
 from ds_minimodel.stages.specs import AdaptSpec, FinetuneSpec, PretrainSpec
 from ds_minimodel.train.faults import StopSignals
@@ -46,12 +47,6 @@ def job_file(queue: Path, number: int) -> Path:
 
 def done_file(queue: Path, number: int) -> Path:
     return queue / f"job-{number:04d}.done.json"
-
-
-def write_atomic(path: Path, value: dict[str, Any]) -> None:
-    tmp = path.with_name(f".{path.name}.tmp")
-    tmp.write_text(json.dumps(value) + "\n", encoding="utf-8")
-    os.replace(tmp, path)
 
 
 class _Idle:
@@ -131,7 +126,7 @@ def serve(queue: Path) -> int:
             code, stopped_by = run_job(job)
         rank = int(os.environ.get("RANK", "0"))
         if rank == 0:
-            write_atomic(done_file(queue, number), {"code": code, "stopped_by": stopped_by})
+            write_json(done_file(queue, number), {"code": code, "stopped_by": stopped_by})
         if code != 0 or stopped_by is not None:
             break
         number += 1

@@ -7,6 +7,7 @@ import json
 import os
 import threading
 
+from ds_minimodel.config import write_json
 from ds_minimodel.pipeline.workers import Workers
 from ds_minimodel.stages import worker
 from tests.integration.conftest import REPO
@@ -15,9 +16,9 @@ from tests.integration.conftest import REPO
 def test_a_failed_job_ends_the_ranks_loop_with_its_status_and_its_error_in_its_log(tmp_path, capsys):
     queue, log = tmp_path / "queue", tmp_path / "job.log"
     queue.mkdir()
-    worker.write_atomic(worker.job_file(queue, 1), {"entry": "run_adapt.py", "spec": str(tmp_path / "missing.json"),
+    write_json(worker.job_file(queue, 1), {"entry": "run_adapt.py", "spec": str(tmp_path / "missing.json"),
                                                     "log": str(log)})
-    worker.write_atomic(worker.job_file(queue, 2), {"entry": "run_adapt.py", "spec": "never read", "log": str(log)})
+    write_json(worker.job_file(queue, 2), {"entry": "run_adapt.py", "spec": "never read", "log": str(log)})
     with capsys.disabled():  # the job's output goes to its log by file descriptor, as in a rank
         assert worker.serve(queue) == 2
     assert json.loads(worker.done_file(queue, 1).read_text()) == {"code": 2, "stopped_by": None}
@@ -28,7 +29,7 @@ def test_a_failed_job_ends_the_ranks_loop_with_its_status_and_its_error_in_its_l
 def test_an_idle_launch_ends_at_the_stop_mark(tmp_path):
     queue = tmp_path / "queue"
     queue.mkdir()
-    threading.Timer(0.3, lambda: worker.write_atomic(queue / worker.STOP, {})).start()
+    threading.Timer(0.3, lambda: write_json(queue / worker.STOP, {})).start()
     assert worker.serve(queue) == 0
 
 
