@@ -1,22 +1,27 @@
 """``ds-minimodel <command>`` (also ``python -m ds_minimodel <command>``): one entry for every tool of the package.
 
 ``ds-minimodel`` alone lists the commands; ``ds-minimodel <command> --help`` gives a command's options. The training
-stages (pretrain, adapt, finetune) run one process here; several ranks come from a launcher, which wants a script
-path: ``deepspeed run_pretrain.py ...`` (or ``torchrun``, ``mpirun``, ``srun``), or ``ds-minimodel launch``.
+stages (pretrain, minipost, head, adapt, finetune) run one process here; several ranks come from a launcher, which
+wants a script path: ``deepspeed run_pretrain.py ...`` (or ``torchrun``, ``mpirun``, ``srun``), or ``ds-minimodel
+launch``.
 """
 from __future__ import annotations
 
 import importlib
 import os
 import sys
+from collections.abc import Callable
 
 from ds_minimodel.errors import disk_fault, report
 
-# command -> (module whose main(argv) runs it, one line of help). Modules are imported only when their command runs,
-# so that listing the commands or running a light one (hostfile, flops) never imports torch.
+# command -> (module whose main(argv) runs it, or "module:function" for another function, one line of help). Modules
+# are imported only when their command runs, so that listing the commands or running a light one (hostfile, flops)
+# never imports torch.
 COMMANDS: dict[str, tuple[str, str]] = {
     "prepare": ("ds_minimodel.data.prepare", "train a SentencePiece tokenizer and binarise a corpus into shards"),
-    "pretrain": ("ds_minimodel.stages.pretrain", "Step 1 (and MiniPost's Step 1b): pretrain an MLM"),
+    "pretrain": ("ds_minimodel.stages.pretrain", "Step 1: pretrain an MLM (BL_BASE's, BL_SMALL's, MiniJoint's)"),
+    "minipost": ("ds_minimodel.stages.pretrain:main_minipost", "Step 1b: MiniPost's new layers on a primary's base"),
+    "head": ("ds_minimodel.stages.pretrain:main_head", "train the MLM head of a bare encoder, its body frozen"),
     "adapt": ("ds_minimodel.stages.adapt", "Step 2: learn a target language's embeddings over a frozen body"),
     "finetune": ("ds_minimodel.stages.finetune", "Step 3: finetune the body on an English task, embeddings frozen"),
     "evaluate": ("ds_minimodel.tasks.evaluate", "Step 4: swap target embeddings in and score zero-shot"),
@@ -34,7 +39,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "launch": ("ds_minimodel.cluster.launch", "check a hostfile and batch sizes, then run the deepspeed launcher"),
     "hostfile": ("ds_minimodel.cluster.hostfile", "check a hostfile against a DeepSpeed config"),
 }
-TRAINING = ("pretrain", "adapt", "finetune")
+TRAINING = ("pretrain", "minipost", "head", "adapt", "finetune")
 
 
 def usage() -> str:
@@ -45,6 +50,12 @@ def usage() -> str:
             "usage: ds-minimodel <command> [options]\n\ncommands:\n" + "\n".join(lines) +
             "\n\n`ds-minimodel <command> --help` gives a command's options; `ds-minimodel pipeline --config "
             "configs/demo.json` runs the whole method on the bundled demo data.")
+
+
+def entry(command: str) -> Callable[[list[str]], int]:
+    """The function that runs ``command``."""
+    module, _, function = COMMANDS[command][0].partition(":")
+    return getattr(importlib.import_module(module), function or "main")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -58,7 +69,7 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     sys.argv[0] = f"ds-minimodel {command}"  # argparse's prog
     try:
-        code = importlib.import_module(COMMANDS[command][0]).main(rest)
+        code = entry(command)(rest)
     except BrokenPipeError:  # output piped into a reader that stopped (| head): not an error of the command
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return 0

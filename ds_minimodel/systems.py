@@ -95,7 +95,7 @@ class System:
 
     @property
     def step1b(self) -> bool:
-        """Whether it needs Step 1b (``run_pretrain.py --variant minipost`` over its primary)."""
+        """Whether it needs Step 1b (``run_minipost.py`` over its primary)."""
         return self.body == "step1b"
 
     @property
@@ -123,7 +123,8 @@ def register(entry: Primary | System) -> Primary | System:
     """Add a primary or a system to the registry (a system's primary must be registered first)."""
     if isinstance(entry, Primary):
         if entry.name in PRIMARIES or entry.name in ("minipost", "head"):
-            raise InputError(f"primary {entry.name!r} is already registered (or is a pretraining variant name)")
+            raise InputError(f"primary {entry.name!r} is already registered (or names a job of its own: "
+                             "run_minipost.py, run_head.py)")
         PRIMARIES[entry.name] = entry
         return entry
     if entry.name in SYSTEMS:
@@ -187,6 +188,22 @@ def is_system(name: str) -> bool:
     """Whether ``name`` is a registered system or a depth-study name (which this registers)."""
     load_plugins()
     return name in SYSTEMS or _register_depth_variant(name)
+
+
+MINI_PREFIX = "mini-"
+"""A system's finetuned mini-model (the pipeline's ``source_minis``): Step-3 job ``step3-mini-<system>``, runs in
+``step3/<task>/mini-<system>/seed<k>``, scored on the source test files as ``primary`` ``mini-<system>``. Spelled
+by ``mini_name`` and read back by ``mini_system`` only."""
+
+
+def mini_name(system: str) -> str:
+    return f"{MINI_PREFIX}{system}"
+
+
+def mini_system(name: str) -> str | None:
+    """The system whose mini-model Step-3 model ``name`` is; None for a primary."""
+    system = name.removeprefix(MINI_PREFIX)
+    return system if system != name and is_system(system) else None
 
 
 def system_names() -> list[str]:

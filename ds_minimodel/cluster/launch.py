@@ -92,8 +92,9 @@ def deepspeed_command(args: LaunchRequest, hosts: dict[str, int]) -> list[str]:
     return [*cmd, args.script, *args.script_args]
 
 
-ENTRY_SCRIPTS = ("run_pretrain.py", "run_adapt.py", "run_finetune.py")
-"""The package's training scripts: each requires --ds-config."""
+ENTRY_SCRIPTS = ("run_pretrain.py", "run_minipost.py", "run_head.py", "run_adapt.py", "run_finetune.py")
+"""The package's training scripts (one per ``stages.specs.SPECS`` entry, checked by a test): each requires
+--ds-config."""
 
 
 def check(args: LaunchRequest) -> dict[str, int]:
@@ -134,7 +135,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--node-rank", type=int, default=0, help="with --no-ssh: this node's line in the hostfile, from 0")
     p.add_argument("--launcher", help="DeepSpeed's multi-node launcher (pdsh, openmpi, mvapich, slurm); default pdsh")
     p.add_argument("--print", action="store_true", help="print the command instead of running it")
-    p.add_argument("script", help="run_pretrain.py, run_adapt.py or run_finetune.py")
+    p.add_argument("script", help=", ".join(ENTRY_SCRIPTS[:-1]) + f" or {ENTRY_SCRIPTS[-1]}")
     p.add_argument("script_args", nargs=argparse.REMAINDER)
     return p
 

@@ -53,7 +53,7 @@ def _take_mini(model: MaskedLM, kind: Kind, folder: Path, system: System) -> Mas
 def _take_step1b(model: MaskedLM, kind: Kind, folder: Path, system: System) -> MaskedLM:
     _no_dual_head(model, folder)
     if kind != Kind.MINIPOST_MINI:
-        raise InputError(f"{folder}: --system {system.name} needs the output of run_pretrain.py --variant minipost")
+        raise InputError(f"{folder}: --system {system.name} needs the output of run_minipost.py (Step 1b)")
     return model
 
 

@@ -15,7 +15,7 @@ This module owns every Hugging Face tensor name (STYLE: one module owns key name
   - BERT's MLM head is ``cls.predictions.transform.{dense,LayerNorm}`` + ``cls.predictions.bias``, RoBERTa's
     ``lm_head.{dense,layer_norm,bias}``; both tie the decoder to the word embeddings, as we do.
   - A bare encoder (``BertModel``: no MLM head) gets a freshly initialised head, recorded as
-    ``"mlm_head": "initialised"``; Steps 1b and 2 refuse it until ``run_pretrain.py --variant head`` trained it.
+    ``"mlm_head": "initialised"``; Steps 1b and 2 refuse it until ``run_head.py`` trained it.
   - The tokenizer stays the folder's own (``tokenizer.HFTokenizer``); its five special tokens move to our reserved
     ids 0..4 and the embedding rows move with them.
   Anything else (relative positions, another activation, a decoder, an unknown model type, an untied output
@@ -368,7 +368,7 @@ def import_folder(folder: Path) -> tuple[MaskedLM, checkpoint.Record]:
             f"heads.{MAIN_HEAD}.norm.weight": torch.ones(h), f"heads.{MAIN_HEAD}.norm.bias": torch.zeros(h),
             bias_key: torch.zeros(cfg.vocab_size)})
         notes.append("no MLM head in the folder (a bare encoder): initialised one (dense N(0, init_std), identity "
-                     "LayerNorm, zero bias); train it (run_pretrain.py --variant head) before Steps 1b and 2")
+                     "LayerNorm, zero bias); train it (run_head.py) before Steps 1b and 2")
     model.load_state_dict({k: v.detach().float().contiguous().clone() for k, v in state.items()}, strict=True,
                           assign=True)
     meta = {
@@ -390,7 +390,7 @@ def require_trained_head(meta: checkpoint.Record, folder: Path, use: str) -> Non
     learns embeddings through it)."""
     if meta.details.get("mlm_head") == HEAD_INITIALISED:
         raise InputError(f"{folder}: its MLM head was initialised at import (the folder held a bare encoder), not "
-                         f"trained; {use} needs a trained head: run_pretrain.py --variant head --from {folder} ... "
+                         f"trained; {use} needs a trained head: run_head.py --from {folder} ... "
                          "first, and use its checkpoint")
 
 

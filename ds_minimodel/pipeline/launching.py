@@ -122,7 +122,7 @@ def changed_settings(spec: type[RunSpec], run_dir: Path, values: dict[str, Any])
     if recorded is None:
         return {}
     now = spec.from_dict({**values, "out": str(run_dir)}, "the pipeline's settings").to_dict()
-    ignored = NOT_RESULTS | spec.path_fields()
+    ignored = NOT_RESULTS | spec.path_fields() | {"stage"}  # the job's kind is its folder's (Step 1b was "pretrain")
     return {key: (recorded[key], value) for key, value in now.items()
             if key in recorded and key not in ignored and recorded[key] != value}
 

@@ -30,7 +30,6 @@ from ds_minimodel.pipeline.ownership import PRETRAIN_FOLDER, PRETRAIN_RUN, own_o
 from ds_minimodel.pipeline.results import scored, task_baselines, write_results
 from ds_minimodel.pipeline.settings import (
     AUTO_INIT,
-    MINI_PREFIX,
     RELEARN_SUFFIX,
     FinetuneSettings,
     PipelineConfig,
@@ -50,8 +49,8 @@ from ds_minimodel.pipeline.source_model import (
 )
 from ds_minimodel.pipeline.stopping import Stop, Stopped
 from ds_minimodel.pipeline.workers import Workers, end_shared_launch
-from ds_minimodel.stages.specs import AdaptSpec, FinetuneSpec, PretrainSpec, RunSpec
-from ds_minimodel.systems import Step, get_system
+from ds_minimodel.stages.specs import AdaptSpec, FinetuneSpec, HeadSpec, MiniPostSpec, PretrainSpec, RunSpec
+from ds_minimodel.systems import Step, get_system, mini_name, mini_system
 from ds_minimodel.train import checkpoint
 
 
@@ -146,7 +145,7 @@ class Pipeline:
         jobs += [self._job(Step.ADAPT, s, after=(self.body_job(s),),
                            array=targets + (relearn if s in self.cfg.source_relearn else ())) for s in self.cfg.systems]
         jobs += [self._job(Step.FINETUNE, v, after=(step1[v].name,)) for v in self.primaries]
-        jobs += [self._job(Step.FINETUNE, f"{MINI_PREFIX}{s}", after=(self.body_job(s),))
+        jobs += [self._job(Step.FINETUNE, mini_name(s), after=(self.body_job(s),))
                  for s in (self.cfg.source_minis if main else ())]
         return jobs
 
@@ -158,7 +157,7 @@ class Pipeline:
 
     def finetuned(self) -> list[str]:
         """What Step 3 finetunes: every primary, then (the main run) ``mini-<system>`` for each of ``source_minis``."""
-        return [*self.primaries, *(f"{MINI_PREFIX}{s}" for s in (self.cfg.source_minis if not self.suffix else ()))]
+        return [*self.primaries, *(mini_name(s) for s in (self.cfg.source_minis if not self.suffix else ()))]
 
     # -- where everything is
     def data_dir(self, lang: str) -> Path:
@@ -271,8 +270,8 @@ class Pipeline:
         return {}
 
     def _common(self, needed_by: str) -> dict[str, Any]:
-        return {"preset": self.cfg.preset, "seq_len": self.cfg.seq_len, "seed": self.seed,
-                "data": str(self._data(self.cfg.source.lang, needed_by))}
+        data = self._data(self.cfg.source.lang, needed_by)
+        return {"seq_len": self.cfg.seq_len, "seed": self.seed, "data": str(data)}
 
     def _step1(self, variant: str) -> None:
         if self.given is not None and variant == given_primary():
@@ -280,11 +279,12 @@ class Pipeline:
             return
         self._train(PretrainSpec, self.step1_dir(variant), f"{Step.PRETRAIN}-{variant}",
                     {"variant": variant, "aux_layer": self.cfg.aux_layer, "small_layers": self.cfg.small_layers,
-                     **self._common(self._name(Step.PRETRAIN, variant)), **as_values(self.cfg.step1)})
+                     "preset": self.cfg.preset, **self._common(self._name(Step.PRETRAIN, variant)),
+                     **as_values(self.cfg.step1)})
 
     def _step1_given(self, variant: str) -> None:
         """Step 1 of the primary ``source.model`` gives: its record first (``check_recorded`` reads it), then for a bare
-        encoder its MLM head trained (``--variant head``: body and embeddings frozen) in ``step1/<variant>``."""
+        encoder its MLM head trained (``run_head.py``: body and embeddings frozen) in ``step1/<variant>``."""
         job = self._name(Step.PRETRAIN, variant)
         if not self.source_model_record().is_file():  # else the same record: check_recorded compared them
             self.source_model_record().parent.mkdir(parents=True, exist_ok=True)
@@ -293,15 +293,15 @@ class Pipeline:
             print(f"[pipeline] {job}: given, {self.given.path} (weights {self.given.weights_sha256[:12]}); "
                   "nothing to pretrain", flush=True)
             return
-        self._train(PretrainSpec, self.step1_dir(variant), job,
-                    {"variant": "head", "from_": self.given.path, **self._common(job), **as_values(self.cfg.head)})
+        self._train(HeadSpec, self.step1_dir(variant), job,
+                    {"from_": self.given.path, **self._common(job), **as_values(self.cfg.head)})
 
     def _step1b(self, system: str) -> None:
-        """Step 1b of ``system``: its primary's bottom layers, new layers trained on top (``--variant minipost``)."""
+        """Step 1b of ``system``: its primary's bottom layers, new layers trained on top (``run_minipost.py``)."""
         job, entry = f"{Step.MINIPOST}-{system}", get_system(system)
         base, own = self._primary(entry.primary, job), entry.depths_of(self.cfg.depths())
-        self._train(PretrainSpec, self.step1b_dir(system), job,
-                    {"variant": "minipost", "from_": str(base), "keep_layers": own.keep, "new_layers": own.new,
+        self._train(MiniPostSpec, self.step1b_dir(system), job,
+                    {"from_": str(base), "keep_layers": own.keep, "new_layers": own.new,
                      **self._common(job), **as_values(self.cfg.step1b)})
 
     def _step2(self, system: str, lang: str) -> None:
@@ -330,7 +330,7 @@ class Pipeline:
     def _mini_model(self, system: str) -> Path:
         """The model a ``source_minis`` system's Step 2 trains over: Step 1b's output, or (a ``mini`` body) the layers
         below its primary's second head and that head, cut out once into ``mini_dir``."""
-        job = self._name(Step.FINETUNE, f"{MINI_PREFIX}{system}")
+        job = self._name(Step.FINETUNE, mini_name(system))
         body = self._body(system, job)
         if get_system(system).step1b:
             return body
@@ -344,8 +344,8 @@ class Pipeline:
         embeddings frozen."""
         ft: FinetuneSettings = self.finetuning
         source = self.cfg.source.lang
-        if variant.startswith(MINI_PREFIX):
-            primary = self._mini_model(variant[len(MINI_PREFIX):])
+        if mini_system(variant) is not None:
+            primary = self._mini_model(mini_system(variant))
         else:
             primary = self._primary(variant, self._name(Step.FINETUNE, variant))
         for task in self.cfg.tasks:

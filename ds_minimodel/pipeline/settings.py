@@ -17,9 +17,6 @@ from ds_minimodel.systems import AT, BASELINE, DEPTH_FAMILY, Depths, depth_of, g
 
 RELEARN_SUFFIX = "-relearn"
 """The source-relearn control's name where a target language's would stand: ``en-relearn``."""
-MINI_PREFIX = "mini-"
-"""A system's finetuned mini-model (``source_minis``): Step-3 job ``step3-mini-<system>``, runs in
-``step3/<task>/mini-<system>/seed<k>``, scored on the source test files as ``primary`` ``mini-<system>``."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -139,7 +136,7 @@ class PipelineConfig:
     """Step 1: pretraining the primaries from scratch. Required, unless ``source.model`` gives BL_BASE's primary;
     then it pretrains the other primaries the systems need (BL_SMALL's, MiniJoint's), which are refused without it."""
     head: StageSettings | None = None
-    """Training the MLM head of ``source.model`` when it is a bare encoder (``run_pretrain.py --variant head``: body
+    """Training the MLM head of ``source.model`` when it is a bare encoder (``run_head.py``: body
     and embeddings frozen). Required for such a model, refused for one that has a trained head."""
     step1b: StageSettings | None = None
     systems: list[str] = field(default_factory=system_names)

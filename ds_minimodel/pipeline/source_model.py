@@ -2,7 +2,7 @@
 Hugging Face BERT, RoBERTa or XLM-R folder, or a model folder or checkpoint of ours) instead of a Step-1 run.
 
 It stands for BL_BASE's primary (MiniPost's Step 1b starts from it too): no Step 1 runs for it, the source language
-is read with its tokenizer, a bare encoder gets its MLM head trained first (``run_pretrain.py --variant head``), and
+is read with its tokenizer, a bare encoder gets its MLM head trained first (``run_head.py``), and
 every record of the run names its folder and weights hash (``GivenModel.to_record``): ``<out>/step1/
 source_model.json``, checked at every later run over the folder, and results.json's ``source_model``.
 """

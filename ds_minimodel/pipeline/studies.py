@@ -26,13 +26,13 @@ from ds_minimodel.pipeline.analysis import (
     own_scores,
 )
 from ds_minimodel.pipeline.figures import plot_curves
-from ds_minimodel.pipeline.settings import MINI_PREFIX
 from ds_minimodel.systems import (
     BASELINE,
     SYSTEMS,
     depth_of,
     get_system,
     is_system,
+    mini_system,
     order_key,
 )
 
@@ -126,8 +126,8 @@ def model_label(name: str) -> str:
     """What a finetuned model in ``source_test`` is, in the paper's words: a primary by the systems that use it
     whole (BL_BASE, BL_SMALL) or as a dual-head model (MiniJoint (full)); ``mini-<system>`` as that system's
     mini-model."""
-    if name.startswith(MINI_PREFIX) and is_system(name[len(MINI_PREFIX):]):
-        return f"{get_system(name[len(MINI_PREFIX):]).paper_name} (mini-model)"
+    if mini_system(name) is not None:
+        return f"{get_system(mini_system(name)).paper_name} (mini-model)"
     is_system(name)  # registers minijoint@N, whose primary has the same name
     whole = [s.paper_name for s in SYSTEMS.values() if s.primary == name and s.whole_primary]
     dual = [f"{s.paper_name} (full)" for s in SYSTEMS.values() if s.primary == name and s.dual_head]
@@ -139,14 +139,14 @@ def table5(results: dict[str, Any]) -> str:
     (the paper's Table 5: MiniJoint's full model against BL_BASE, its mini-model against BL_SMALL). Empty when the
     pipeline finetuned no mini-model (no ``source_minis``)."""
     own = own_scores(results)
-    if not any(name.startswith(MINI_PREFIX) for _, _, name in own):
+    if not any(mini_system(name) for _, _, name in own):
         return ""
     lines: list[str] = []
     for task, lang in sorted({k[:2] for k in own}):
         metric = next(main_metric(r) for r in results["source_test"] if r["task"] == task)
         lines += [(f"Table 5 ({task}, {lang} test, {metric}): finetuned on {lang}, scored with its own embeddings, "
                    "mean +- std over seeds"), f"{'model':<40} {'finetuned':<22} {metric:>12}"]
-        for (t, l, name), p in sorted(own.items(), key=lambda kv: (kv[0][2].startswith(MINI_PREFIX), kv[0][2])):
+        for (t, l, name), p in sorted(own.items(), key=lambda kv: (mini_system(kv[0][2]) is not None, kv[0][2])):
             if (t, l) == (task, lang):
                 lines.append(f"{model_label(name):<40} {name:<22} {p.score:6.1f} +- {p.std:4.1f}")
         lines.append("")

@@ -138,7 +138,8 @@ class Workers:
         with log.open("ab") as sink:
             sink.write(f"{line} ({self.queue})\n".encode())
             start = sink.tell()
-        write_json(self.queue / f"job-{self.number:04d}.json", {"entry": entry, "spec": str(spec_file), "log": str(log)})
+        job = {"entry": entry, "spec": str(spec_file), "log": str(log)}
+        write_json(self.queue / f"job-{self.number:04d}.json", job)
         stop = Stop.active
         if stop is not None:
             stop.job = self.proc  # a signal now is passed on to the ranks

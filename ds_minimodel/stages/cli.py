@@ -64,9 +64,9 @@ def spec_from_command_line(spec: type[RunSpec], argv: list[str] | None = None, *
         path = argv[at].split("=", 1)[1] if "=" in argv[at] else (argv[at + 1] if at + 1 < len(argv) else "")
         rest = argv[:at] + argv[at + (1 if "=" in argv[at] else 2):]
         if not path:
-            _usage_error(prog, "--config needs a spec file")
+            usage_error(prog, "--config needs a spec file")
         if rest:
-            _usage_error(prog, f"--config {path} holds every setting; leave out {' '.join(rest)} (or --config)")
+            usage_error(prog, f"--config {path} holds every setting; leave out {' '.join(rest)} (or --config)")
         try:
             return spec.from_file(Path(path))
         except InputError as err:
@@ -78,11 +78,11 @@ def spec_from_command_line(spec: type[RunSpec], argv: list[str] | None = None, *
         checked = spec.from_dict(parsed.to_dict(), "", name=option_name)
         check_fields(checked, checks or {}, name=option_name)
     except InputError as err:
-        _usage_error(prog, str(err))
+        usage_error(prog, str(err))
     return checked
 
 
-def _usage_error(prog: str, message: str) -> NoReturn:
+def usage_error(prog: str, message: str) -> NoReturn:
     print(f"{prog}: error: {message}", file=sys.stderr, flush=True)
     raise SystemExit(2)
 

@@ -1,12 +1,18 @@
-"""Step 1: pretrain a source-language MLM (BL_BASE, BL_SMALL, or MiniJoint's dual-head model), and MiniPost's
-Step 1b (train k new layers on top of the bottom N layers cut from a pretrained model; everything copied is frozen).
-``--variant head`` trains only the MLM head of a pretrained encoder imported without one (``ds_minimodel.model.hf``).
-``--from`` takes our checkpoints and model folders or a Hugging Face BERT/RoBERTa folder (imported on the fly).
+"""The jobs that train a model with the MLM loss on source-language text, one spec and entry script each:
 
-Entry point of ``run_pretrain.py``; works as a plain process, under the ``deepspeed`` launcher and under ``mpirun``.
+- Step 1 (``run_pretrain.py``, ``PretrainSpec``): a registered primary from scratch (BL_BASE, BL_SMALL, or
+  MiniJoint's dual-head model);
+- Step 1b (``run_minipost.py``, ``MiniPostSpec``): MiniPost's mini-model, k new layers trained on top of the bottom N
+  layers cut from a pretrained model, everything copied frozen;
+- head training (``run_head.py``, ``HeadSpec``): only the MLM head of a pretrained encoder imported without one
+  (``ds_minimodel.model.hf``).
+
+``--from`` takes our checkpoints and model folders or a Hugging Face BERT/RoBERTa folder (imported on the fly). Each
+entry works as a plain process, under the ``deepspeed`` launcher and under ``mpirun``.
 """
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -21,27 +27,26 @@ from ds_minimodel.model import hf
 from ds_minimodel.model.encoder import MaskedLM
 from ds_minimodel.model.loading import load_mlm
 from ds_minimodel.model.transforms import build_minipost, freeze_for_head_training
-from ds_minimodel.stages.cli import run_main, spec_from_command_line
+from ds_minimodel.stages.cli import run_main, spec_from_command_line, usage_error
 from ds_minimodel.stages.runner import Built, Context, run_stage
-from ds_minimodel.stages.specs import PretrainSpec, check_fields
+from ds_minimodel.stages.specs import FromModelSpec, HeadSpec, MiniPostSpec, MLMSpec, PretrainSpec, check_fields
 from ds_minimodel.stages.steps import LOSSES
 from ds_minimodel.systems import Depths, Step, get_primary
 from ds_minimodel.train import checkpoint
 from ds_minimodel.train.engine import Stage
 from ds_minimodel.train.forgetting import ActiveForgetting, param_groups
 
-STEP1B_VARIANTS = ("minipost", "head")
-"""Variants that start from a pretrained model (``--from``) instead of a registered primary (``systems.PRIMARIES``)."""
+FROM_MODEL_ENTRIES = {"minipost": "run_minipost.py", "head": "run_head.py"}
+"""Jobs that start from a pretrained model (``--from``), each with its own spec and entry script; ``--variant
+minipost|head`` of earlier versions is refused with the entry script to use."""
 
 
 def check_variant(name: str) -> None:
-    """A primary (``systems.PRIMARIES``, ``minijoint@N`` too) or one of ``STEP1B_VARIANTS``."""
-    if name in STEP1B_VARIANTS:
-        return
-    try:
-        get_primary(name, source="")
-    except InputError as err:
-        raise InputError(f"{err} (or one of {', '.join(STEP1B_VARIANTS)})") from None
+    """A primary (``systems.PRIMARIES``, ``minijoint@N`` too)."""
+    if name in FROM_MODEL_ENTRIES:
+        raise InputError(f"{name} is its own job now: {FROM_MODEL_ENTRIES[name]}, with the same options but no "
+                         "--variant")
+    get_primary(name, source="")
 
 
 CHECKS = {"variant": check_variant}
@@ -64,18 +69,13 @@ def model_config(spec: PretrainSpec, vocab_size: int) -> ModelConfig:
         raise InputError(f"--variant {spec.variant}: {err}") from None
 
 
-def build_model(spec: PretrainSpec, shards: TokenShards) -> tuple[MaskedLM, dict[str, Any]]:
-    """The model this variant trains, and what its checkpoints must record about where it came from."""
-    tokenizer = {"path": str(tokenizer_path(spec.data).resolve()), "sha256": shards.tokenizer_sha256}
-    torch.manual_seed(spec.seed)  # identical initial weights on every rank
-    if spec.variant not in STEP1B_VARIANTS:
-        if spec.from_ is not None:
-            raise InputError(f"--from is only for --variant minipost or head (got --variant {spec.variant})")
-        model = MaskedLM(model_config(spec, shards.vocab_size))
-        return model, {"tokenizer": tokenizer}
-    if spec.from_ is None:
-        raise InputError(f"--variant {spec.variant} needs --from <pretrained primary model: checkpoint, model folder "
-                         "or Hugging Face folder>")
+def _tokenizer(spec: MLMSpec, shards: TokenShards) -> dict[str, str]:
+    return {"path": str(tokenizer_path(spec.data).resolve()), "sha256": shards.tokenizer_sha256}
+
+
+def _pretrained(spec: FromModelSpec, shards: TokenShards) -> tuple[MaskedLM, checkpoint.Record]:
+    """The model ``--from`` names, which must read the tokens ``--data`` holds."""
+    torch.manual_seed(spec.seed)  # identical new weights on every rank
     primary, primary_meta = load_mlm(spec.from_)
     primary_tokenizer = primary_meta.tokenizer_dict or {}
     if primary_tokenizer.get("sha256") != shards.tokenizer_sha256:
@@ -83,75 +83,137 @@ def build_model(spec: PretrainSpec, shards: TokenShards) -> tuple[MaskedLM, dict
             f"{spec.data}: tokenized with {shards.tokenizer_sha256[:12]}, but the primary model {spec.from_} uses "
             f"tokenizer {str(primary_tokenizer.get('sha256'))[:12]}; prepare the data with --tokenizer "
             f"{primary_tokenizer.get('path')}")
-    if spec.variant == "head":
-        freeze_for_head_training(primary)
-        # The body is the primary's, unchanged: descendants keep its lineage, so Step-2 embeddings trained over a
-        # MiniPost built from this model plug into the imported model too.
-        return primary, {"tokenizer": tokenizer, "primary_sha256": primary_meta.lineage,
-                         "kind": checkpoint.Kind.MLM_HEAD.value, "mlm_head": "trained",
-                         "head_trained_from": str(Path(spec.from_).resolve())}
-    hf.require_trained_head(primary_meta, spec.from_, "MiniPost (it copies the head and keeps it frozen)")
-    try:
-        model = build_minipost(primary, keep_layers=spec.keep_layers, new_layers=spec.new_layers, seed=spec.seed)
-    except ValueError as err:
-        raise InputError(f"{spec.from_}: {err}") from None
-    return model, {"tokenizer": tokenizer, "primary_sha256": primary_meta.lineage,
-                   "cut_from": str(Path(spec.from_).resolve()), "kind": checkpoint.Kind.MINIPOST_MINI.value,
-                   "keep_layers": spec.keep_layers, "new_layers": spec.new_layers}
+    return primary, primary_meta
 
 
-def build(spec: PretrainSpec, ctx: Context) -> Built:
-    # Every input is checked before anything is written: a refused run leaves --out as it was.
-    check_fields(spec, CHECKS)  # a spec file's unknown variant, refused by name
-    train_cfg = ctx.train_cfg
-    info, batch = ctx.info, ctx.batch
-    shards = TokenShards.open(spec.data)
-    model, provenance = build_model(spec, shards)
-    cfg = model.cfg
+def _mlm_built(spec: MLMSpec, ctx: Context, shards: TokenShards, model: MaskedLM, *, name: str, step: Step,
+               flops_per_update: float, meta: dict[str, Any], record: dict[str, Any],
+               forgetting: ActiveForgetting | None = None) -> Built:
+    """A model trained with the MLM loss on ``--data``'s blocks: what Steps 1, 1b and head training share."""
+    train_cfg, info, batch, cfg = ctx.train_cfg, ctx.info, ctx.batch, model.cfg
     if train_cfg.seq_len > cfg.max_positions:
         raise InputError(f"--seq-len {train_cfg.seq_len} exceeds the model's max_positions {cfg.max_positions}")
-
-    forgetting = None
-    if spec.forget_every:
-        if spec.variant in STEP1B_VARIANTS:
-            raise InputError(f"--forget-every is for pretraining a primary, not --variant {spec.variant}")
-        forgetting = ActiveForgetting(spec.forget_every, train_cfg.steps, spec.seed, cfg.init_std)
     dataset = PackedDataset(shards, train_cfg.seq_len)  # refuses data too small for one update
     stream = MLMBatchStream(dataset, micro_batch_size=batch.micro, world_size=info.world_size, rank=info.rank,
                             seed=spec.seed, vocab_size=cfg.vocab_size, seq_len=train_cfg.seq_len,
                             mask_prob=train_cfg.mask_prob)
-    step = Step.MINIPOST if spec.variant in STEP1B_VARIANTS else Step.PRETRAIN
-    if spec.variant == "head":  # frozen body and embeddings
-        flops_per_update = flops.head_training_per_update(cfg, seq_len=train_cfg.seq_len, batch=batch.global_batch,
-                                                          mask_prob=train_cfg.mask_prob)
-    else:  # A1 (with the second head's 3 FLOP_lm where cfg has one), or A4 over l_t new layers
-        flops_per_update = flops.per_update_flops(step, cfg, seq_len=train_cfg.seq_len, batch=batch.global_batch,
-                                                  mask_prob=train_cfg.mask_prob, trainable_layers=spec.new_layers)
     stage = Stage(
-        name=spec.run_name or f"{step}-{spec.variant}",
-        model=model,
-        loss_fn=LOSSES[step],
-        flops_per_update=flops_per_update,
-        meta={"variant": spec.variant, "model_config": cfg.to_dict(), "num_parameters": model.num_parameters(),
-              **provenance, **({"forget_every": spec.forget_every} if forgetting else {})},
-        param_groups=param_groups(model) if forgetting else None,
-        after_update=forgetting,
+        name=spec.run_name or name, model=model, loss_fn=LOSSES[step], flops_per_update=flops_per_update,
+        meta={**meta, "model_config": cfg.to_dict(), "num_parameters": model.num_parameters()},
+        param_groups=param_groups(model) if forgetting else None, after_update=forgetting,
     )
     trainable = sum(p.numel() for p in stage.trainable_parameters())
     return Built(
         stage=stage, stream=stream, train_cfg=train_cfg,
-        record={"variant": spec.variant, "forget_every": spec.forget_every, "model": cfg.to_dict(),
-                "data": str(Path(spec.data).resolve()), "tokenizer_sha256": shards.tokenizer_sha256,
-                "seq_len": spec.seq_len, "mask_prob": spec.mask_prob, "source": provenance.get("primary_sha256")},
+        record={**record, "model": cfg.to_dict(), "data": str(Path(spec.data).resolve()),
+                "tokenizer_sha256": shards.tokenizer_sha256, "seq_len": spec.seq_len, "mask_prob": spec.mask_prob},
         banner=f"[{stage.name}] {cfg.num_layers} layers, hidden {cfg.hidden_size}, vocab {cfg.vocab_size}, "
                f"{model.num_parameters():,} parameters ({trainable:,} trainable); {len(dataset):,} blocks of <= "
                f"{train_cfg.seq_len} tokens; global batch {batch.global_batch} = {batch.micro} x {batch.accumulation}"
                f" x {batch.world_size} ranks")
 
 
+def build(spec: PretrainSpec, ctx: Context) -> Built:
+    """Step 1. Every input is checked before anything is written: a refused run leaves --out as it was."""
+    check_fields(spec, CHECKS)  # a spec file's unknown variant, refused by name
+    shards = TokenShards.open(spec.data)
+    torch.manual_seed(spec.seed)  # identical initial weights on every rank
+    model = MaskedLM(model_config(spec, shards.vocab_size))
+    train_cfg = ctx.train_cfg
+    forgetting = None
+    if spec.forget_every:
+        forgetting = ActiveForgetting(spec.forget_every, train_cfg.steps, spec.seed, model.cfg.init_std)
+    # A1, with the second head's 3 FLOP_lm where the model has one
+    flops_per_update = flops.per_update_flops(Step.PRETRAIN, model.cfg, seq_len=train_cfg.seq_len,
+                                              batch=ctx.batch.global_batch, mask_prob=train_cfg.mask_prob)
+    return _mlm_built(spec, ctx, shards, model, name=f"{Step.PRETRAIN}-{spec.variant}", step=Step.PRETRAIN,
+                      flops_per_update=flops_per_update, forgetting=forgetting,
+                      meta={"variant": spec.variant, "tokenizer": _tokenizer(spec, shards),
+                            **({"forget_every": spec.forget_every} if forgetting else {})},
+                      record={"variant": spec.variant, "forget_every": spec.forget_every, "source": None})
+
+
+def minipost_model(spec: MiniPostSpec, shards: TokenShards) -> tuple[MaskedLM, dict[str, Any]]:
+    """MiniPost's mini-model over ``--from`` (its bottom ``keep_layers``, embeddings and head copied and frozen,
+    ``new_layers`` new), and what its checkpoints record about where it came from."""
+    primary, primary_meta = _pretrained(spec, shards)
+    hf.require_trained_head(primary_meta, spec.from_, "MiniPost (it copies the head and keeps it frozen)")
+    try:
+        model = build_minipost(primary, keep_layers=spec.keep_layers, new_layers=spec.new_layers, seed=spec.seed)
+    except ValueError as err:
+        raise InputError(f"{spec.from_}: {err}") from None
+    return model, {"tokenizer": _tokenizer(spec, shards), "primary_sha256": primary_meta.lineage,
+                   "cut_from": str(Path(spec.from_).resolve()), "kind": checkpoint.Kind.MINIPOST_MINI.value,
+                   "keep_layers": spec.keep_layers, "new_layers": spec.new_layers}
+
+
+def head_model(spec: HeadSpec, shards: TokenShards) -> tuple[MaskedLM, dict[str, Any]]:
+    """The bare encoder ``--from`` with only its MLM head trainable, and what its checkpoints record."""
+    model, primary_meta = _pretrained(spec, shards)
+    freeze_for_head_training(model)
+    # The body is the primary's, unchanged: descendants keep its lineage, so Step-2 embeddings trained over a
+    # MiniPost built from this model plug into the imported model too.
+    return model, {"tokenizer": _tokenizer(spec, shards), "primary_sha256": primary_meta.lineage,
+                   "kind": checkpoint.Kind.MLM_HEAD.value, "mlm_head": "trained",
+                   "head_trained_from": str(Path(spec.from_).resolve())}
+
+
+def build_step1b(spec: MiniPostSpec, ctx: Context) -> Built:
+    """Step 1b: MiniPost's new layers trained over the bottom layers of a pretrained model."""
+    shards = TokenShards.open(spec.data)
+    model, provenance = minipost_model(spec, shards)
+    train_cfg = ctx.train_cfg
+    # A4 over the l_t new layers
+    flops_per_update = flops.per_update_flops(Step.MINIPOST, model.cfg, seq_len=train_cfg.seq_len,
+                                              batch=ctx.batch.global_batch, mask_prob=train_cfg.mask_prob,
+                                              trainable_layers=spec.new_layers)
+    return _mlm_built(spec, ctx, shards, model, name=f"{Step.MINIPOST}-minipost", step=Step.MINIPOST,
+                      flops_per_update=flops_per_update, meta={"variant": "minipost", **provenance},
+                      record={"variant": "minipost", "forget_every": 0, "source": provenance["primary_sha256"]})
+
+
+def build_head(spec: HeadSpec, ctx: Context) -> Built:
+    """The MLM head of a bare encoder, its body and embeddings frozen."""
+    shards = TokenShards.open(spec.data)
+    model, provenance = head_model(spec, shards)
+    train_cfg = ctx.train_cfg
+    flops_per_update = flops.head_training_per_update(model.cfg, seq_len=train_cfg.seq_len,
+                                                      batch=ctx.batch.global_batch, mask_prob=train_cfg.mask_prob)
+    return _mlm_built(spec, ctx, shards, model, name=f"{Step.MINIPOST}-head", step=Step.MINIPOST,
+                      flops_per_update=flops_per_update, meta={"variant": "head", **provenance},
+                      record={"variant": "head", "forget_every": 0, "source": provenance["primary_sha256"]})
+
+
 def run(spec: PretrainSpec) -> dict[str, Any]:
     return run_stage(spec, build).summary
 
 
+def _moved_variant(argv: list[str]) -> None:
+    """``--variant minipost|head`` of earlier versions, refused with the entry script to use before the options are
+    parsed (its ``--from`` would be refused first, as an unknown option)."""
+    for at, arg in enumerate(argv):
+        option, _, value = arg.partition("=")
+        value = value or (argv[at + 1] if option == "--variant" and at + 1 < len(argv) else "")
+        if option == "--variant" and value in FROM_MODEL_ENTRIES:
+            try:
+                check_variant(value)
+            except InputError as err:
+                usage_error(Path(sys.argv[0]).name, f"--variant: {err}")
+
+
 def main(argv: list[str] | None = None) -> int:
+    """``run_pretrain.py``: Step 1."""
+    _moved_variant(sys.argv[1:] if argv is None else argv)
     return run_main(run, spec_from_command_line(PretrainSpec, argv, description=__doc__, checks=CHECKS))
+
+
+def main_minipost(argv: list[str] | None = None) -> int:
+    """``run_minipost.py``: Step 1b."""
+    return run_main(lambda spec: run_stage(spec, build_step1b).summary,
+                    spec_from_command_line(MiniPostSpec, argv, description=build_step1b.__doc__))
+
+
+def main_head(argv: list[str] | None = None) -> int:
+    """``run_head.py``: a bare encoder's MLM head."""
+    return run_main(lambda spec: run_stage(spec, build_head).summary,
+                    spec_from_command_line(HeadSpec, argv, description=build_head.__doc__))

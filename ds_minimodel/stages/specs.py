@@ -150,7 +150,7 @@ class MLMSpec(RunSpec):
 
 @dataclass(frozen=True, kw_only=True)
 class PretrainSpec(MLMSpec):
-    """Step 1 (a registered primary) or Step 1b (MiniPost's mini-model over a pretrained primary)."""
+    """Step 1: a registered primary pretrained from scratch."""
 
     STAGE: ClassVar[str] = "pretrain"
     ENTRY: ClassVar[str] = "run_pretrain.py"
@@ -158,8 +158,7 @@ class PretrainSpec(MLMSpec):
     variant: str = "base"
     """a primary (systems.PRIMARIES): base: BL_BASE's model; small: BL_SMALL (--small-layers deep); minijoint:
     second MLM head after layer --aux-layer, loss = mean of both heads; minijoint@N: the same with the head after
-    layer N (the depth study). Or: minipost: Step 1b over --from; head: train only the MLM head of --from (a bare
-    encoder imported from Hugging Face)"""
+    layer N (the depth study)"""
     aux_layer: PositiveInt = Depths.aux
     """MiniJoint: layer N the second head reads (paper N=4)"""
     small_layers: PositiveInt = Depths.small
@@ -168,16 +167,38 @@ class PretrainSpec(MLMSpec):
     """model size preset: tiny, demo, base, small"""
     model_config: Path | None = None
     """JSON object of ModelConfig fields overriding the preset"""
-    from_: Annotated[Path | None, tyro.conf.arg(name="from")] = None
-    """minipost, head: the pretrained primary model (checkpoint, model folder, or a Hugging Face BERT/RoBERTa
-    folder)"""
-    keep_layers: PositiveInt = Depths.keep
-    """MiniPost: bottom layers N copied from the primary"""
-    new_layers: PositiveInt = Depths.new
-    """MiniPost: new layers k trained on top (paper: 2)"""
     forget_every: Count = 0
     """active forgetting (Chen, Marchisio et al. 2023): draw the token embeddings afresh and clear their optimizer
-    state every K updates; 0: never (primaries only)"""
+    state every K updates; 0: never"""
+
+
+@dataclass(frozen=True, kw_only=True)
+class FromModelSpec(MLMSpec):
+    """A stage that trains on top of a pretrained model, everything it copies from that model frozen."""
+
+    from_: Annotated[Path, tyro.conf.arg(name="from")]
+    """the pretrained primary model: a checkpoint, a model folder, or a Hugging Face BERT/RoBERTa folder"""
+
+
+@dataclass(frozen=True, kw_only=True)
+class MiniPostSpec(FromModelSpec):
+    """Step 1b: MiniPost's mini-model, the bottom layers cut from --from with new layers trained on top."""
+
+    STAGE: ClassVar[str] = "minipost"
+    ENTRY: ClassVar[str] = "run_minipost.py"
+
+    keep_layers: PositiveInt = Depths.keep
+    """bottom layers N copied from the primary"""
+    new_layers: PositiveInt = Depths.new
+    """new layers k trained on top (paper: 2)"""
+
+
+@dataclass(frozen=True, kw_only=True)
+class HeadSpec(FromModelSpec):
+    """The MLM head of a bare encoder (imported from Hugging Face without one), its body and embeddings frozen."""
+
+    STAGE: ClassVar[str] = "head"
+    ENTRY: ClassVar[str] = "run_head.py"
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -272,7 +293,8 @@ class FinetuneSpec(RunSpec):
     """sequence tasks: classify from the <s> position (RoBERTa) or the mean over real tokens"""
 
 
-SPECS: dict[str, type[RunSpec]] = {cls.STAGE: cls for cls in (PretrainSpec, AdaptSpec, FinetuneSpec)}
+SPECS: dict[str, type[RunSpec]] = {cls.STAGE: cls for cls in (PretrainSpec, MiniPostSpec, HeadSpec, AdaptSpec,
+                                                               FinetuneSpec)}
 
 
 def read_spec(path: Path) -> RunSpec:

@@ -33,10 +33,11 @@ import torch
 
 from ds_minimodel.config import write_json
 from ds_minimodel.stages import adapt, cli, finetune, pretrain
-from ds_minimodel.stages.specs import AdaptSpec, FinetuneSpec, PretrainSpec
+from ds_minimodel.stages.specs import AdaptSpec, FinetuneSpec, HeadSpec, MiniPostSpec, PretrainSpec
 from ds_minimodel.train.faults import StopSignals
 
-STAGE_MAINS = {PretrainSpec.ENTRY: pretrain.main, AdaptSpec.ENTRY: adapt.main, FinetuneSpec.ENTRY: finetune.main}
+STAGE_MAINS = {PretrainSpec.ENTRY: pretrain.main, MiniPostSpec.ENTRY: pretrain.main_minipost,
+               HeadSpec.ENTRY: pretrain.main_head, AdaptSpec.ENTRY: adapt.main, FinetuneSpec.ENTRY: finetune.main}
 STOP = "stop"
 POLL_S = 0.05
 

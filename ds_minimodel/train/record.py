@@ -29,7 +29,7 @@ class Kind(str, Enum):
     PRETRAINED = "pretrained"
     """A Step-1 MLM (what ``run_pretrain.py --variant base|small|minijoint`` writes; no kind recorded)."""
     MLM_HEAD = "mlm-head"
-    """A bare imported encoder whose MLM head ``--variant head`` trained."""
+    """A bare imported encoder whose MLM head ``run_head.py`` trained."""
     HF_IMPORT = "hf-import"
     """An MLM imported from a Hugging Face folder."""
     MINIJOINT_MINI = "minijoint-mini"

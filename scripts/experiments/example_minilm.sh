@@ -20,12 +20,12 @@ $PY -m ds_minimodel prepare --corpus demo_data/corpus/en.txt --out "$OUT/data/en
 $PY -m ds_minimodel prepare --corpus demo_data/corpus/de.txt --out "$OUT/data/de" --vocab-size 4000 --no-progress
 
 # 2. The folder has no MLM head: train the one the import initialised (body and embeddings frozen).
-$PY run_pretrain.py --variant head --from "$MINILM" --data "$OUT/data/en" $CPU --steps 150 --save-every 150 \
+$PY run_head.py --from "$MINILM" --data "$OUT/data/en" $CPU --steps 150 --save-every 150 \
     --out "$OUT/head"
 PRIMARY=$(last "$OUT/head")
 
 # 3. Step 1b: MiniPost's mini-model, the bottom 2 of 6 layers (the paper's depth ratio of 3) + 2 new layers.
-$PY run_pretrain.py --variant minipost --from "$PRIMARY" --keep-layers 2 --new-layers 2 --data "$OUT/data/en" $CPU \
+$PY run_minipost.py --from "$PRIMARY" --keep-layers 2 --new-layers 2 --data "$OUT/data/en" $CPU \
     --steps 150 --save-every 150 --out "$OUT/minipost"
 
 # 4. Step 2: German embeddings over the mini-model (the method), and a short run over the full body (BL_BASE).

@@ -1,5 +1,5 @@
 """Step 1 end to end: the real run_pretrain.py, plain and under the deepspeed launcher with 2 CPU ranks; and Step 1b
-(--variant minipost), whose new layers must bridge the cut."""
+(run_minipost.py), whose new layers must bridge the cut."""
 from __future__ import annotations
 
 import json
@@ -292,12 +292,12 @@ def test_minipost_step1b_bridges_the_cut(tmp_path):
     config["optimizer"]["params"]["lr"] = config["scheduler"]["params"]["warmup_max_lr"] = 3e-3
     (tmp_path / "ds.json").write_text(json.dumps(config))
     (tmp_path / "model.json").write_text(json.dumps({"num_layers": 6, "dropout": 0.0, "attention_dropout": 0.0}))
-    common = ["--preset", "tiny", "--seq-len", "64", "--ds-config", str(tmp_path / "ds.json"), "--data", str(data),
+    common = ["--seq-len", "64", "--ds-config", str(tmp_path / "ds.json"), "--data", str(data),
               "--save-every", "1000", "--log-every", "50"]
-    run_cmd(torchrun_cmd(2, "run_pretrain.py", "--variant", "base", "--model-config", str(tmp_path / "model.json"),
-                         *common, "--out", str(tmp_path / "primary"), "--steps", "300"))
+    run_cmd(torchrun_cmd(2, "run_pretrain.py", "--variant", "base", "--preset", "tiny", "--model-config",
+                         str(tmp_path / "model.json"), *common, "--out", str(tmp_path / "primary"), "--steps", "300"))
     primary_dir = tmp_path / "primary/checkpoints/step_00000300"
-    run_cmd(torchrun_cmd(2, "run_pretrain.py", "--variant", "minipost", "--from", str(primary_dir), *common,
+    run_cmd(torchrun_cmd(2, "run_minipost.py", "--from", str(primary_dir), *common,
                          "--out", str(tmp_path / "minipost"), "--steps", "100"))
     primary, _ = load_mlm(primary_dir)
     mini, _ = load_mlm(tmp_path / "minipost/checkpoints/step_00000100")

@@ -71,7 +71,7 @@ def test_a_given_bare_encoder_is_bl_base_primary_with_its_head_trained_and_named
     # Step 1 pretrained nothing: its one run trained the MLM head over the given body
     assert sorted(p.name for p in (out / "step1").iterdir()) == ["base", "source_model.json"]
     head_run = json.loads((out / "step1/base/run.json").read_text())
-    assert head_run["spec"]["variant"] == "head" and head_run["spec"]["from_"] == str(model.resolve())
+    assert head_run["spec"]["stage"] == "head" and head_run["spec"]["from_"] == str(model.resolve())
     # every model trained from it carries its weights hash (the lineage): Step 1b, Step 2, Step 3
     metas = [*out.glob("step1b/minipost/checkpoints/*/meta.json"), *out.glob("step2/de/*/checkpoints/*/meta.json"),
              *out.glob("step3/lohelp/base/seed1/checkpoints/*/meta.json")]

@@ -202,6 +202,12 @@ def test_bad_options_are_refused_where_they_are_parsed_naming_the_option(argv, m
     with pytest.raises(SystemExit):
         pretrain.main(["--ds-config", "x", "--data", "d", "--out", "o", "--variant", "huge"])
     assert "error: --variant: unknown primary 'huge'" in capsys.readouterr().err
+    with pytest.raises(SystemExit):  # Step 1b and head training were variants of Step 1 before they had specs
+        pretrain.main(["--ds-config", "x", "--data", "d", "--out", "o", "--variant", "minipost", "--from", "m"])
+    assert "error: --variant: minipost is its own job now: run_minipost.py" in capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        pretrain.main(["--ds-config", "x", "--data", "d", "--out", "o", "--variant", "head"])
+    assert "error: --variant: head is its own job now: run_head.py" in capsys.readouterr().err
 
 
 def deepspeed_json(tmp_path: Path, name: str, change) -> Path:

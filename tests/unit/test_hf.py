@@ -382,13 +382,10 @@ def _prepare(tmp_path: Path, tokenizer: Path, name: str):
     return TokenShards.open(tmp_path / name)
 
 
-def _pretrain_args(*options: str):
+def _spec(spec, *options: str):
     from ds_minimodel.stages.cli import spec_from_command_line
-    from ds_minimodel.stages.pretrain import CHECKS
-    from ds_minimodel.stages.specs import PretrainSpec
 
-    return spec_from_command_line(PretrainSpec, [*options, "--ds-config", "unused.json", "--out", "unused"],
-                                  checks=CHECKS)
+    return spec_from_command_line(spec, [*options, "--ds-config", "unused.json", "--out", "unused"])
 
 
 def test_prepare_minipost_head_and_step2_bodies_take_hf_folders(folders, german: Tokenizer, tmp_path: Path) -> None:
@@ -396,7 +393,8 @@ def test_prepare_minipost_head_and_step2_bodies_take_hf_folders(folders, german:
     from ds_minimodel.model.embedding_init import overlap_init
     from ds_minimodel.model.transforms import copied_prefix_identical, extract_embeddings
     from ds_minimodel.stages.adapt import load_body
-    from ds_minimodel.stages.pretrain import build_model
+    from ds_minimodel.stages.pretrain import head_model, minipost_model
+    from ds_minimodel.stages.specs import HeadSpec, MiniPostSpec
 
     roberta, _ = folders["roberta"]
     encoder, _ = folders["bert-encoder"]
@@ -410,26 +408,25 @@ def test_prepare_minipost_head_and_step2_bodies_take_hf_folders(folders, german:
     assert lengths.tolist() == [len(tokenizer.encode(line)) + 1 for line in lines[:5]]
 
     primary, primary_meta = hf.import_folder(roberta)
-    mini, provenance = build_model(_pretrain_args("--variant", "minipost", "--from", str(roberta), "--data",
-                                                  str(shards.path), "--keep-layers", "1", "--new-layers", "1"), shards)
+    mini, provenance = minipost_model(_spec(MiniPostSpec, "--from", str(roberta), "--data", str(shards.path),
+                                            "--keep-layers", "1", "--new-layers", "1"), shards)
     assert provenance["primary_sha256"] == primary_meta.weights_sha256
     assert copied_prefix_identical(mini, primary, 1, head=MAIN_HEAD)
 
-    # A bare encoder: Step 1b and Step 2 refuse its untrained head; the head variant trains exactly that head.
+    # A bare encoder: Step 1b and Step 2 refuse its untrained head; head training trains exactly that head.
     bert_shards = _prepare(tmp_path, encoder, "en-bert")
     with pytest.raises(InputError, match="initialised at import"):
-        build_model(_pretrain_args("--variant", "minipost", "--from", str(encoder), "--data", str(bert_shards.path)),
-                    bert_shards)
+        minipost_model(_spec(MiniPostSpec, "--from", str(encoder), "--data", str(bert_shards.path)), bert_shards)
     with pytest.raises(InputError, match="initialised at import"):
         load_body("bl_base", encoder)
-    model, provenance = build_model(_pretrain_args("--variant", "head", "--from", str(encoder), "--data",
-                                                   str(bert_shards.path)), bert_shards)
+    model, provenance = head_model(_spec(HeadSpec, "--from", str(encoder), "--data", str(bert_shards.path)),
+                                   bert_shards)
     assert {n for n, p in model.named_parameters() if p.requires_grad} == {
         f"heads.{MAIN_HEAD}.{t}" for t in ("dense.weight", "dense.bias", "norm.weight", "norm.bias", "bias")}
     assert provenance["mlm_head"] == "trained" and provenance["primary_sha256"] == (
         hf.import_folder(encoder)[1].weights_sha256)
     with pytest.raises(InputError, match="tokenized with"):  # data of another tokenizer
-        build_model(_pretrain_args("--variant", "head", "--from", str(encoder), "--data", str(shards.path)), shards)
+        head_model(_spec(HeadSpec, "--from", str(encoder), "--data", str(shards.path)), shards)
 
     # Step 2 over the imported RoBERTa: German pieces find their English rows through the SentencePiece spelling.
     body, body_meta = load_body("bl_base", roberta)

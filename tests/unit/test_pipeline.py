@@ -451,3 +451,20 @@ def test_init_auto_takes_wechsel_where_a_word_list_is_given_and_focus_elsewhere_
     out = capsys.readouterr().out
     assert "step2-bl_base de: init wechsel (auto: its word list reference_data/lexicons/de-en.help.tsv)" in out
     assert "step2-bl_base xx: init focus (auto: no word list, FOCUS needs only the target corpus)" in out
+
+
+def test_a_step1b_run_recorded_as_a_pretrain_variant_is_compared_by_its_settings(tmp_path):
+    """Step 1b was ``run_pretrain.py --variant minipost`` before it had a spec of its own: a finished run that
+    recorded that spec is reused when the settings it shares with ``MiniPostSpec`` are the same, and refused, naming
+    the setting, when one is not."""
+    from ds_minimodel.pipeline.launching import changed_settings
+    from ds_minimodel.stages.specs import MiniPostSpec
+
+    values = {"from_": "runs/x/step1/base/checkpoints/step_00000100", "keep_layers": 4, "new_layers": 2,
+              "ds_config": "ds_configs/cpu_fp32.json", "data": "runs/x/data/en", "seq_len": 64, "seed": 1}
+    then = {**MiniPostSpec.from_dict({**values, "out": str(tmp_path)}, "test").to_dict(), "stage": "pretrain",
+            "variant": "minipost", "preset": "tiny", "aux_layer": 4, "small_layers": 4, "model_config": None,
+            "forget_every": 0}
+    (tmp_path / "run.json").write_text(json.dumps({"spec": then}))
+    assert changed_settings(MiniPostSpec, tmp_path, values) == {}
+    assert changed_settings(MiniPostSpec, tmp_path, {**values, "new_layers": 3}) == {"new_layers": (2, 3)}

@@ -83,13 +83,15 @@ def test_the_step1_job_records_the_model_and_trains_a_bare_encoders_head_with_th
     from ds_minimodel.pipeline import plan
 
     launched = []
-    monkeypatch.setattr(plan, "train_step", lambda spec, run_dir, values, *a, **k: launched.append((run_dir, values)))
+    monkeypatch.setattr(plan, "train_step", lambda spec, run_dir, values, *a, **k: launched.append((spec, run_dir,
+                                                                                                     values)))
     monkeypatch.setattr(plan.Pipeline, "_data", lambda self, lang, needed_by: self.data_dir(lang))  # not prepared
     run = pipeline(config(tmp_path, models["bare"]))
     run.run("step1-base")
-    (run_dir, values), = launched
-    assert run_dir == run.step1_dir("base") and values["variant"] == "head"
+    (spec, run_dir, values), = launched
+    assert run_dir == run.step1_dir("base") and spec.ENTRY == "run_head.py"
     assert values["from_"] == str(models["bare"].resolve()) and values["steps"] == 4
+    spec.from_dict({**values, "out": str(run_dir)}, "the plan's values")  # every value one the head's spec takes
     recorded = json.loads(run.source_model_record().read_text())
     assert recorded == run.given.to_record() and recorded["path"] == str(models["bare"].resolve())
     # with its head already trained, the job trains nothing: later steps use the folder itself

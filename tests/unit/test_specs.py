@@ -11,12 +11,24 @@ import pytest
 from ds_minimodel.errors import InputError
 from ds_minimodel.stages import adapt, finetune, pretrain
 from ds_minimodel.stages.cli import option_name, spec_from_command_line
-from ds_minimodel.stages.specs import SPECS, AdaptSpec, FinetuneSpec, PretrainSpec, help_of, read_spec
+from ds_minimodel.stages.specs import (
+    SPECS,
+    AdaptSpec,
+    FinetuneSpec,
+    HeadSpec,
+    MiniPostSpec,
+    PretrainSpec,
+    help_of,
+    read_spec,
+)
 from ds_minimodel.train.distributed import DEFAULT_DIST_TIMEOUT
 
-STAGES = {PretrainSpec: pretrain, AdaptSpec: adapt, FinetuneSpec: finetune}
+STAGES = {PretrainSpec: pretrain.CHECKS, MiniPostSpec: {}, HeadSpec: {}, AdaptSpec: adapt.CHECKS,
+          FinetuneSpec: finetune.CHECKS}
 REQUIRED = {
     PretrainSpec: ["--ds-config", "d.json", "--data", "data/en", "--out", "o"],
+    MiniPostSpec: ["--ds-config", "d.json", "--data", "data/en", "--out", "o", "--from", "runs/en/step_1"],
+    HeadSpec: ["--ds-config", "d.json", "--data", "data/en", "--out", "o", "--from", "models/encoder"],
     AdaptSpec: ["--ds-config", "d.json", "--data", "data/de", "--out", "o", "--system", "bl_base", "--body", "b"],
     FinetuneSpec: ["--ds-config", "d.json", "--out", "o", "--model", "m", "--task", "lohelp", "--format", "generic",
                    "--train", "t.jsonl"],
@@ -24,7 +36,7 @@ REQUIRED = {
 
 
 def parse(spec, argv):
-    return spec_from_command_line(spec, argv, checks=STAGES[spec].CHECKS)
+    return spec_from_command_line(spec, argv, checks=STAGES[spec])
 
 
 @pytest.mark.parametrize("spec", list(STAGES))
@@ -43,12 +55,15 @@ def test_every_field_is_an_option_with_its_default_and_docstring(spec, capsys):
 
 
 def test_todays_option_spellings_give_the_spec_they_always_gave():
-    got = parse(PretrainSpec, ["--variant", "minipost", "--from", "runs/x", "--keep-layers", "2", "--new-layers", "3",
+    got = parse(MiniPostSpec, ["--from", "runs/x", "--keep-layers", "2", "--new-layers", "3",
                                "--ds-config", "d.json", "--data", "d", "--out", "o", "--resume", "--local_rank=1",
                                "--allow-config-change", "--prefetch", "0", "--dist-timeout", "60"])
-    assert got == PretrainSpec(variant="minipost", from_=Path("runs/x"), keep_layers=2, new_layers=3,
+    assert got == MiniPostSpec(from_=Path("runs/x"), keep_layers=2, new_layers=3,
                                ds_config=Path("d.json"), data=Path("d"), out=Path("o"), resume=True,
                                allow_config_change=True, prefetch=0, dist_timeout=60.0)
+    got = parse(PretrainSpec, [*REQUIRED[PretrainSpec], "--variant", "minijoint", "--aux-layer", "2", "--preset",
+                               "tiny", "--forget-every", "100"])
+    assert (got.variant, got.aux_layer, got.preset, got.forget_every) == ("minijoint", 2, "tiny", 100)
     got = parse(AdaptSpec, [*REQUIRED[AdaptSpec], "--init", "wechsel", "--word-list", "w.tsv", "--source-data", "en",
                             "--freeze-copied", "--body-dropout", "off", "--local_rank", "0"])
     assert (got.init, got.word_list, got.source_data, got.freeze_copied, got.body_dropout) == (
@@ -86,7 +101,7 @@ def test_spec_files_are_checked_value_by_value_with_the_file_named(tmp_path, cap
         with pytest.raises(InputError, match=rf"{re.escape(str(path))}: .*{re.escape(expected)}"):
             PretrainSpec.from_file(path)
     path.write_text(json.dumps({**good, "stage": "nope"}))
-    with pytest.raises(InputError, match=r"\"stage\" must be one of pretrain, adapt, finetune"):
+    with pytest.raises(InputError, match=r"\"stage\" must be one of pretrain, minipost, head, adapt, finetune"):
         read_spec(path)
     with pytest.raises(SystemExit) as stop:  # the command line: one line, exit 2, no traceback
         parse(PretrainSpec, ["--config", str(path)])
@@ -94,8 +109,15 @@ def test_spec_files_are_checked_value_by_value_with_the_file_named(tmp_path, cap
 
 
 def test_specs_name_their_stage_and_take_the_launcher_timeout_default():
-    assert set(SPECS) == {"pretrain", "adapt", "finetune"}
+    from ds_minimodel.cluster.launch import ENTRY_SCRIPTS
+    from ds_minimodel.stages.worker import STAGE_MAINS
+
+    assert set(SPECS) == {"pretrain", "minipost", "head", "adapt", "finetune"}
     assert all(cls.STAGE == name for name, cls in SPECS.items())
+    # one entry script per job kind, each in the repository, each known to the launcher and the shared launch
+    entries = {cls.ENTRY for cls in SPECS.values()}
+    assert len(entries) == len(SPECS) and set(ENTRY_SCRIPTS) == entries == set(STAGE_MAINS)
+    assert all((Path(__file__).parents[2] / entry).is_file() for entry in entries)
     assert PretrainSpec.__dataclass_fields__["dist_timeout"].default == DEFAULT_DIST_TIMEOUT.total_seconds()
     with pytest.raises(KeyError):
         help_of(PretrainSpec, "no_such_field")
