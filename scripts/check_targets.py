@@ -1,6 +1,6 @@
 """Issue 27's and issue 45's targets, read from a finished pipeline's results.json without the package's own analysis
-code, so that the analysis (analysis/table3.txt, time_to_target.json) is checked by a second reading of the same
-records.
+code (only its typed records, ``ds_minimodel.pipeline.records``, which parse and check the file), so that the
+analysis (analysis/table3.txt, time_to_target.json) is checked by a second reading of the same records.
 
     python scripts/check_targets.py runs/reference-focus/results.json [--task lohelp] [--json OUT]
     python scripts/check_targets.py runs/reference-minilm-focus/results.json \
@@ -31,6 +31,9 @@ import sys
 from collections import defaultdict
 from pathlib import Path
 
+from ds_minimodel.errors import InputError
+from ds_minimodel.pipeline.records import Results
+
 NEAR = 0.95
 
 
@@ -43,8 +46,8 @@ def curves(records, task, metric):
     """{(lang, system): [(update, v100_days, mean over seeds)]} from the per-seed zero-shot records."""
     by_point = defaultdict(list)
     for r in records:
-        if r["task"] == task:
-            by_point[(r["lang"], r["system"], r["step2_update"], r["v100_days"])].append(r[metric])
+        if r.task == task:
+            by_point[(r.lang, r.system, r.step2_update, r.v100_days)].append(r.metrics[metric])
     out = defaultdict(list)
     for (lang, system, update, days), scores in by_point.items():
         out[(lang, system)].append((update, days, statistics.fmean(scores)))
@@ -90,14 +93,14 @@ def speedups(all_curves, langs, systems, gain, clear):
 
 def given_model_targets(results, task, say, final, langs, systems, en_acc, base_acc, compare, clear, acc):
     """Issue 45's targets for a run from a given English model."""
-    source = {b["lang"]: b for b in results["baselines"]
-              if b["task"] == task and b["split"] == "test" and b["lang"] not in langs}  # the source language's
-    english_bow = next(iter(source.values()))["bag_of_words"] if len(source) == 1 else None
+    source = {b.lang: b for b in results.baselines
+              if b.task == task and b.split == "test" and b.lang not in langs}  # the source language's
+    english_bow = next(iter(source.values())).scores["bag_of_words"] if len(source) == 1 else None
     if english_bow is not None and en_acc is not None:
         say("English classifier (the given model, finetuned) > bag of words on English test",
             f"{en_acc:.1f} against {english_bow:.1f}", en_acc > english_bow)
     if compare is not None:
-        other = [r for r in compare["zero_shot"] if r["task"] == task and r["system"] == "bl_base"]
+        other = [r for r in compare.zero_shot if r.task == task and r.system == "bl_base"]
         other_final = curves(other, task, "accuracy")
         theirs = mean(other_final[(lang, "bl_base")][-1][2] for lang in langs if (lang, "bl_base") in other_final)
         say("BL_BASE mean accuracy > the compared run's BL_BASE", f"{base_acc:.1f} against {theirs:.1f}",
@@ -116,15 +119,15 @@ def given_model_targets(results, task, say, final, langs, systems, en_acc, base_
 
 
 def check(results, task, compare=None):
-    zero = [r for r in results["zero_shot"] if r["task"] == task]
-    langs = sorted({r["lang"] for r in zero})
-    systems = sorted({r["system"] for r in zero})
+    zero = [r for r in results.zero_shot if r.task == task]
+    langs = sorted({r.lang for r in zero})
+    systems = sorted({r.system for r in zero})
     acc, f1 = curves(zero, task, "accuracy"), curves(zero, task, "macro_f1")
     final = {key: points[-1][2] for key, points in acc.items()}
     final_f1 = {key: points[-1][2] for key, points in f1.items()}
-    test = {b["lang"]: b for b in results["baselines"] if b["task"] == task and b["split"] == "test"}
-    english = [r for r in results["source_test"] if r["task"] == task and r["primary"] == "base"]
-    en_acc, en_f1 = mean(r["accuracy"] for r in english), mean(r["macro_f1"] for r in english)
+    test = {b.lang: b.scores for b in results.baselines if b.task == task and b.split == "test"}
+    english = [r for r in results.source_test if r.task == task and r.primary == "base"]
+    en_acc, en_f1 = mean(r.metrics["accuracy"] for r in english), mean(r.metrics["macro_f1"] for r in english)
     base_acc = mean(final[(lang, "bl_base")] for lang in langs)
     base_f1 = mean(final_f1[(lang, "bl_base")] for lang in langs)
     majority = mean(test[lang]["majority"] for lang in langs)
@@ -142,10 +145,10 @@ def check(results, task, compare=None):
     say("BL_BASE mean macro-F1 >= 30", f"{base_f1:.1f}", base_f1 >= 30)
     say("BL_BASE mean macro-F1 >= 60% of English test's", f"{base_f1:.1f} / {en_f1:.1f} = {base_f1 / en_f1:.0%}",
         base_f1 >= 0.6 * en_f1)
-    relearn = [r for r in results.get("source_relearn", []) if r["task"] == task]
+    relearn = [r for r in results.source_relearn if r.task == task]
     if relearn:
-        last = max(r["step2_update"] for r in relearn)
-        value = mean(r["accuracy"] for r in relearn if r["step2_update"] == last)
+        last = max(r.step2_update for r in relearn)
+        value = mean(r.metrics["accuracy"] for r in relearn if r.step2_update == last)
         say("source-relearn control accuracy >= 80% of the English classifier's (test)",
             f"{value:.1f} / {en_acc:.1f} = {value / en_acc:.0%}", value >= 0.8 * en_acc)
     else:
@@ -155,11 +158,10 @@ def check(results, task, compare=None):
         say("BL_SMALL mean final accuracy < BL_BASE's", f"{small:.1f} against {base_acc:.1f}", small < base_acc)
     # The no-speedup-on-noise rule: a language counts only where BL_BASE's final accuracy is above the majority
     # class by 2 points and by twice its spread over seeds.
-    last = {lang: max(r["step2_update"] for r in zero if r["lang"] == lang and r["system"] == "bl_base")
-            for lang in langs}
+    last = {lang: max(r.step2_update for r in zero if r.lang == lang and r.system == "bl_base") for lang in langs}
     spread = {lang: statistics.stdev(seeds) if len(seeds) > 1 else 0.0 for lang, seeds in (
-        (lang, [r["accuracy"] for r in zero if r["lang"] == lang and r["system"] == "bl_base"
-                and r["step2_update"] == last[lang]]) for lang in langs)}
+        (lang, [r.metrics["accuracy"] for r in zero if r.lang == lang and r.system == "bl_base"
+                and r.step2_update == last[lang]]) for lang in langs)}
     clear = {lang: final[(lang, "bl_base")] - test[lang]["majority"] > max(2.0, 2 * spread[lang]) for lang in langs}
     lines.append("BL_BASE clearly above the majority class (by 2 points and twice its spread over seeds) in: "
                  + (", ".join(lang for lang in langs if clear[lang]) or "none"))
@@ -174,7 +176,7 @@ def check(results, task, compare=None):
             speed = "" if row["speedup"] is None else f", speedup {row['speedup']:.2f}"
             lines.append(f"  {lang} {system}: target {row['target']:.1f}, {days}{speed}")
         report["gain" if gain else "paper"] = {f"{lang} {system}": row for (lang, system), row in rows.items()}
-    if results.get("source_model"):
+    if results.source_model:
         given_model_targets(results, task, say, final, langs, systems, en_acc, base_acc, compare, clear, acc)
     lines.append("final accuracy (macro-F1) per system, mean over languages: " + "; ".join(
         f"{s} {mean(final[(lang, s)] for lang in langs):.1f} ({mean(final_f1[(lang, s)] for lang in langs):.1f})"
@@ -190,13 +192,11 @@ def main(argv=None) -> int:
     parser.add_argument("--compare", type=Path, help="another run's results.json whose BL_BASE this run's must beat "
                         "(issue 45: a given model's run against the CPU-trained body's, same Step-2 recipe)")
     args = parser.parse_args(argv)
-    loaded = []
-    for path in filter(None, (args.results, args.compare)):
-        try:
-            loaded.append(json.loads(path.read_text()))
-        except (OSError, ValueError) as err:
-            print(f"check_targets.py: {path}: {err}", file=sys.stderr)
-            return 2
+    try:  # each file parsed once, every record checked (ds_minimodel.pipeline.records): the reading is this script's
+        loaded = [Results.load(path) for path in filter(None, (args.results, args.compare))]
+    except InputError as err:
+        print(f"check_targets.py: {err}", file=sys.stderr)
+        return 2
     lines, report = check(loaded[0], args.task, loaded[1] if args.compare else None)
     print("\n".join(lines))
     if args.json:

@@ -46,6 +46,7 @@ from typing import Any
 
 from ds_minimodel.errors import InputError
 from ds_minimodel.flops import EFLOP
+from ds_minimodel.pipeline.records import MeanScore, Results
 from ds_minimodel.systems import BASELINE, get_system, is_system, order_key
 
 NEAR_MAXIMAL = 0.95
@@ -110,27 +111,18 @@ def time_to_target(curve: list[Point], target: float) -> Reached:
 
 
 # ----------------------------------------------------------------------------------------------- reading results
-def curves(results: dict[str, Any], source: str, *, key: str = "zero_shot_over_seeds"
-           ) -> tuple[dict[tuple[str, str, str], list[Point]], dict[str, str]]:
+def curves(rows: list[MeanScore], where: str) -> tuple[dict[tuple[str, str, str], list[Point]], dict[str, str]]:
     """{(task, lang, system): checkpoints ordered by updates} from results.json's per-checkpoint means over seeds
-    (``key``: the zero-shot runs, or ``source_relearn_over_seeds`` for the control), and the metric of each task."""
-    rows = results.get(key, [] if key != "zero_shot_over_seeds" else None) if isinstance(results, dict) else None
-    if not isinstance(rows, list):
-        raise InputError(f"{source}: no {key!r} list; is this a results.json written by "
-                         "python -m ds_minimodel pipeline?")
+    (``zero_shot_over_seeds``, or ``source_relearn_over_seeds`` for the control: ``where`` names the file and the
+    list), and the metric of each task."""
     out: dict[tuple[str, str, str], list[Point]] = {}
     metrics: dict[str, str] = {}
     for i, row in enumerate(rows):
-        try:
-            key = (row["task"], row["lang"], row["system"])
-            point = Point(float(row["step2_update"]), float(row["step2_flops"]), float(row["v100_days"]),
-                          float(row["mean"]), float(row.get("std", 0.0)))
-            metrics[row["task"]] = row["metric"]
-        except (KeyError, TypeError, ValueError) as err:
-            raise InputError(f"{source}: {key}[{i}] is malformed ({err!r})") from None
-        if not is_system(row["system"]):
-            raise InputError(f"{source}: {key}[{i}]: unknown system {row['system']!r}")
-        out.setdefault(key, []).append(point)
+        if not is_system(row.system):
+            raise InputError(f"{where}[{i}]: unknown system {row.system!r}")
+        point = Point(float(row.step2_update), float(row.step2_flops), float(row.v100_days), row.mean, row.std)
+        metrics[row.task] = row.metric
+        out.setdefault((row.task, row.lang, row.system), []).append(point)
     for points in out.values():
         points.sort(key=lambda p: p.updates)
     return out, metrics
@@ -237,10 +229,9 @@ def never_reached(rows: list[dict[str, Any]], task: str, system: str) -> list[st
 TRIVIAL = {"majority": "majority class", "bag_of_words": "bag of words (Naive Bayes, source-trained)"}
 
 
-def trivial_scores(results: dict[str, Any]) -> dict[tuple[str, str, str], dict[str, float]]:
+def trivial_scores(results: Results) -> dict[tuple[str, str, str], dict[str, float]]:
     """{(task, lang, split): {"majority": ..., "bag_of_words": ...}} from results.json's ``baselines``."""
-    return {(r["task"], r["lang"], r["split"]): {k: r[k] for k in TRIVIAL if k in r}
-            for r in results.get("baselines", [])}
+    return {(r.task, r.lang, r.split): {k: r.scores[k] for k in TRIVIAL if k in r.scores} for r in results.baselines}
 
 
 def table2(all_curves: dict[tuple[str, str, str], list[Point]], metrics: dict[str, str],
@@ -365,22 +356,16 @@ def _against_majority(row: dict[str, Any]) -> str:
     return f"{row['system']} {row['final_score']:.1f} +- {row['final_std']:.1f} ({margin:+.1f}, {verdict})"
 
 
-def main_metric(record: dict[str, Any]) -> str:
-    """The paper's headline metric of a score record: accuracy for classification and tagging, F1 for QA."""
-    return "accuracy" if "accuracy" in record else "f1"
-
-
-def own_scores(results: dict[str, Any]) -> dict[tuple[str, str, str], Point]:
+def own_scores(results: Results) -> dict[tuple[str, str, str], Point]:
     """{(task, lang, primary): mean +- std over seeds of the finetuned primary with its own embeddings}."""
     groups: dict[tuple[str, str, str], list[float]] = {}
-    for r in results.get("source_test", []):
-        metric = main_metric(r)
-        groups.setdefault((r["task"], r["lang"], r["primary"]), []).append(r[metric])
+    for r in results.source_test:
+        groups.setdefault((r.task, r.lang, r.primary), []).append(r.score)
     return {k: Point(0, 0, 0, statistics.mean(v), statistics.stdev(v) if len(v) > 1 else 0.0)
             for k, v in groups.items()}
 
 
-def diagnostics(results: dict[str, Any], all_curves: dict[tuple[str, str, str], list[Point]],
+def diagnostics(results: Results, all_curves: dict[tuple[str, str, str], list[Point]],
                 relearn_curves: dict[tuple[str, str, str], list[Point]], metrics: dict[str, str]) -> str:
     """Where transfer is lost (issue 16's rows): the trivial baselines, each primary with its own source embeddings,
     the source-relearn control's curve, then each target language's final scores against its baselines."""

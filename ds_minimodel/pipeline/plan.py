@@ -14,7 +14,7 @@ from __future__ import annotations
 import argparse
 import subprocess
 import sys
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -27,6 +27,7 @@ from ds_minimodel.model.embedding_init import WORD_LIST, get_initialiser
 from ds_minimodel.model.surgery import extract_minijoint_folder
 from ds_minimodel.pipeline.launching import LAUNCHERS, StoppedEarly, finished, train_step
 from ds_minimodel.pipeline.ownership import PRETRAIN_FOLDER, PRETRAIN_RUN, own_output
+from ds_minimodel.pipeline.records import DevScore, Score
 from ds_minimodel.pipeline.results import scored, task_baselines, write_results
 from ds_minimodel.pipeline.settings import (
     AUTO_INIT,
@@ -371,17 +372,16 @@ class Pipeline:
                     task_models[(task.name, variant, seed)] = self._finished(
                         run_dir, self._name(Step.FINETUNE, variant), Step.TRANSFER)
                     if (run_dir / "dev_scores.json").is_file():
-                        dev_scores.append({"task": task.name, "primary": variant, "seed": seed,
-                                           **read_json(run_dir / "dev_scores.json")})
+                        dev_scores.append(DevScore.from_dict({"task": task.name, "primary": variant, "seed": seed, **(
+                            read_json(run_dir / "dev_scores.json"))}, str(run_dir / "dev_scores.json")))
         results, own, relearned, trivial = [], [], [], []
         for task in self.cfg.tasks:
             trivial += task_baselines(task, source)
             if source in task.test:  # diagnostics (a) and (b) of issue 16: the body, and Step 2 without a gap
                 for variant in self.finetuned():
                     for seed in ft.seeds:
-                        own.append({"primary": variant, **self._score(
-                            task, source, None, None, seed, task_models[(task.name, variant, seed)],
-                            own_of=variant)})
+                        own.append(self._score(task, source, None, None, seed,
+                                               task_models[(task.name, variant, seed)], own_of=variant))
                 for system in self.cfg.source_relearn:
                     run_dir = self.step2_dir(self.relearn_lang, system)
                     self._finished(run_dir, self._name(Step.ADAPT, system), Step.TRANSFER)
@@ -406,7 +406,7 @@ class Pipeline:
                              baselines=trivial, pretrain_runs=[r for run in runs for r in run._final_scores()],
                              source_model=None if self.given is None else self.given.to_record())
 
-    def _final_scores(self) -> list[dict[str, Any]]:
+    def _final_scores(self) -> list[Score]:
         """This pretraining run's final scores: the final Step-2 checkpoint of every system and target language with
         every finetuning seed of its own Step 3 (appendix A.5 compares final scores)."""
         records = []
@@ -421,22 +421,22 @@ class Pipeline:
                     for seed in self.finetuning.seeds:
                         model = self._finished(self.step3_dir(task.name, primary, seed),
                                                self._name(Step.FINETUNE, primary), Step.TRANSFER)
-                        records.append({**self._score(task, target.lang, system, final, seed, model),
-                                        "pretrain_seed": self.seed})
+                        records.append(replace(self._score(task, target.lang, system, final, seed, model),
+                                               pretrain_seed=self.seed))
         return records
 
     def _score(self, task: TaskSettings, lang: str, system: str | None, ckpt: Path | None, seed: int,
-               task_model: Path, *, as_lang: str | None = None, own_of: str | None = None) -> dict[str, Any]:
+               task_model: Path, *, as_lang: str | None = None, own_of: str | None = None) -> Score:
         """One Step-4 score: ``task_model`` with ``ckpt``'s embeddings (None: its own, those of primary
         ``own_of``) on ``lang``'s test file, recorded under ``as_lang`` (default ``lang``)."""
         as_lang = as_lang or lang
         where = f"{system}/seed{seed}/{ckpt.name}" if ckpt is not None else f"own-{own_of}/seed{seed}"
         cache = self.out / Step.TRANSFER / task.name / as_lang / f"{where}.json"
-        record = scored(cache, task_model, ckpt, Path(task.test[lang]), lang, task.eval_format)
-        record["lang"] = as_lang
-        what = f"{system} update {record['step2_update']}" if ckpt is not None else f"primary {own_of}, own embeddings"
+        record = Score.from_dict({**scored(cache, task_model, ckpt, Path(task.test[lang]), lang, task.eval_format),
+                                  "lang": as_lang, "primary": own_of}, str(cache))
+        what = f"{system} update {record.step2_update}" if ckpt is not None else f"primary {own_of}, own embeddings"
         print(f"[{Step.TRANSFER}] {task.name} {as_lang} {what} seed {seed}: "
-              + ", ".join(f"{k} {record[k]:.1f}" for k in ("accuracy", "macro_f1", "f1") if k in record), flush=True)
+              + ", ".join(f"{k} {v:.1f}" for k, v in record.metrics.items() if k != "exact_match"), flush=True)
         return record
 
 

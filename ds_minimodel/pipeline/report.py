@@ -12,7 +12,7 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
-from ds_minimodel.config import read_json, write_csv, write_json
+from ds_minimodel.config import write_csv, write_json
 from ds_minimodel.errors import InputError, report
 from ds_minimodel.pipeline import studies
 from ds_minimodel.pipeline.analysis import (
@@ -28,15 +28,16 @@ from ds_minimodel.pipeline.analysis import (
     trivial_scores,
 )
 from ds_minimodel.pipeline.figures import plot_curves, plot_speedups
+from ds_minimodel.pipeline.records import Results
 from ds_minimodel.systems import BASELINE
 
 
 def run(results_path: Path, out: Path, *, plots: bool = True) -> dict[str, Any]:
-    results = read_json(results_path)
-    all_curves, metrics = curves(results, str(results_path))
+    results = Results.load(results_path)
+    all_curves, metrics = curves(results.zero_shot_over_seeds, f"{results_path}: zero_shot_over_seeds")
     if not all_curves:
         raise InputError(f"{results_path}: holds no zero-shot scores yet")
-    relearn_curves = curves(results, str(results_path), key="source_relearn_over_seeds")[0]
+    relearn_curves = curves(results.source_relearn_over_seeds, f"{results_path}: source_relearn_over_seeds")[0]
     trivial = trivial_scores(results)
     majority, bag_of_words = ({(task, lang): v[kind] for (task, lang, split), v in trivial.items()
                                if split == "test" and kind in v} for kind in ("majority", "bag_of_words"))
@@ -44,7 +45,7 @@ def run(results_path: Path, out: Path, *, plots: bool = True) -> dict[str, Any]:
     out.mkdir(parents=True, exist_ok=True)
     rows = analyse(all_curves, majority)
     averaged = average_over_languages(all_curves)
-    tables = {"table2": table2(all_curves, metrics, trivial, results.get("source_model")), "table3": table3(rows),
+    tables = {"table2": table2(all_curves, metrics, trivial, results.source_model), "table3": table3(rows),
               "diagnostics": diagnostics(results, all_curves, relearn_curves, metrics),
               "table4": studies.table4(rows), "table_a3": studies.table_a3(all_curves),
               "table5": studies.table5(results), "table_a5": studies.table_a5(results)}

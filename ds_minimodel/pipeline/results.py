@@ -7,7 +7,7 @@ from typing import Any
 
 from ds_minimodel import flops
 from ds_minimodel.config import file_sha256, read_json, write_csv, write_json
-from ds_minimodel.pipeline.analysis import main_metric
+from ds_minimodel.pipeline.records import Baseline, DevScore, MeanScore, Results, Score
 from ds_minimodel.pipeline.settings import TaskSettings
 from ds_minimodel.systems import order_key
 from ds_minimodel.tasks.baselines import baselines
@@ -16,15 +16,15 @@ from ds_minimodel.tasks.formats import read_examples
 from ds_minimodel.train import checkpoint
 
 
-def task_baselines(task: TaskSettings, source: str) -> list[dict[str, Any]]:
+def task_baselines(task: TaskSettings, source: str) -> list[Baseline]:
     """Majority-class and bag-of-words scores of every dev and test file of ``task`` (``tasks.baselines``)."""
     train = read_examples(task.format, Path(task.train), language=source, training=True)
     rows = []
     for split, files in (("dev", task.dev), ("test", task.test)):
         for lang, path in sorted(files.items()):
             test = read_examples(task.eval_format or task.format, Path(path), labels=train.labels, language=lang)
-            rows.append({"task": task.name, "lang": lang, "split": split, "file": str(path),
-                         **baselines(train, test)})
+            rows.append(Baseline(task=task.name, lang=lang, split=split, file=str(path),
+                                 scores=baselines(train, test)))
     return rows
 
 
@@ -49,28 +49,26 @@ def scored(cache: Path, task_model: Path, embeddings: Path | None, test_file: Pa
     return record
 
 
-def over_seeds(results: list[dict[str, Any]]) -> list[dict[str, Any]]:
+def over_seeds(results: list[Score]) -> list[MeanScore]:
     """Mean and sample standard deviation over finetuning seeds of the main metric, per task, system, language
     and Step-2 checkpoint (one row per point of the paper's Figure 3 curves)."""
-    groups: dict[tuple, list[dict[str, Any]]] = {}
+    groups: dict[tuple, list[Score]] = {}
     for r in results:
-        groups.setdefault((r["task"], r["system"], r["lang"], r["step2_update"]), []).append(r)
+        groups.setdefault((r.task, r.system, r.lang, r.step2_update), []).append(r)
     rows = []
     for (task, system, lang, update), records in sorted(groups.items(),
                                                         key=lambda kv: (kv[0][0], order_key(kv[0][1]), *kv[0][2:])):
-        metric = main_metric(records[0])
-        scores = [r[metric] for r in records]
-        rows.append({"task": task, "system": system, "lang": lang, "step2_update": update,
-                     "step2_flops": records[0]["step2_flops"], "v100_days": records[0]["v100_days"],
-                     "metric": metric, "mean": statistics.mean(scores),
-                     "std": statistics.stdev(scores) if len(scores) > 1 else 0.0,
-                     "seeds": sorted(r["seed"] for r in records)})
+        metric = records[0].metric
+        scores = [r.metrics[metric] for r in records]
+        rows.append(MeanScore(task=task, system=system, lang=lang, step2_update=update,
+                              step2_flops=records[0].step2_flops, v100_days=records[0].v100_days, metric=metric,
+                              mean=statistics.mean(scores), std=statistics.stdev(scores) if len(scores) > 1 else 0.0,
+                              seeds=sorted(r.seed for r in records)))
     return rows
 
 
-def write_results(out: Path, results: list[dict[str, Any]], dev_scores: list[dict[str, Any]], *,
-                  source_test: list[dict[str, Any]] = (), source_relearn: list[dict[str, Any]] = (),
-                  baselines: list[dict[str, Any]] = (), pretrain_runs: list[dict[str, Any]] = (),
+def write_results(out: Path, results: list[Score], dev_scores: list[DevScore], *, source_test: list[Score] = (),
+                  source_relearn: list[Score] = (), baselines: list[Baseline] = (), pretrain_runs: list[Score] = (),
                   source_model: dict[str, Any] | None = None) -> dict[str, Any]:
     """results.json (every record, the per-checkpoint means over seeds, the source-language dev scores, the
     controls, the trivial baselines and, with ``pretrain_seeds``, the final scores of every pretraining run),
@@ -78,13 +76,11 @@ def write_results(out: Path, results: list[dict[str, Any]], dev_scores: list[dic
     per checkpoint). ``source_model``: the given model BL_BASE's primary is (``settings.GivenModel``), or None
     when Step 1 pretrained it."""
     summary = over_seeds(results)
-    write_json(out / "results.json", {"zero_shot": results, "zero_shot_over_seeds": summary,
-                                      "source_dev": dev_scores, "source_test": list(source_test),
-                                      "source_relearn": list(source_relearn),
-                                      "source_relearn_over_seeds": over_seeds(list(source_relearn)),
-                                      "baselines": list(baselines), "pretrain_runs": list(pretrain_runs),
-                                      "source_model": source_model})
+    Results(zero_shot=list(results), zero_shot_over_seeds=summary, source_dev=list(dev_scores),
+            source_test=list(source_test), source_relearn=list(source_relearn),
+            source_relearn_over_seeds=over_seeds(list(source_relearn)), baselines=list(baselines),
+            pretrain_runs=list(pretrain_runs), source_model=source_model).write(out / "results.json")
     if results:
-        write_csv(out / "results.csv", results)
-        write_csv(out / "results_mean.csv", [{**r, "seeds": " ".join(map(str, r["seeds"]))} for r in summary])
+        write_csv(out / "results.csv", [r.to_dict() for r in results])
+        write_csv(out / "results_mean.csv", [{**r.to_dict(), "seeds": " ".join(map(str, r.seeds))} for r in summary])
     return {"results": str(out / "results.json"), "csv": str(out / "results.csv"), "has_results": bool(results)}

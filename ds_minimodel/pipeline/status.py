@@ -11,6 +11,7 @@ from typing import Any
 from ds_minimodel.config import read_json
 from ds_minimodel.data.shards import META_FILE
 from ds_minimodel.pipeline.launching import finished
+from ds_minimodel.pipeline.records import Results
 from ds_minimodel.pipeline.source_model import given_primary
 from ds_minimodel.systems import Step
 
@@ -51,7 +52,7 @@ def _scored(run: Any) -> bool:
     path = Path(run.out) / "results.json"
     if not path.is_file():
         return False
-    scored = {(r["task"], r["lang"], r["system"], r["step2_update"]) for r in read_json(path).get("zero_shot", [])}
+    scored = {(r.task, r.lang, r.system, r.step2_update) for r in Results.load(path).zero_shot}
     for task in run.cfg.tasks:
         for target in run.cfg.targets:
             if target.lang not in task.test:

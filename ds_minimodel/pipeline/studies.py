@@ -22,10 +22,10 @@ from typing import Any
 from ds_minimodel.pipeline.analysis import (
     AVERAGE,
     Point,
-    main_metric,
     own_scores,
 )
 from ds_minimodel.pipeline.figures import plot_curves
+from ds_minimodel.pipeline.records import Results
 from ds_minimodel.systems import (
     BASELINE,
     SYSTEMS,
@@ -134,7 +134,7 @@ def model_label(name: str) -> str:
     return ", ".join(whole + dual) or name
 
 
-def table5(results: dict[str, Any]) -> str:
+def table5(results: Results) -> str:
     """Each finetuned model on the source language's test files with its own embeddings, mean +- std over seeds
     (the paper's Table 5: MiniJoint's full model against BL_BASE, its mini-model against BL_SMALL). Empty when the
     pipeline finetuned no mini-model (no ``source_minis``)."""
@@ -143,7 +143,7 @@ def table5(results: dict[str, Any]) -> str:
         return ""
     lines: list[str] = []
     for task, lang in sorted({k[:2] for k in own}):
-        metric = next(main_metric(r) for r in results["source_test"] if r["task"] == task)
+        metric = next(r.metric for r in results.source_test if r.task == task)
         lines += [(f"Table 5 ({task}, {lang} test, {metric}): finetuned on {lang}, scored with its own embeddings, "
                    "mean +- std over seeds"), f"{'model':<40} {'finetuned':<22} {metric:>12}"]
         for (t, l, name), p in sorted(own.items(), key=lambda kv: (mini_system(kv[0][2]) is not None, kv[0][2])):
@@ -157,16 +157,15 @@ def _spread(values: list[float]) -> float:
     return statistics.stdev(values) if len(values) > 1 else 0.0
 
 
-def table_a5(results: dict[str, Any]) -> str:
+def table_a5(results: Results) -> str:
     """Appendix A.5 (Table A5): the final score of every pretraining run (``pretrain_seeds`` beside the main run),
     mean +- std over its finetuning seeds; then the mean and spread of those means over the pretraining runs, next
     to the mean spread over finetuning seeds within one run. Empty without further pretraining runs."""
     groups: dict[tuple[str, str, str], dict[int, list[float]]] = {}
     metrics: dict[str, str] = {}
-    for r in results.get("pretrain_runs", []):
-        metrics[r["task"]] = main_metric(r)
-        groups.setdefault((r["task"], r["system"], r["lang"]), {}).setdefault(r["pretrain_seed"], []).append(
-            r[metrics[r["task"]]])
+    for r in results.pretrain_runs:
+        metrics[r.task] = r.metric
+        groups.setdefault((r.task, r.system, r.lang), {}).setdefault(r.pretrain_seed, []).append(r.score)
     lines: list[str] = []
     for task in sorted(metrics):
         seeds = sorted({k for (t, _, _), runs in groups.items() if t == task for k in runs})

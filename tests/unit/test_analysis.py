@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import json
+import re
 
 import pytest
 
@@ -15,8 +16,18 @@ from ds_minimodel.pipeline.analysis import (
     time_to_target,
     transfer_is_clear,
 )
+from ds_minimodel.pipeline.records import Results, Score
 from ds_minimodel.pipeline.report import run
 from ds_minimodel.pipeline.results import over_seeds
+
+
+def means(records: list[dict]) -> list[dict]:
+    """``over_seeds`` of plain score records, as results.json holds them."""
+    return [m.to_dict() for m in over_seeds([Score.from_dict(r, "test") for r in records])]
+
+
+def curves_of(results: dict):
+    return curves(Results.from_dict(results, "results.json").zero_shot_over_seeds, "results.json")
 
 
 def test_section_3_worked_example():
@@ -130,11 +141,11 @@ def synthetic_results() -> dict:
     }
     results = [record(system, 1000 * (i + 1), seed, score + (1 if seed == 2 else -1), lang)
                for (system, lang), points in scores.items() for i, score in enumerate(points) for seed in (1, 2)]
-    return {"zero_shot": results, "zero_shot_over_seeds": over_seeds(results), "source_dev": []}
+    return {"zero_shot": results, "zero_shot_over_seeds": means(results), "source_dev": []}
 
 
 def test_targets_speedups_and_their_average():
-    rows = analyse(curves(synthetic_results(), "results.json")[0])
+    rows = analyse(curves_of(synthetic_results())[0])
     by = {(r["lang"], r["system"]): r for r in rows}
     assert by[("de", "bl_base")]["target"] == pytest.approx(57.0) and by[("fr", "bl_base")]["target"] == 66.5
     # BL_BASE de: 50 at 2,000, 58 at 3,000 -> 57 at 2,875 updates
@@ -183,8 +194,17 @@ def test_results_that_are_not_a_pipelines_are_refused(tmp_path):
     with pytest.raises(InputError, match=f"{path}: no 'zero_shot_over_seeds'"):
         run(path, tmp_path / "a")
     path.write_text(json.dumps({"zero_shot_over_seeds": [{"task": "x"}]}))
-    with pytest.raises(InputError, match=r"zero_shot_over_seeds\[0\] is malformed"):
+    with pytest.raises(InputError, match=rf"{path}: zero_shot_over_seeds\[0\]: missing key 'system'"):
         run(path, tmp_path / "a")
+    # every record is checked when the file is read, each value by JSON's own rules
+    good = synthetic_results()
+    for where, change, message in (("zero_shot", {"accuracy": "high"}, "accuracy: input should be a valid number"),
+                                   ("zero_shot", {"seed": 1.5}, "seed: input should be a valid integer"),
+                                   ("zero_shot_over_seeds", {"colour": 1}, "unknown key(s) colour")):
+        bad = {**good, where: [{**good[where][0], **change}, *good[where][1:]]}
+        path.write_text(json.dumps(bad))
+        with pytest.raises(InputError, match=re.escape(f"{path}: {where}[0]: {message}")):
+            run(path, tmp_path / "a")
 
 
 def with_controls(results: dict, majority: dict) -> dict:
@@ -196,7 +216,7 @@ def with_controls(results: dict, majority: dict) -> dict:
                               for seed, acc in ((1, 80.0), (2, 82.0))]
     relearn = [dict(record("bl_base", u, seed, acc + seed, "en-relearn")) for u, acc in ((1000, 40), (2000, 70))
                for seed in (1, 2)]
-    results["source_relearn"], results["source_relearn_over_seeds"] = relearn, over_seeds(relearn)
+    results["source_relearn"], results["source_relearn_over_seeds"] = relearn, means(relearn)
     return results
 
 
@@ -258,7 +278,7 @@ def test_figure3_draws_both_trivial_baselines_and_says_whose_source_line_it_is(t
 
 
 def test_a_run_without_transfer_anywhere_says_so():
-    rows = analyse(curves(synthetic_results(), "results.json")[0], {("xnli", "de"): 60.0, ("xnli", "fr"): 69.0})
+    rows = analyse(curves_of(synthetic_results())[0], {("xnli", "de"): 60.0, ("xnli", "fr"): 69.0})
     assert all(r["speedup"] is None and not r["transfer"] for r in rows)
     assert "too small to measure a speedup" in table3(rows)
 
@@ -269,7 +289,7 @@ def test_figures_and_files_say_what_the_tables_say_where_nothing_transfers(tmp_p
     MiniPost, alike at update 0, are said to be so and why."""
     records = [record(system, update, seed, score + seed, "de") for system in ("bl_base", "minipost")
                for update, score in ((0, 40), (1000, 41 if system == "bl_base" else 39)) for seed in (1, 2)]
-    results = with_controls({"zero_shot": records, "zero_shot_over_seeds": over_seeds(records), "source_dev": []},
+    results = with_controls({"zero_shot": records, "zero_shot_over_seeds": means(records), "source_dev": []},
                             {"de": 41.0})
     path = tmp_path / "results.json"
     path.write_text(json.dumps(results))
@@ -309,7 +329,7 @@ def depth_results() -> dict:
     source_test = [{"task": "xnli", "lang": "en", "primary": primary, "seed": seed, "accuracy": acc + seed}
                    for primary, acc in (("base", 80), ("minijoint@2", 79), ("mini-minijoint@2", 70))
                    for seed in (1, 2)]
-    return {"zero_shot": results, "zero_shot_over_seeds": over_seeds(results), "source_dev": [],
+    return {"zero_shot": results, "zero_shot_over_seeds": means(results), "source_dev": [],
             "source_test": source_test}
 
 

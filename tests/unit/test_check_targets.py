@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 
 from ds_minimodel.pipeline.analysis import analyse, curves, gain_figures
+from ds_minimodel.pipeline.records import Results, Score
 from ds_minimodel.pipeline.results import over_seeds
 
 SCRIPT = Path(__file__).resolve().parents[2] / "scripts/check_targets.py"
@@ -34,13 +35,21 @@ def results() -> dict:
     baselines = [{"task": "t", "lang": lang, "split": "test", "majority": 30.0, "bag_of_words": bow}
                  for lang, bow in (("de", 40.0), ("fr", 65.0), ("es", 20.0))]
     english = [{"task": "t", "primary": "base", "seed": s, "accuracy": 70.0, "macro_f1": 50.0} for s in (1, 2)]
-    relearn = [{"task": "t", "step2_update": 200, "seed": s, "accuracy": a} for s, a in ((1, 55.0), (2, 59.0))]
-    return {"zero_shot": zero, "zero_shot_over_seeds": over_seeds(zero), "baselines": baselines,
-            "source_test": english, "source_relearn": relearn}
+    relearn = [{"task": "t", "lang": "en-relearn", "step2_update": 200, "seed": s, "accuracy": a}
+               for s, a in ((1, 55.0), (2, 59.0))]
+    english = [{**r, "lang": "en"} for r in english]
+    return {"zero_shot": zero, "zero_shot_over_seeds": [], "baselines": baselines, "source_test": english,
+            "source_relearn": relearn}
+
+
+def typed(data: dict) -> Results:
+    """The records as the script reads them (results.json parsed), the means over seeds computed from the scores."""
+    zero = [Score.from_dict(r, "test") for r in data["zero_shot"]]
+    return Results.from_dict({**data, "zero_shot_over_seeds": [m.to_dict() for m in over_seeds(zero)]}, "test")
 
 
 def test_the_targets_are_read_as_the_issue_states_them():
-    lines, report = check_targets.check(results(), "t")
+    lines, report = check_targets.check(typed(results()), "t")
     # BL_BASE final accuracy: de 61, fr 63, es 40 (mean 54.67) against the majority class 30
     assert report["BL_BASE mean accuracy - mean majority class >= 10"]["met"]
     assert [report[f"BL_BASE {lang} accuracy > bag of words"]["met"] for lang in ("de", "fr", "es")] == [
@@ -54,9 +63,9 @@ def test_the_targets_are_read_as_the_issue_states_them():
 
 
 def test_times_to_target_and_speedups_agree_with_the_packages_analysis():
-    data = results()
+    data = typed(results())
     _, report = check_targets.check(data, "t")
-    all_curves, _ = curves(data, "results")
+    all_curves, _ = curves(data.zero_shot_over_seeds, "results")
     majority = {("t", lang): 30.0 for lang in ("de", "fr", "es")}
     rows = {(r["lang"], r["system"]): r for r in analyse(all_curves, majority)}
     # de: target 0.95 x 61 = 57.95; BL_BASE crosses between updates 100 (51) and 200 (61), MiniJoint between 0
@@ -83,9 +92,8 @@ def test_the_gain_rule_where_update_0_already_meets_the_target(tmp_path, capsys)
     for r in data["zero_shot"]:  # fr BL_BASE starts at 61 and 62: its update 0 meets 0.95 x 63
         if (r["lang"], r["system"], r["step2_update"]) == ("fr", "bl_base", 0):
             r["accuracy"] += 3
-    data["zero_shot_over_seeds"] = over_seeds(data["zero_shot"])
-    _, report = check_targets.check(data, "t")
-    all_curves, _ = curves(data, "results")
+    _, report = check_targets.check(typed(data), "t")
+    all_curves, _ = curves(typed(data).zero_shot_over_seeds, "results")
     base, mini = all_curves[("t", "fr", "bl_base")], all_curves[("t", "fr", "minijoint")]
     theirs = gain_figures(base, mini, 0.95 * base[-1].score)
     mine = report["gain"]["fr minijoint"]
@@ -93,7 +101,7 @@ def test_the_gain_rule_where_update_0_already_meets_the_target(tmp_path, capsys)
     assert mine["v100_days"] == pytest.approx(theirs["gain_v100_days"])
     assert mine["speedup"] == pytest.approx(theirs["gain_speedup"])
     path = tmp_path / "results.json"
-    path.write_text(json.dumps(data))
+    path.write_text(json.dumps(typed(data).to_dict()))
     assert check_targets.main([str(path), "--task", "t", "--json", str(tmp_path / "checks.json")]) == 0
     assert "95% of BL_BASE's gain from update 0 (ours)" in capsys.readouterr().out
     assert json.loads((tmp_path / "checks.json").read_text())["langs"] == ["de", "es", "fr"]
@@ -112,7 +120,7 @@ def test_a_run_from_a_given_model_is_also_checked_for_issue_45s_targets(tmp_path
     compare = results()
     for r in compare["zero_shot"]:
         r["accuracy"] -= 5  # the compared run's BL_BASE ends 5 points lower
-    _, report = check_targets.check(data, "t", compare)
+    _, report = check_targets.check(typed(data), "t", typed(compare))
     assert report["English classifier (the given model, finetuned) > bag of words on English test"] == {
         "value": "70.0 against 72.5", "met": False}
     assert report["BL_BASE mean accuracy > the compared run's BL_BASE"]["met"]
@@ -122,9 +130,9 @@ def test_a_run_from_a_given_model_is_also_checked_for_issue_45s_targets(tmp_path
     assert report["MiniPost de reaches 95% of BL_BASE's final score >= 1.5x sooner"] == {"value": "1.89x", "met": True}
     assert report["MiniPost fr reaches 95% of BL_BASE's final score >= 1.5x sooner"] == {"value": "0.43x", "met": False}
     assert not report["MiniPost es reaches 95% of BL_BASE's final score >= 1.5x sooner"]["met"]
-    assert "BL_BASE mean accuracy > the compared run's BL_BASE" not in check_targets.check(results(), "t")[1]
+    assert "BL_BASE mean accuracy > the compared run's BL_BASE" not in check_targets.check(typed(results()), "t")[1]
     path, other = tmp_path / "r.json", tmp_path / "c.json"
-    path.write_text(json.dumps(data))
-    other.write_text(json.dumps(compare))
+    path.write_text(json.dumps(typed(data).to_dict()))
+    other.write_text(json.dumps(typed(compare).to_dict()))
     assert check_targets.main([str(path), "--task", "t", "--compare", str(other)]) == 0
     assert "MISSED English classifier" in capsys.readouterr().out

@@ -9,14 +9,16 @@ import pytest
 
 from ds_minimodel import flops
 from ds_minimodel.errors import InputError
+from ds_minimodel.pipeline.records import Baseline, Results, Score
 from ds_minimodel.pipeline.results import over_seeds, write_results
 from ds_minimodel.pipeline.settings import PipelineConfig
 from ds_minimodel.systems import depth_of, get_primary, get_system, is_system, order_key
 
 
-def record(system: str, update: int, seed: int, accuracy: float, lang: str = "de") -> dict:
-    return {"task": "lohelp", "system": system, "lang": lang, "step2_update": update, "seed": seed,
-            "accuracy": accuracy, "macro_f1": accuracy / 2, "step2_flops": 1e18 * update, "v100_days": update / 2.592}
+def record(system: str, update: int, seed: int, accuracy: float, lang: str = "de") -> Score:
+    return Score(task="lohelp", system=system, lang=lang, step2_update=update, seed=seed,
+                 metrics={"accuracy": accuracy, "macro_f1": accuracy / 2}, step2_flops=1e18 * update,
+                 v100_days=update / 2.592)
 
 
 RESULTS = [record(s, u, seed, acc) for s, base in (("minijoint", 40.0), ("bl_base", 50.0))
@@ -25,11 +27,11 @@ RESULTS = [record(s, u, seed, acc) for s, base in (("minijoint", 40.0), ("bl_bas
 
 def test_means_and_standard_deviations_over_seeds_per_checkpoint():
     rows = over_seeds(RESULTS)
-    assert [(r["system"], r["step2_update"]) for r in rows] == [("bl_base", 10), ("bl_base", 20), ("minijoint", 10),
-                                                               ("minijoint", 20)]  # the paper's system order
+    assert [(r.system, r.step2_update) for r in rows] == [("bl_base", 10), ("bl_base", 20), ("minijoint", 10),
+                                                          ("minijoint", 20)]  # the paper's system order
     first = rows[0]
-    assert first["mean"] == 61.0 and first["std"] == pytest.approx(2 ** 0.5) and first["seeds"] == [1, 2]
-    assert first["metric"] == "accuracy" and first["step2_flops"] == 1e19
+    assert first.mean == 61.0 and first.std == pytest.approx(2 ** 0.5) and first.seeds == [1, 2]
+    assert first.metric == "accuracy" and first.step2_flops == 1e19
 
 
 def test_results_files_hold_every_record_and_the_means(tmp_path):
@@ -121,13 +123,19 @@ def test_source_relearn_is_one_more_step2_run_of_the_systems_it_names(tmp_path):
 
 
 def test_results_hold_the_controls_and_baselines(tmp_path):
-    own = [{"task": "lohelp", "lang": "en", "primary": "base", "seed": 1, "accuracy": 70.0}]
+    own = [Score(task="lohelp", lang="en", primary="base", seed=1, metrics={"accuracy": 70.0})]
     relearn = [record("bl_base", 10, 1, 30.0, lang="en-relearn"), record("bl_base", 10, 2, 32.0, lang="en-relearn")]
-    trivial = [{"task": "lohelp", "lang": "de", "split": "test", "majority": 32.3, "bag_of_words": 38.8}]
+    trivial = [Baseline(task="lohelp", lang="de", split="test", scores={"majority": 32.3, "bag_of_words": 38.8})]
     write_results(tmp_path, RESULTS, [], source_test=own, source_relearn=relearn, baselines=trivial)
     saved = json.loads((tmp_path / "results.json").read_text())
-    assert saved["source_test"] == own and saved["baselines"] == trivial and saved["source_relearn"] == relearn
-    assert [(r["lang"], r["mean"]) for r in saved["source_relearn_over_seeds"]] == [("en-relearn", 31.0)]
+    # the file holds each record flat, as the pipeline has always written it, and reads back the same
+    assert saved["source_test"] == [{"task": "lohelp", "lang": "en", "primary": "base", "seed": 1, "accuracy": 70.0}]
+    assert saved["baselines"] == [{"task": "lohelp", "lang": "de", "split": "test", "majority": 32.3,
+                                   "bag_of_words": 38.8}]
+    loaded = Results.load(tmp_path / "results.json")
+    assert loaded.source_test == own and loaded.baselines == trivial and loaded.source_relearn == relearn
+    assert loaded.zero_shot == RESULTS and loaded.source_model is None
+    assert [(r.lang, r.mean) for r in loaded.source_relearn_over_seeds] == [("en-relearn", 31.0)]
 
 
 def test_each_task_has_its_own_finetuning_settings_with_the_papers_per_format():
@@ -468,3 +476,15 @@ def test_a_step1b_run_recorded_as_a_pretrain_variant_is_compared_by_its_settings
     (tmp_path / "run.json").write_text(json.dumps({"spec": then}))
     assert changed_settings(MiniPostSpec, tmp_path, values) == {}
     assert changed_settings(MiniPostSpec, tmp_path, {**values, "new_layers": 3}) == {"new_layers": (2, 3)}
+
+
+@pytest.mark.parametrize("path", sorted((Path(__file__).resolve().parents[2] / "results").glob("**/results.json")),
+                         ids=lambda p: p.parent.name)
+def test_committed_results_files_read_back_and_write_byte_for_byte(path, tmp_path):
+    """Every results.json the project reports from parses into typed records and writes back unchanged (those written
+    before ``source_model`` existed gain it, as null)."""
+    Results.load(path).write(tmp_path / "results.json")
+    text = path.read_text()
+    if '"source_model"' not in text:
+        text = json.dumps({**json.loads(text), "source_model": None}, indent=2, sort_keys=True) + "\n"
+    assert (tmp_path / "results.json").read_text() == text
