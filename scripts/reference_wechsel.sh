@@ -16,8 +16,10 @@ for step in data step1 step1b step3; do
     exit 2
   fi
 done
-mkdir -p "$OUT"
+CONFIG=${CONFIG:-configs/reference_wechsel.json}
+# The out folder is claimed for this pipeline first, as the pipeline claims it: new, empty or a pipeline's only.
+.venv/bin/python -m ds_minimodel.pipeline.ownership "$OUT" "$CONFIG"
 for step in data step1 step1b step3; do
   [ -e "$OUT/$step" ] || ln -s "$(realpath "$FOCUS/$step")" "$OUT/$step"
 done
-CONFIG=${CONFIG:-configs/reference_wechsel.json} exec bash scripts/reference.sh "$@"
+CONFIG=$CONFIG exec bash scripts/reference.sh "$@"

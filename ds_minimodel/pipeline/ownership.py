@@ -2,8 +2,10 @@
 another command's (or a user's) files."""
 from __future__ import annotations
 
+import argparse
 from pathlib import Path
 
+from ds_minimodel.errors import InputError, report
 from ds_minimodel.folders import require_output
 
 PRETRAIN_RUN, PRETRAIN_FOLDER = ".seed", "pretrain-seed"
@@ -30,3 +32,22 @@ def own_output(out: Path, config: Path | str) -> None:
     mark = out / OWNER_MARK
     if not mark.is_file():
         mark.write_text(f"output of ds-minimodel pipeline {config}: a later pipeline may continue it\n")
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``python -m ds_minimodel.pipeline.ownership OUT CONFIG``: claim ``OUT`` for the pipeline of ``CONFIG`` before a
+    script links another run's finished steps into it (``scripts/reference_wechsel.sh``), as the pipeline itself
+    would claim it; a folder that is not new, empty or a pipeline's is refused with one line, exit 2."""
+    p = argparse.ArgumentParser(prog="python -m ds_minimodel.pipeline.ownership", description=main.__doc__)
+    p.add_argument("out", type=Path, help="the pipeline's out folder")
+    p.add_argument("config", help="the pipeline's config file, named in the mark")
+    args = p.parse_args(argv)
+    try:
+        own_output(args.out, args.config)
+    except InputError as err:
+        return report(err)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -31,7 +31,7 @@ with open(f"{out}/{init}.json", "w", encoding="utf-8") as f:
     json.dump(config, f, indent=2)
 EOF
   if [ "$init" != overlap ]; then
-    mkdir -p "$OUT/$init"
+    python -m ds_minimodel.pipeline.ownership "$OUT/$init" "$OUT/$init.json"  # claimed as the pipeline claims it
     for step in data step1 step1b step3; do
       [ -e "$OUT/$init/$step" ] || ln -s "../overlap/$step" "$OUT/$init/$step"
     done

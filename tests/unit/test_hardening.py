@@ -339,6 +339,24 @@ def test_a_pipeline_continues_only_a_folder_its_mark_names_never_one_of_the_same
     assert not is_pipeline_output(folders["run"]) and not is_pipeline_output(folders["data"])
 
 
+def test_a_script_claims_a_pipelines_folder_before_linking_finished_steps_into_it(tmp_path, capsys):
+    """scripts/reference_wechsel.sh links another run's Steps 1-3 into its out folder; linked first, the folder had
+    the shape of a pipeline's but not its mark, and the pipeline refused it. The script claims it first."""
+    from ds_minimodel.pipeline.ownership import OWNER_MARK, is_pipeline_output, main
+
+    assert main([str(tmp_path / "new"), "c.json"]) == 0 and is_pipeline_output(tmp_path / "new")
+    assert "c.json" in (tmp_path / "new" / OWNER_MARK).read_text()
+    (tmp_path / "new" / "step1").symlink_to(tmp_path)  # what the script links in next; claimed again on a re-run
+    assert main([str(tmp_path / "new"), "c.json"]) == 0
+    (tmp_path / "mine").mkdir()
+    (tmp_path / "mine" / "notes.txt").write_text("the user's")
+    assert main([str(tmp_path / "mine"), "c.json"]) == 2
+    assert f"error: {tmp_path / 'mine'}: c.json: out already holds" in capsys.readouterr().err
+    assert not is_pipeline_output(tmp_path / "mine")
+    script = (Path(__file__).resolve().parents[2] / "scripts/reference_wechsel.sh").read_text()
+    assert script.index("ds_minimodel.pipeline.ownership") < script.index("ln -s")
+
+
 def test_a_folder_of_a_users_own_files_is_never_a_pipelines_and_its_files_survive(tmp_path, capsys):
     """Issue 30's data loss: a pipeline given a folder holding the user's own results.json used to run and replace
     it. Now it is refused before any work, and the file is untouched; the folders a pipeline made are marked as its
