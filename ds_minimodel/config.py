@@ -15,7 +15,7 @@ import os
 import types
 import typing
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -137,6 +137,43 @@ def get_preset(name: str) -> ModelConfig:
         raise InputError(f"unknown model preset {name!r}; known presets: {', '.join(sorted(PRESETS))}") from None
 
 
+class Role:
+    """What a training setting is to a run, declared once on its field (``role``) and read by ``fields_in``: what
+    ``--resume`` must find unchanged (``train.run_record``) and what makes a finished run another one
+    (``pipeline.launching.changed_settings``) are derived from it."""
+
+    IDENTITY = "identity"
+    """What the run learns (the default): never changed on resume; a finished run with another value is another run."""
+    SETUP = "setup"
+    """How it trains, not what it is (the warm-up share): changed on resume only with --allow-config-change."""
+    LENGTH = "length"
+    """How long it goes on (the update count): a resumed run may be extended."""
+    HARMLESS = "harmless"
+    """How it is saved, logged or computed, never what it learns: free to change at any time."""
+    PLACE = "place"
+    """Where it is written or logged, or how the command continues it: not a setting of the run's results."""
+
+
+def role(kind: str) -> dict[str, str]:
+    """A dataclass field's metadata declaring its role: ``field(default=..., metadata=role(Role.HARMLESS))``."""
+    return {"role": kind}
+
+
+def role_of(cls: type, name: str) -> str:
+    """The role of ``cls``'s field ``name``: declared on it, else on ``TrainConfig``'s field of that name (a stage
+    spec's copy of a training setting), else identity."""
+    for klass in (cls, TrainConfig):
+        found = {f.name: f for f in dataclasses.fields(klass)}.get(name)
+        if found is not None and "role" in found.metadata:
+            return found.metadata["role"]
+    return Role.IDENTITY
+
+
+def fields_in(cls: type, *roles: str) -> frozenset[str]:
+    """``cls``'s fields whose role is among ``roles``."""
+    return frozenset(f.name for f in dataclasses.fields(cls) if role_of(cls, f.name) in roles)
+
+
 MAX_UPDATES = 10**9
 """The most optimizer updates a run may ask for: a thousand times RoBERTa's 500,000. More is a typo, and a count past
 what a 64-bit step counter holds would fail mid-run instead of now."""
@@ -146,7 +183,7 @@ what a 64-bit step counter holds would fail mid-run instead of now."""
 class TrainConfig:
     """Settings of one training stage that the DeepSpeed JSON does not own."""
 
-    steps: int
+    steps: int = field(metadata=role(Role.LENGTH))
     """Optimizer updates to run in total (a resumed run counts the updates already done)."""
     seq_len: int = 512
     """Tokens per packed block, <s> and padding included (paper: 512)."""
@@ -154,21 +191,21 @@ class TrainConfig:
     """Fraction of non-special tokens chosen for prediction (RoBERTa: 15%)."""
     seed: int = 1
     """Seeds initialisation, data order, masking and dropout."""
-    save_every: int = 1000
+    save_every: int = field(default=1000, metadata=role(Role.HARMLESS))
     """Save a checkpoint every this many updates (and always at the end)."""
-    log_every: int = 10
+    log_every: int = field(default=10, metadata=role(Role.HARMLESS))
     """Write metrics every this many updates."""
-    keep_checkpoints: int | None = None
+    keep_checkpoints: int | None = field(default=None, metadata=role(Role.HARMLESS))
     """Keep only the newest this many checkpoints; None keeps all (Step 2's curves need them all)."""
-    warmup_ratio: float = 0.08
+    warmup_ratio: float = field(default=0.08, metadata=role(Role.SETUP))
     """Warm-up share of the updates where the DeepSpeed scheduler says ``"auto"`` (paper: 10,000 of 125,000)."""
-    activation_checkpointing: bool = False
+    activation_checkpointing: bool = field(default=False, metadata=role(Role.HARMLESS))
     """Keep only each layer's input during the forward pass and recompute the layer in the backward pass: less
     activation memory for about one more forward pass of compute. The results are the same."""
-    compile: bool = False
+    compile: bool = field(default=False, metadata=role(Role.HARMLESS))
     """``torch.compile`` the model (DeepSpeed's ``engine.compile()``, in place: checkpoints are unchanged). The
     first updates pay for compilation."""
-    prefetch: int | None = None
+    prefetch: int | None = field(default=None, metadata=role(Role.HARMLESS))
     """Micro-batches built ahead on a background thread, in pinned memory; 0 builds each when needed. None: 2 on a
     GPU, 0 on a CPU, where the thread would only compete with the model for the same cores."""
 

@@ -108,11 +108,6 @@ def finished(run_dir: Path) -> bool:
     return checkpoint.load_meta(latest).step == read_json(run_file)["train"]["steps"]
 
 
-NOT_RESULTS = frozenset({"out", "resume", "log_root", "run_name", "save_every", "log_every", "keep_checkpoints",
-                         "prefetch", "compile", "activation_checkpointing", "dist_timeout", "allow_config_change"})
-"""Spec fields that say where a run is written, how it is saved, logged or computed, not what it learns."""
-
-
 def changed_settings(spec: type[RunSpec], run_dir: Path, values: dict[str, Any]) -> dict[str, tuple[Any, Any]]:
     """{field: (the finished run's value, ``values``'s)} for every setting of the run in ``run_dir`` that the
     pipeline now asks differently. Paths are left out: the pipeline derives most of them from its out folder (a
@@ -122,7 +117,8 @@ def changed_settings(spec: type[RunSpec], run_dir: Path, values: dict[str, Any])
     if recorded is None:
         return {}
     now = spec.from_dict({**values, "out": str(run_dir)}, "the pipeline's settings").to_dict()
-    ignored = NOT_RESULTS | spec.path_fields() | {"stage"}  # the job's kind is its folder's (Step 1b was "pretrain")
+    # the job's kind is its folder's (a Step-1b run recorded before it had its own spec says "pretrain")
+    ignored = spec.not_results() | spec.path_fields() | {"stage"}
     return {key: (recorded[key], value) for key, value in now.items()
             if key in recorded and key not in ignored and recorded[key] != value}
 

@@ -16,14 +16,23 @@ import inspect
 import json
 import typing
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Annotated, Any, ClassVar
 
 import pydantic
 import tyro
 
-from ds_minimodel.config import MAX_UPDATES, FinetuneConfig, TrainConfig, read_json, type_adapter
+from ds_minimodel.config import (
+    MAX_UPDATES,
+    FinetuneConfig,
+    Role,
+    TrainConfig,
+    fields_in,
+    read_json,
+    role,
+    type_adapter,
+)
 from ds_minimodel.errors import InputError
 from ds_minimodel.systems import Depths
 
@@ -52,7 +61,7 @@ class RunSpec:
 
     ds_config: Path
     """DeepSpeed JSON (see ds_configs/)"""
-    out: Path
+    out: Path = field(metadata=role(Role.PLACE))
     """run folder: checkpoints, metrics, TensorBoard logs"""
     seed: Count = TrainConfig.seed
     """seed of the weights, data order, masks and dropout"""
@@ -62,15 +71,15 @@ class RunSpec:
     """updates between log lines"""
     warmup_ratio: Fraction = TrainConfig.warmup_ratio
     """warm-up share where the scheduler says "auto" (the paper warms up for 8% of its updates)"""
-    resume: bool = False
+    resume: bool = field(default=False, metadata=role(Role.PLACE))
     """continue from the newest complete checkpoint in --out"""
-    allow_config_change: bool = False
+    allow_config_change: bool = field(default=False, metadata=role(Role.PLACE))
     """with --resume: continue although the DeepSpeed JSON or the warm-up share differs from the one run.json
     records (the change is recorded there); the model's settings never may"""
-    log_root: Annotated[Path | None, OWN_DEFAULT] = None
+    log_root: Annotated[Path | None, OWN_DEFAULT] = field(default=None, metadata=role(Role.PLACE))
     """TensorBoard log root shared by several runs (default: <out>/tensorboard); this run logs to
     <log-root>/<run-name>"""
-    run_name: Annotated[str | None, OWN_DEFAULT] = None
+    run_name: Annotated[str | None, OWN_DEFAULT] = field(default=None, metadata=role(Role.PLACE))
     """this run's name under --log-root (default: stage, language and system)"""
     activation_checkpointing: bool = False
     """recompute each layer in the backward pass: less activation memory, ~1 more forward pass"""
@@ -78,7 +87,7 @@ class RunSpec:
     """torch.compile the model: faster updates after a compilation of about a minute"""
     prefetch: Annotated[Count | None, OWN_DEFAULT] = None
     """micro-batches built ahead on a background thread, pinned on a GPU (default: 2 on a GPU, 0 on a CPU)"""
-    dist_timeout: Positive = DEFAULT_DIST_TIMEOUT_S
+    dist_timeout: Positive = field(default=DEFAULT_DIST_TIMEOUT_S, metadata=role(Role.HARMLESS))
     """a collective that waits longer than this many seconds on a dead or hung peer ends the run with an error
     (every process group)"""
 
@@ -115,6 +124,12 @@ class RunSpec:
                 problem = err.errors()[0]["msg"][0].lower() + err.errors()[0]["msg"][1:]
                 raise InputError(f"{where}{name(key)}: {problem} (got {value!r})") from None
         return cls(**values)
+
+    @classmethod
+    def not_results(cls) -> frozenset[str]:
+        """The fields that say where a run is written, how it is saved, logged or computed, not what it learns
+        (their role, ``config.Role``: place or harmless)."""
+        return fields_in(cls, Role.PLACE, Role.HARMLESS)
 
     @classmethod
     def path_fields(cls) -> frozenset[str]:
@@ -261,7 +276,7 @@ class FinetuneSpec(RunSpec):
     STAGE: ClassVar[str] = "finetune"
     ENTRY: ClassVar[str] = "run_finetune.py"
 
-    out: Path
+    out: Path = field(metadata=role(Role.PLACE))
     """run folder: checkpoints, metrics, dev scores"""
     save_every: Annotated[PositiveInt, OWN_DEFAULT] = FinetuneConfig.save_every
     """updates between checkpoints (default: the end)"""
@@ -323,13 +338,13 @@ def check_fields(spec: RunSpec, checks: dict[str, Callable[[Any], Any]], *, name
     """Each set field's value through its check (a function that raises InputError: the names a registry holds,
     which an annotation cannot list); the error names the field as ``name`` spells it (the command line: its
     option)."""
-    for field, check in checks.items():
-        value = getattr(spec, field)
+    for key, check in checks.items():
+        value = getattr(spec, key)
         if value is not None:
             try:
                 check(value)
             except InputError as err:
-                raise InputError(f"{name(field)}: {err}") from None
+                raise InputError(f"{name(key)}: {err}") from None
 
 
 def help_of(cls: type, name: str) -> str:

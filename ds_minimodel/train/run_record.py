@@ -8,7 +8,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from ds_minimodel.config import ModelConfig, read_json, write_json
+from ds_minimodel.config import ModelConfig, Role, TrainConfig, fields_in, read_json, write_json
 from ds_minimodel.errors import InputError
 from ds_minimodel.folders import claim, require_output
 from ds_minimodel.train import checkpoint
@@ -21,10 +21,9 @@ IDENTITY_DEFAULTS = {"init": "overlap", "init_options": {"new_rows": "normal", "
 """What a run written before a setting existed had, in effect."""
 SETUP_KEYS = ("ds_config", "train")
 """The training setup: changed on resume only with --allow-config-change."""
-HARMLESS = frozenset({"train.steps", "train.save_every", "train.log_every", "train.keep_checkpoints",
-                      "train.prefetch", "train.compile", "train.activation_checkpointing"})
+HARMLESS = frozenset(f"train.{name}" for name in fields_in(TrainConfig, Role.LENGTH, Role.HARMLESS))
 """Setup entries that change how long a run goes on (a resumed run is extended so), how it is saved, logged or
-computed, not what it learns."""
+computed, not what it learns: the roles declared on ``TrainConfig``'s fields."""
 
 
 def _as_now(key: str, value: Any) -> Any:
