@@ -232,25 +232,6 @@ class TrainConfig:
         return dataclass_from_dict(cls, data, source)
 
 
-@dataclass(frozen=True, kw_only=True)
-class FinetuneConfig:
-    """Step 3's own settings and their defaults (the paper's, Sec. 4 and appendix: RoBERTa's finetuning recipe).
-    ``run_finetune.py``'s options and the pipeline's ``step3`` section take their defaults from here."""
-
-    epochs: float = 3.0
-    """Passes over the training set; the update count follows from it and the global batch."""
-    warmup_ratio: float = 0.06
-    """Warm-up share of the updates where the scheduler says ``"auto"`` (RoBERTa's finetuning: 6%)."""
-    max_len: int = 128
-    """Tokens per model input (paper, QA: 384)."""
-    doc_stride: int = 128
-    """QA: overlap between consecutive context windows."""
-    pooling: str = "cls"
-    """Sequence tasks: classify from the <s> position (RoBERTa) or from the mean over real tokens."""
-    save_every: int = 1_000_000
-    """Updates between checkpoints (the default saves only at the end)."""
-
-
 def dataclass_from_dict(cls: type, data: Any, source: str) -> Any:
     """Build a dataclass, nested dataclasses included, from JSON data, validated by its annotations (pydantic, JSON's
     own rules strictly: no "3" for 3, no true for 1, a whole number is a float too). Unknown keys, missing ones,

@@ -8,11 +8,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ds_minimodel.config import MAX_UPDATES, FinetuneConfig, TrainConfig, dataclass_from_dict, get_preset, read_json
+from ds_minimodel.config import MAX_UPDATES, TrainConfig, dataclass_from_dict, get_preset, read_json
 from ds_minimodel.data.bilingual import WordList, check_covered
 from ds_minimodel.data.static_vectors import StaticSettings
 from ds_minimodel.errors import InputError, require_file
 from ds_minimodel.pipeline.source_model import GivenModel, given_model, given_primary
+from ds_minimodel.stages.specs import AdaptSpec, FinetuneSpec, PretrainSpec
 from ds_minimodel.systems import AT, BASELINE, DEPTH_FAMILY, Depths, depth_of, get_system, is_system, system_names
 
 RELEARN_SUFFIX = "-relearn"
@@ -32,27 +33,27 @@ class StageSettings:
 
 @dataclass(frozen=True, kw_only=True)
 class Step1Settings(StageSettings):
-    forget_every: int = 0
+    forget_every: int = PretrainSpec.forget_every
     """Active forgetting (``run_pretrain.py --forget-every``): the primaries' token embeddings drawn afresh, with
     their optimizer state cleared, every this many updates; 0: never (the paper)."""
 
 
 @dataclass(frozen=True, kw_only=True)
 class Step2Settings(StageSettings):
-    init: str = "overlap"
+    init: str = AdaptSpec.init
     """How the new embeddings start (``run_adapt.py --init``; ``model.embedding_init``): overlap (the paper),
     focus, wechsel (needs each target's ``word_list``), or auto: per target, wechsel where it has a ``word_list``,
     else focus (``target_init``; chosen on dev, RESULTS.md), said before its Step 2 starts. The source-relearn
     control uses specials, or this with ``relearn_anchor`` (focus under auto)."""
-    new_rows: str = "normal"
+    new_rows: str = AdaptSpec.new_rows
     """Rows that get no source row or mixture: normal (N(0, init_std), the paper) or source (the source rows' N(mean,
     std))."""
-    freeze_copied: bool = False
+    freeze_copied: bool = AdaptSpec.freeze_copied
     """Keep the rows copied from source rows, and their output biases, unchanged (fixed anchors)."""
-    rare_vectors: str = "drawn"
+    rare_vectors: str = AdaptSpec.rare_vectors
     """focus and wechsel: pieces too rare for a static vector of their own are drawn, or (ngrams) take FastText's
     vector from their character n-grams (``run_adapt.py --rare-vectors``; a low-resource corpus)."""
-    transliterate: bool = False
+    transliterate: bool = AdaptSpec.transliterate
     """overlap and focus: also copy the source row a target piece spells in Latin letters (``run_adapt.py
     --transliterate``; names, loanwords, product terms in a script the source does not share)."""
 
@@ -60,13 +61,13 @@ class Step2Settings(StageSettings):
 @dataclass(frozen=True, kw_only=True)
 class FinetuneSettings:
     ds_config: str
-    epochs: float = FinetuneConfig.epochs
+    epochs: float = FinetuneSpec.epochs
     seeds: list[int] = field(default_factory=lambda: [1, 2, 3, 4, 5])
-    max_len: int = FinetuneConfig.max_len
-    warmup_ratio: float = FinetuneConfig.warmup_ratio
-    pooling: str = FinetuneConfig.pooling
+    max_len: int = FinetuneSpec.max_len
+    warmup_ratio: float = FinetuneSpec.warmup_ratio
+    pooling: str = FinetuneSpec.pooling
     """Sequence tasks: classify from the <s> position (RoBERTa) or from the mean over real tokens."""
-    doc_stride: int = FinetuneConfig.doc_stride
+    doc_stride: int = FinetuneSpec.doc_stride
     """QA: overlap between consecutive context windows."""
     log_every: int = 50
     """Updates between a run's progress lines and metrics records (a finetuning run is a few hundred updates)."""

@@ -25,7 +25,6 @@ import tyro
 
 from ds_minimodel.config import (
     MAX_UPDATES,
-    FinetuneConfig,
     Role,
     TrainConfig,
     fields_in,
@@ -278,10 +277,10 @@ class FinetuneSpec(RunSpec):
 
     out: Path = field(metadata=role(Role.PLACE))
     """run folder: checkpoints, metrics, dev scores"""
-    save_every: Annotated[PositiveInt, OWN_DEFAULT] = FinetuneConfig.save_every
+    save_every: Annotated[PositiveInt, OWN_DEFAULT] = 1_000_000
     """updates between checkpoints (default: the end)"""
-    warmup_ratio: Fraction = FinetuneConfig.warmup_ratio
-    """warm-up share of the updates where the scheduler says "auto\""""
+    warmup_ratio: Fraction = 0.06
+    """warm-up share of the updates where the scheduler says "auto" (RoBERTa's finetuning recipe: 6%)"""
     seed: Count = TrainConfig.seed
     """seed of the head, data order and dropout"""
     model: Path
@@ -298,13 +297,13 @@ class FinetuneSpec(RunSpec):
     """format of --dev when it differs from --format (XNLI: train on multinli, dev in xnli)"""
     language: str = "en"
     """language of --train/--dev (XNLI files hold several)"""
-    epochs: Positive = FinetuneConfig.epochs
-    """passes over --train (may be a fraction)"""
-    max_len: PositiveInt = FinetuneConfig.max_len
+    epochs: Positive = 3.0
+    """passes over --train (may be a fraction; the update count follows from it and the global batch)"""
+    max_len: PositiveInt = 128
     """tokens per input (paper QA: 384)"""
-    doc_stride: PositiveInt = FinetuneConfig.doc_stride
+    doc_stride: PositiveInt = 128
     """QA: overlap of context windows"""
-    pooling: str = FinetuneConfig.pooling
+    pooling: str = "cls"
     """sequence tasks: classify from the <s> position (RoBERTa) or the mean over real tokens"""
 
 
