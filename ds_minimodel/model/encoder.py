@@ -7,6 +7,7 @@ table has two extra leading rows (its position ids start at padding_idx + 1 = 2)
 """
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Iterator
 
 import torch
@@ -228,7 +229,23 @@ class MaskedLM(Body):
         return logits
 
 
-TASK_KINDS = ("sequence", "token", "span")
+@dataclass(frozen=True)
+class HeadShape:
+    """A task head's shape: what ``TaskModel`` builds for a kind of task (``tasks.formats.KINDS`` holds a kind under
+    each name: its labels, features and scores; the model layer does not import the tasks layer)."""
+
+    pooled: bool
+    """One vector per input through RoBERTa's classification head (dense, tanh); else every position."""
+    labelled: bool
+    """One output per label; else start and end logits (extractive QA)."""
+
+    def outputs(self, num_labels: int) -> int:
+        return num_labels if self.labelled else 2
+
+
+HEADS = {"sequence": HeadShape(pooled=True, labelled=True), "token": HeadShape(pooled=False, labelled=True),
+         "span": HeadShape(pooled=False, labelled=False)}
+TASK_KINDS = tuple(HEADS)
 POOLINGS = ("cls", "mean")
 
 
@@ -250,20 +267,20 @@ class TaskModel(Body):
             raise ValueError(f"unknown task kind {kind!r}; known: {', '.join(TASK_KINDS)}")
         if pooling not in POOLINGS:
             raise ValueError(f"unknown pooling {pooling!r}; known: {', '.join(POOLINGS)}")
-        self.kind, self.num_labels, self.pooling = kind, num_labels, pooling
+        self.kind, self.num_labels, self.pooling, self.head = kind, num_labels, pooling, HEADS[kind]
         if cfg.pre_norm:
             self.final_norm = nn.LayerNorm(cfg.hidden_size, eps=cfg.layer_norm_eps)
         self.dropout = nn.Dropout(cfg.dropout)
-        if kind == "sequence":
+        if self.head.pooled:
             self.dense = nn.Linear(cfg.hidden_size, cfg.hidden_size)
-        self.out = nn.Linear(cfg.hidden_size, 2 if kind == "span" else num_labels)
+        self.out = nn.Linear(cfg.hidden_size, self.head.outputs(num_labels))
         self._init_all()
 
     def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor | None = None) -> torch.Tensor:
         *_, x = self.hidden_states(input_ids, attention_mask)  # last layer's output (B, S, h)
         if self.cfg.pre_norm:
             x = self.final_norm(x)
-        if self.kind == "sequence":
+        if self.head.pooled:
             if self.pooling == "mean" and attention_mask is not None:
                 weights = attention_mask.to(x.dtype)[..., None]  # (B, S, 1): 1 at real tokens
                 pooled = (x * weights).sum(1) / weights.sum(1).clamp(min=1.0)

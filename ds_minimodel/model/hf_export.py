@@ -26,7 +26,7 @@ from ds_minimodel.data.tokenizer import (
 )
 from ds_minimodel.errors import InputError
 from ds_minimodel.folders import require_output
-from ds_minimodel.model.encoder import MAIN_HEAD, MaskedLM, TaskModel
+from ds_minimodel.model.encoder import HEADS, MAIN_HEAD, MaskedLM, TaskModel
 from ds_minimodel.model.hf import (
     ARCHITECTURE,
     CONFIG,
@@ -137,10 +137,10 @@ def _hf_config(cfg: ModelConfig, *, head: str, special: dict[str, int], type_voc
         "pad_token_id": special["pad"], "bos_token_id": special["bos"], "eos_token_id": special["eos"],
         "tie_word_embeddings": True, "torch_dtype": "float32",
     }
-    if head in ("sequence", "token"):
+    if head in HEADS and HEADS[head].labelled:
         config["id2label"] = {str(i): label for i, label in enumerate(labels)}
         config["label2id"] = {label: i for i, label in enumerate(labels)}
-    if head == "sequence":
+    if head in HEADS and HEADS[head].pooled:
         config["problem_type"] = "single_label_classification"
     return config
 

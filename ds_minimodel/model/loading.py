@@ -11,7 +11,7 @@ from pathlib import Path
 
 from ds_minimodel.config import ModelConfig
 from ds_minimodel.errors import InputError
-from ds_minimodel.model.encoder import POOLINGS, TASK_KINDS, MaskedLM, TaskModel
+from ds_minimodel.model.encoder import HEADS, POOLINGS, TASK_KINDS, MaskedLM, TaskModel
 from ds_minimodel.model.hf import import_folder, is_hf_folder
 from ds_minimodel.train import checkpoint
 from ds_minimodel.train.checkpoint import Kind, Record
@@ -64,7 +64,7 @@ class TaskHead:
 
     @property
     def num_labels(self) -> int:
-        return 2 if self.kind == "span" else len(self.labels)
+        return HEADS[self.kind].outputs(len(self.labels))
 
 
 def task_head(meta: Record, folder: Path) -> TaskHead:

@@ -29,7 +29,7 @@ from ds_minimodel.pipeline.analysis import (
 )
 from ds_minimodel.pipeline.figures import plot_curves, plot_speedups
 from ds_minimodel.pipeline.records import Results
-from ds_minimodel.systems import BASELINE
+from ds_minimodel.systems import BASELINE, get_system
 
 
 def run(results_path: Path, out: Path, *, plots: bool = True) -> dict[str, Any]:
@@ -41,7 +41,8 @@ def run(results_path: Path, out: Path, *, plots: bool = True) -> dict[str, Any]:
     trivial = trivial_scores(results)
     majority, bag_of_words = ({(task, lang): v[kind] for (task, lang, split), v in trivial.items()
                                if split == "test" and kind in v} for kind in ("majority", "bag_of_words"))
-    source_score = {task: p.score for (task, _, primary), p in own_scores(results).items() if primary == "base"}
+    baseline = get_system(BASELINE).primary  # the source line: BL_BASE's primary with its own embeddings
+    source_score = {task: p.score for (task, _, primary), p in own_scores(results).items() if primary == baseline}
     out.mkdir(parents=True, exist_ok=True)
     rows = analyse(all_curves, majority)
     averaged = average_over_languages(all_curves)

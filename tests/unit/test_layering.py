@@ -83,3 +83,34 @@ def test_cluster_modules_and_the_command_list_import_without_torch():
 def test_no_source_module_is_over_500_lines():
     sizes = {str(p.relative_to(PACKAGE)): len(p.read_text().splitlines()) for p in PACKAGE.rglob("*.py")}
     assert {name: n for name, n in sizes.items() if n > 500} == {}
+
+
+REGISTRIES = {"systems.py", "model/embedding_init.py", "tasks/formats.py", "model/encoder.py"}
+"""The modules that hold the registries (systems and primaries, initialisers, kinds of task, heads): the only places
+that may compare a name with its own entries."""
+NOT_A_NAME = {("data/help_pages.py", 'tag == "span"')}
+"""Literals that spell a registered name and mean something else (here an HTML tag)."""
+
+
+def test_no_module_chooses_behaviour_by_comparing_a_registered_name():
+    """Issue 50: a system, primary, initialiser, kind of task or head is asked (its entry's fields), never compared by
+    name outside its registry; adding one then touches its entry alone."""
+    from ds_minimodel import systems
+    from ds_minimodel.model.embedding_init import INITIALISERS
+    from ds_minimodel.model.encoder import HEADS
+    from ds_minimodel.tasks.formats import KINDS
+
+    systems.load_plugins()
+    names = sorted({*systems.SYSTEMS, *systems.PRIMARIES, *INITIALISERS, *KINDS, *HEADS, "minipost", "head"})
+    alt = "|".join(map(re.escape, names))
+    compared = re.compile(rf'''(==|!=)\s*["']({alt})["']|["']({alt})["']\s*(==|!=)|\bin\s*[(\[{{]\s*["']({alt})["']''')
+    found = []
+    for path in sorted(PACKAGE.rglob("*.py")):
+        module = path.relative_to(PACKAGE).as_posix()
+        if module in REGISTRIES:
+            continue
+        for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
+            if compared.search(line) and not any(module == m and text in line for m, text in NOT_A_NAME):
+                found.append(f"{module}:{number}: {line.strip()}")
+    assert found == []
+    assert compared.search('if spec.init == "wechsel":') and compared.search('kind in ("sequence", "token")')
