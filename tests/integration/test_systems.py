@@ -3,6 +3,9 @@ preset (12 layers, as the paper's depth study needs):
 
 - a fifth system added in one place, a plugin module: MiniJoint with its second head after layer 3, registered by a
   module named in DS_MINIMODEL_PLUGINS, so every launched stage sees it too; nothing in the package names it;
+- in the same module, a MiniPost of another depth than the config's (its own Step-1b shape: 3 layers kept, 1 new)
+  and a Step-2 initialiser of its own (every new row the mean of the source rows), which the pipeline's
+  ``step2.init`` then names;
 - the depth study's ``minijoint@12`` (both heads on the top layer, section 5.2), which needs no registration;
 - the plugin system's mini-model finetuned and scored on English beside the primaries (``source_minis``, Table 5);
 - extractive QA end to end (a SQuAD-format task: F1 and exact match through Step 4 and the tables).
@@ -20,13 +23,28 @@ from ds_minimodel.pipeline.settings import PipelineConfig
 from tests.integration.conftest import REPO, run_cmd
 
 PLUGIN = '''
+import dataclasses
+
+from ds_minimodel.model.embedding_init import NUM_SPECIAL, Initialiser
+from ds_minimodel.model.embedding_init import register as register_initialiser
 from ds_minimodel.systems import Primary, System, register
 
 register(Primary("dual3", num_layers=lambda d: d.layers, aux_head_layer=lambda d: 3))
 register(System("minijoint3", "MiniJoint-3", "dual3", "mini", step2_layers=lambda d: 3,
                 description="MiniJoint with its second head after layer 3"))
+register(System("minipost31", "MiniPost (3 + 1)", "base", "step1b", step2_layers=lambda d: d.keep + d.new,
+                depths_of=lambda d: dataclasses.replace(d, keep=3, new=1)))
+
+
+def mean_rows(inp):
+    new = inp.src_ids < 0
+    inp.embeddings[new] = inp.source_embeddings[NUM_SPECIAL:].mean(0).to(inp.embeddings.dtype)
+    return {"mixed": int(new.sum())}
+
+
+register_initialiser(Initialiser("mean", copies="shared", mix=mean_rows))
 '''
-SYSTEMS = ["bl_base", "minijoint3", "minijoint@12"]
+SYSTEMS = ["bl_base", "minijoint3", "minijoint@12", "minipost31"]
 # The module's pipeline run (a module fixture) is made once, in one xdist worker.
 pytestmark = pytest.mark.xdist_group("systems")
 
@@ -69,8 +87,8 @@ def run(tmp_path_factory) -> dict:
     for corpus in [config["source"], *config["targets"]]:
         corpus["corpus"] = head(REPO / corpus["corpus"], tmp_path / f"{corpus['lang']}.txt", 3000)
     config["step1"].update(steps=4, save_every=2, log_every=2)
-    config["step2"].update(steps=4, save_every=4, log_every=2)  # checkpoints at updates 0 and 4
-    del config["step1b"]
+    config["step2"].update(steps=4, save_every=4, log_every=2, init="mean")  # checkpoints at updates 0 and 4
+    config["step1b"].update(steps=4, save_every=4, log_every=2)
     config["step3"].update(seeds=[1])
     # One task, in the QA format: the other parts of this run (systems, studies) are the same for every format.
     squad_en = squad_file(REPO / "demo_data/corpus/en.txt", tmp_path / "qa.en.json", 64)
@@ -100,6 +118,15 @@ def test_a_registered_fifth_system_runs_through_step2_flops_and_analysis(run, mo
     base = next(r for r in results["zero_shot"] if r["system"] == "bl_base" and r["step2_update"] == 4)
     assert 0 < record["step2_flops"] < base["step2_flops"]
     assert "minijoint3" in (out / "analysis/table3.txt").read_text()  # the analysis's tables list it
+    # The MiniPost of its own depth: Step 1b kept 3 of the 12 layers and trained 1; Step 2 ran over those 4. The
+    # plugin's initialiser started every system's rows (no other initialiser's record).
+    mini = json.loads(next((out / "step1b/minipost31/checkpoints").glob("step_*/meta.json")).read_text())
+    assert (mini["keep_layers"], mini["new_layers"], mini["model_config"]["num_layers"]) == (3, 1, 4)
+    meta = json.loads(next((out / "step2/de/minipost31/checkpoints").glob("step_*/meta.json")).read_text())
+    assert meta["system"] == "minipost31" and meta["body_layers"] == 4
+    for system in SYSTEMS:
+        ran = json.loads((out / f"step2/de/{system}/run.json").read_text())
+        assert ran["init"] == "mean" and ran["spec"]["init"] == "mean", system
 
     # The same entry in this process: the FLOP table and the pipeline config know it.
     monkeypatch.syspath_prepend(run["env_path"])
@@ -112,8 +139,12 @@ def test_a_registered_fifth_system_runs_through_step2_flops_and_analysis(run, mo
         assert costs["minijoint3"]["step1"] == flops.dual_head_pretrain_flops(l=12, aux_layer=3, **flops.PAPER)
         assert PipelineConfig.load(run["config"]).primaries() == ["base", "dual3", "minijoint@12"]
     finally:
+        from ds_minimodel.model.embedding_init import INITIALISERS
+
         systems.SYSTEMS.pop("minijoint3", None)
+        systems.SYSTEMS.pop("minipost31", None)
         systems.PRIMARIES.pop("dual3", None)
+        INITIALISERS.pop("mean", None)
         sys.modules.pop("my_systems", None)
 
 
