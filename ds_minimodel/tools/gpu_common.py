@@ -68,21 +68,52 @@ TINY = Sizes(minutes=30, budgets=(("env", 120), ("tests", 300), ("bench", 600), 
 
 
 
+@dataclass(frozen=True, kw_only=True)
+class GpuRunSpec:
+    """What one gpu-run is asked: its command line (``gpu_run.main``), each value checked once there."""
+
+    out: Path
+    """where the JSON, the summary, the log and the archives go"""
+    work: Path
+    """scratch folder: data, runs"""
+    parts: tuple[str, ...]
+    """the parts to run, in this order"""
+    tiny: bool = False
+    """every part at a size of seconds (CPU, CI)"""
+    config: Path = Path("configs/reference_gpu.json")
+    """the reference run's pipeline config (relative to the repository)"""
+    english: str | None = None
+    """the reference run's English corpus (.txt or .txt.xz); None: the config's"""
+    languages: tuple[str, ...] = ("de",)
+    """the reference run's target languages"""
+    seeds: tuple[int, ...] = (1,)
+    """the reference run's finetuning seeds"""
+    systems: tuple[str, ...] | None = None
+    """the reference run's systems, a subset of the config's; None: all"""
+    body: bool = False
+    """also train a body of the CPU reference's shape beside the reference run"""
+    relearn: bool = False
+    """keep the config's source-relearn control"""
+    argv: tuple[str, ...] = ()
+    """the command line as given, for the record"""
+
+
 class Run:
     """One gpu-run: where it writes, its deadline, its figures, its log, and the jobs started in the background."""
 
-    def __init__(self, out: Path, work: Path, sizes: Sizes, args: Any) -> None:
+    def __init__(self, spec: GpuRunSpec, sizes: Sizes) -> None:
         import torch
 
-        self.out, self.work, self.sizes, self.args = out, work, sizes, args
+        self.spec, self.sizes = spec, sizes
+        self.out, self.work = spec.out.resolve(), spec.work.resolve()
         self.start = time.monotonic()
         self.deadline = self.start + sizes.minutes * 60
         self.cuda = torch.cuda.is_available()
-        self.figures: dict[str, Any] = {"command": " ".join(["ds-minimodel gpu-run", *args.argv]),
-                                        "tiny": args.tiny, "cuda": self.cuda, "minutes": sizes.minutes, "parts": {}}
-        self.log_path = out / "gpu_run.log"
+        self.figures: dict[str, Any] = {"command": " ".join(["ds-minimodel gpu-run", *spec.argv]),
+                                        "tiny": spec.tiny, "cuda": self.cuda, "minutes": sizes.minutes, "parts": {}}
+        self.log_path = self.out / "gpu_run.log"
         self.background: dict[str, subprocess.Popen] = {}
-        self.config_path: Path = work / "reference_gpu.json"
+        self.config_path: Path = self.work / "reference_gpu.json"
 
     def left(self) -> float:
         return self.deadline - time.monotonic()

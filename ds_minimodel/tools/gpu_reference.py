@@ -9,13 +9,19 @@ import shutil
 import sys
 import tarfile
 import time
+from dataclasses import asdict, replace
 from pathlib import Path
 from typing import Any
 
 from ds_minimodel import flops
 from ds_minimodel.config import get_preset, read_json, write_json
+from ds_minimodel.errors import InputError
+from ds_minimodel.pipeline.settings import PipelineConfig
 from ds_minimodel.systems import Step, get_system
-from ds_minimodel.tools.gpu_common import REPO, Run, bench_cmd, ds_config, skipped
+from ds_minimodel.tools.gpu_common import REPO, GpuRunSpec, Run, bench_cmd, ds_config, skipped
+
+CPU_REFERENCE = REPO / "configs/reference.json"
+"""The CPU reference run's config: the body trained beside the GPU run has its shape and tokenizer."""
 
 PART_PIECE = 15 * 2**20
 """Largest file brought back (the device tool returns files of at most 16 MiB)."""
@@ -52,14 +58,14 @@ def time_reference_shapes(run: Run, end: float) -> dict[str, Any]:
 
 def reference_shape(run: Run) -> dict[str, Any]:
     """The reference run's settings that its sizing needs: preset, depths, batch, DeepSpeed files."""
-    config = read_json(REPO / run.args.config)
-    step1_ds = read_json(REPO / config["step1"]["ds_config"])
-    cpu_ds = read_json(REPO / "configs/reference.json")["step1"]["ds_config"]
-    return {"preset": run.sizes.reference_preset or config["preset"], "seq_len": config["seq_len"],
-            "vocab": run.sizes.reference_vocab or config["vocab_size"], "aux": config["aux_layer"],
-            "new": config["new_layers"], "micro": step1_ds["train_micro_batch_size_per_gpu"],
-            "ds": ds_config(run, "reference", base=config["step1"]["ds_config"]),
-            "ds3": ds_config(run, "reference_step3", base=config["step3"]["ds_config"]),
+    config = PipelineConfig.load(REPO / run.spec.config)
+    step1_ds = read_json(REPO / config.step1.ds_config)
+    cpu_ds = PipelineConfig.load(CPU_REFERENCE).step1.ds_config
+    return {"preset": run.sizes.reference_preset or config.preset, "seq_len": config.seq_len,
+            "vocab": run.sizes.reference_vocab or config.vocab_size, "aux": config.aux_layer,
+            "new": config.new_layers, "micro": step1_ds["train_micro_batch_size_per_gpu"],
+            "ds": ds_config(run, "reference", base=config.step1.ds_config),
+            "ds3": ds_config(run, "reference_step3", base=config.step3["ds_config"]),
             "body_preset": run.sizes.reference_preset or "reference",
             "body_micro": read_json(REPO / cpu_ds)["train_batch_size"],
             "body_ds": ds_config(run, "body", base=cpu_ds)}
@@ -90,79 +96,84 @@ def materialise(run: Run, path: str | Path, *, max_bytes: int | None = None, lin
     return str(target)
 
 
-def argument_problem(args: Any) -> str | None:
+def argument_problem(spec: GpuRunSpec) -> str | None:
     """What is wrong with the reference part's options against ``--config``, before any work starts; or None."""
-    path = REPO / args.config
+    path = REPO / spec.config
     if not path.is_file():
-        return f"--config {args.config}: not found"
-    config = read_json(path)
-    chosen = {"--systems": (args.systems, config["systems"]),
-              "--languages": (args.languages, [t["lang"] for t in config["targets"]])}
+        return f"--config {spec.config}: not found"
+    try:
+        config = PipelineConfig.load(path)
+    except InputError as err:
+        return f"--config: {err}"
+    chosen = {"--systems": (spec.systems, config.systems),
+              "--languages": (spec.languages, [t.lang for t in config.targets])}
     for option, (value, known) in chosen.items():
-        unknown = [name for name in (value or "").split(",") if value and name not in known]
+        unknown = [name for name in value or () if name not in known]
         if unknown:
-            return f"{option}: {', '.join(unknown)} not among {args.config}'s ({', '.join(known)})"
-    if not all(k.strip().isdigit() for k in args.seeds.split(",")):
-        return f"--seeds: comma-separated integers, got {args.seeds!r}"
-    if args.english and not Path(args.english).is_file():
-        return f"--english {args.english}: not a file"
+            return f"{option}: {', '.join(unknown)} not among {spec.config}'s ({', '.join(known)})"
+    if spec.english and not Path(spec.english).is_file():
+        return f"--english {spec.english}: not a file"
     return None
 
 
-def reference_config(run: Run) -> dict[str, Any]:
+def reference_config(run: Run) -> PipelineConfig:
     """``--config`` as this run uses it: its output in the work folder, the larger English corpus (``--english``),
     the target languages and finetuning seeds of ``--languages`` and ``--seeds``, every data file unpacked."""
-    args, s = run.args, run.sizes
-    config = read_json(REPO / args.config)
-    languages = args.languages.split(",")
-    config.update(out=str(run.work / "reference_gpu"), preset=s.reference_preset or config["preset"],
-                  vocab_size=s.reference_vocab or config["vocab_size"])
-    cut = s.corpus_bytes
-    if args.systems:
-        config["systems"] = [name for name in config["systems"] if name in args.systems.split(",")]
-    config["source"]["corpus"] = materialise(run, args.english or config["source"]["corpus"], max_bytes=cut)
-    config["targets"] = [{**t, "corpus": materialise(run, t["corpus"], max_bytes=cut)} for t in config["targets"]
-                         if t["lang"] in languages]
-    # The source-relearn control is one more Step-2 launch: only with --relearn (the minutes are few).
-    config["source_relearn"] = [name for name in config.get("source_relearn", [])
-                                if name in config["systems"] and args.relearn]
-    config["step3"]["seeds"] = [int(k) for k in args.seeds.split(",")]
-    for section in ("step1", "step1b", "step2", "step3"):  # DeepSpeed's fused Adam on a GPU, torch's on a CPU
-        if config.get(section):
-            config[section]["ds_config"] = str(ds_config(
-                run, f"reference_{section}", base=config[section]["ds_config"],
-                batch=None if section == "step3" else s.sizing_micro))
-    for task in config["tasks"]:
-        task["train"] = materialise(run, task["train"])  # whole: a cut can leave out labels its test files hold
-        for split in ("dev", "test"):
-            task[split] = {lang: materialise(run, path, lines=s.task_lines) for lang, path in task[split].items()
-                           if lang in ("en", *languages)}
-    return config
+    spec, s, cut = run.spec, run.sizes, run.sizes.corpus_bytes
+    config = PipelineConfig.load(REPO / spec.config)
+    systems = [name for name in config.systems if spec.systems is None or name in spec.systems]
+
+    def fused(section: str, settings: Any) -> Any:  # DeepSpeed's fused Adam on a GPU, torch's on a CPU
+        base = settings["ds_config"] if section == "step3" else settings.ds_config
+        path = str(ds_config(run, f"reference_{section}", base=base, batch=None if section == "step3" else
+                             s.sizing_micro))
+        return {**settings, "ds_config": path} if section == "step3" else replace(settings, ds_config=path)
+
+    return replace(
+        config, out=str(run.work / "reference_gpu"), preset=s.reference_preset or config.preset,
+        vocab_size=s.reference_vocab or config.vocab_size, systems=systems,
+        source=replace(config.source, corpus=materialise(run, spec.english or config.source.corpus, max_bytes=cut)),
+        targets=[replace(t, corpus=materialise(run, t.corpus, max_bytes=cut)) for t in config.targets
+                 if t.lang in spec.languages],
+        # The source-relearn control is one more Step-2 launch: only with --relearn (the minutes are few).
+        source_relearn=[name for name in config.source_relearn if name in systems and spec.relearn],
+        step1=fused("step1", config.step1), step1b=config.step1b and fused("step1b", config.step1b),
+        step2=fused("step2", config.step2), step3=fused("step3", {**config.step3, "seeds": list(spec.seeds)}),
+        tasks=[replace(task, train=materialise(run, task.train),  # whole: a cut can lose labels its tests hold
+                       **{split: {lang: materialise(run, path, lines=s.task_lines)
+                                  for lang, path in getattr(task, split).items() if lang in ("en", *spec.languages)}
+                          for split in ("dev", "test")})
+               for task in config.tasks])
+
+
+def write_config(path: Path, config: PipelineConfig) -> None:
+    """A pipeline config file that ``PipelineConfig.load`` reads back as ``config``."""
+    write_json(path, asdict(config))
 
 
 def start_data(run: Run) -> None:
     """Start, in the background, the reference run's data preparation and the body's (CPU work: SentencePiece and
     sharding), so that they are done by the time the part begins."""
     config = reference_config(run)
-    write_json(run.config_path, config)
+    write_config(run.config_path, config)
     run.spawn("reference_prepare", [sys.executable, "-m", "ds_minimodel", "pipeline", "--config", run.config_path,
                                     "--only", "prepare"])
-    if not run.args.body:
+    if not run.spec.body:
         return
     # The body: the CPU reference's tokenizer (the same call on the same file as its pipeline's prepare), applied to
     # the larger English corpus.
-    cpu = read_json(REPO / "configs/reference.json")
-    cpu_english = materialise(run, cpu["source"]["corpus"], max_bytes=run.sizes.corpus_bytes)
+    cpu = PipelineConfig.load(CPU_REFERENCE)
+    cpu_english = materialise(run, cpu.source.corpus, max_bytes=run.sizes.corpus_bytes)
     tok, data = run.work / "bodies" / "tokenizer", run.work / "bodies" / "en"
     run.spawn("body_prepare", [sys.executable, "-c", (
         "from pathlib import Path; from ds_minimodel.data.prepare import prepare; "
         f"prepare(Path({cpu_english!r}), Path({str(tok)!r}), "
-        f"vocab_size={run.sizes.reference_vocab or cpu['vocab_size']}, progress=False); "
-        f"prepare(Path({config['source']['corpus']!r}), Path({str(data)!r}), "
+        f"vocab_size={run.sizes.reference_vocab or cpu.vocab_size}, progress=False); "
+        f"prepare(Path({config.source.corpus!r}), Path({str(data)!r}), "
         f"tokenizer=Path({str(tok / 'spm.model')!r}), progress=False)")])
 
 
-def plan_reference(run: Run, config: dict[str, Any], sizing: dict[str, Any], *, body_beside: bool = True
+def plan_reference(run: Run, config: PipelineConfig, sizing: dict[str, Any], *, body_beside: bool = True
                    ) -> dict[str, Any]:
     """Step counts that fit the time left: every launch's measured start-up taken off first, the rest shared out
     by ``SHARES`` at the measured seconds per update of each stage (``--tiny``: capped at a few updates)."""
@@ -173,27 +184,28 @@ def plan_reference(run: Run, config: dict[str, Any], sizing: dict[str, Any], *, 
     beside = body["median_s"]["step1"] if body else 0.0
     t = {stage: seconds + beside for stage, seconds in sizing["reference"]["median_s"].items()}
     t3 = sizing["reference step3"]["median_s"]["step3"] + beside
-    preset = get_preset(config["preset"]).replace(vocab_size=config["vocab_size"])
-    shape = {"seq_len": config["seq_len"], "batch": 1, "mask_prob": 0.15}
+    preset = get_preset(config.preset).replace(vocab_size=config.vocab_size)
+    shape = {"seq_len": config.seq_len, "batch": 1, "mask_prob": 0.15}
     # BL_SMALL's Step 1 is not timed: the plain update scaled by the analytic FLOPs of 4 layers against 12.
     small = beside + (t["step1"] - beside) * (
-        flops.per_update_flops(Step.PRETRAIN, preset.replace(num_layers=config["small_layers"]), **shape)
+        flops.per_update_flops(Step.PRETRAIN, preset.replace(num_layers=config.small_layers), **shape)
         / flops.per_update_flops(Step.PRETRAIN, preset, **shape))
-    langs, systems, seeds = len(config["targets"]), config["systems"], config["step3"]["seeds"]
+    langs, systems, seeds = len(config.targets), config.systems, config.step3["seeds"]
     primaries = len({get_system(name).primary for name in systems})
-    jobs = (primaries + ("minipost" in systems) + len(systems) * langs + len(config["source_relearn"])
+    jobs = (primaries + sum(get_system(name).step1b for name in systems) + len(systems) * langs
+            + len(config.source_relearn)
             + primaries * len(seeds))
     startup = sizing["startup_s"]
     available = run.left() - RESERVE_S
     # Every job but Step 3's writes STEP2_SAVES (Step 2) or one or two (Steps 1, 1b) checkpoints.
-    saves = SAVE_S * (jobs + (STEP2_SAVES - 1) * (len(systems) * langs + len(config["source_relearn"])))
+    saves = SAVE_S * (jobs + (STEP2_SAVES - 1) * (len(systems) * langs + len(config.source_relearn)))
     # The jobs share one launch (pipeline.workers): one start-up, then each job's own set-up (its model, engine and
     # data), JOB_SETUP_S allowed for each.
     train_s = 0.8 * (available - startup - jobs * JOB_SETUP_S - saves)
     step2_each = langs * sum(t[f"step2-{name}"] for name in systems) + sum(
-        t[f"step2-{name}"] for name in config["source_relearn"])
-    train_lines = sum(1 for _ in open(config["tasks"][0]["train"], encoding="utf-8"))
-    step3_batch = read_json(config["step3"]["ds_config"])["train_batch_size"]
+        t[f"step2-{name}"] for name in config.source_relearn)
+    train_lines = sum(1 for _ in open(config.tasks[0].train, encoding="utf-8"))
+    step3_batch = read_json(config.step3["ds_config"])["train_batch_size"]
     per_epoch = primaries * len(seeds) * -(-train_lines // step3_batch) * t3
     caps = run.sizes.step_caps
     step1_each = sum({"base": t["step1"], "small": small}.get(name, t["step1-dual"])  # MiniJoint: the dual head
@@ -221,10 +233,11 @@ def startup_seconds(run: Run, body: dict[str, Any]) -> float:
 
 
 def part_reference(run: Run, budget: float) -> dict[str, Any]:
-    found: dict[str, Any] = {"config": str(run.args.config), "english": run.args.english or "the config's",
-                             "languages": run.args.languages, "seeds": run.args.seeds}
+    spec = run.spec
+    found: dict[str, Any] = {"config": str(spec.config), "english": spec.english or "the config's",
+                             "languages": ",".join(spec.languages), "seeds": ",".join(map(str, spec.seeds))}
     sizing = dict((run.figures["parts"].get("bench") or {}).get("sizing") or {})
-    if run.args.tiny:  # a check that the steps run (CI, or a GPU's last minutes): the caps alone
+    if spec.tiny:  # a check that the steps run (CI, or a GPU's last minutes): the caps alone
         sizing = {"tiny": True}
     elif not all(sizing.get(k, {}).get("status") == "ok" for k in ("reference", "reference step3", "body")):
         sizing = found["sizing"] = time_reference_shapes(run, time.monotonic() + min(budget, 300))
@@ -234,18 +247,18 @@ def part_reference(run: Run, budget: float) -> dict[str, Any]:
     if "body" in sizing:
         sizing["startup_s"] = startup_seconds(run, sizing["body"])
     found["prepare"] = run.join("reference_prepare", run.left() - RESERVE_S)
-    config = read_json(run.config_path)
-    beside = run.args.body
+    config = PipelineConfig.load(run.config_path)
+    beside = spec.body
     plan = found["plan"] = (plan_reference(run, config, sizing, body_beside=beside) if "body" in sizing
                             else tiny_plan(run))
     if beside:
         found["body_prepare"] = run.join("body_prepare", run.left() - RESERVE_S)
     body = start_body(run, plan) if beside and found["body_prepare"]["status"] == "ok" else None
-    if plan["train_s"] < 20 and not run.args.tiny:
+    if plan["train_s"] < 20 and not spec.tiny:
         found["pipeline"] = skipped(f"{plan['available_s']:.0f} s left: too little for {plan['jobs']} jobs")
     else:
         found["pipeline"] = run_pipeline(run, config, plan)
-    found["results"] = pack_reference(run, Path(config["out"]))
+    found["results"] = pack_reference(run, Path(config.out))
     if body is not None:
         found["body"] = {**run.join("body", run.left() - 10), **pack_body(run, body)}
     ok = found["pipeline"]["status"] == "ok" and (not beside or (found.get("body") or {}).get("status") == "ok")
@@ -271,18 +284,22 @@ def start_body(run: Run, plan: dict[str, Any]) -> Path:
     return body
 
 
-def run_pipeline(run: Run, config: dict[str, Any], plan: dict[str, Any]) -> dict[str, Any]:
+def run_pipeline(run: Run, config: PipelineConfig, plan: dict[str, Any]) -> dict[str, Any]:
     steps = plan["steps"]
-    for section in ("step1", "step1b", "step2"):
-        config[section].update(steps=steps[section], save_every=steps[section] if section != "step2" else
-                               max(1, steps[section] // 5), log_every=max(1, steps[section] // 20))
-    config["step3"]["epochs"] = plan["epochs"]
-    write_json(run.config_path, config)
+
+    def sized(section: str) -> Any:
+        settings, n = getattr(config, section), steps[section]
+        return settings and replace(settings, steps=n, save_every=n if section != "step2" else max(1, n // 5),
+                                    log_every=max(1, n // 20))
+
+    config = replace(config, step1=sized("step1"), step1b=sized("step1b"), step2=sized("step2"),
+                     step3={**config.step3, "epochs": plan["epochs"]})
+    write_config(run.config_path, config)
     code, output, seconds = run.sh("reference pipeline", [sys.executable, "-m", "ds_minimodel", "pipeline",
                                                           "--config", run.config_path], run.left() - 25)
     return {"exit_code": code, "seconds": seconds, "status": "ok" if code == 0 else (
         "timed out" if code is None else "failed"), **({} if code == 0 else {"error": output[-3000:]}),
-        **in_updates(Path(config["out"]), seconds)}
+        **in_updates(Path(config.out), seconds)}
 
 
 def in_updates(out: Path, seconds: float) -> dict[str, Any]:

@@ -45,7 +45,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from ds_minimodel.config import read_json, write_json
-from ds_minimodel.tools.gpu_common import GPU, NO_CUDA, REPO, TINY, Run, bench_cmd, ds_config, skipped
+from ds_minimodel.tools.gpu_common import GPU, NO_CUDA, REPO, TINY, GpuRunSpec, Run, bench_cmd, ds_config, skipped
 from ds_minimodel.tools.gpu_reference import argument_problem, part_reference, start_data, time_reference_shapes
 
 PARTS = ("env", "tests", "bench", "profile", "reference")
@@ -227,7 +227,7 @@ def part_bench(run: Run, budget: float) -> dict[str, Any]:
 
     # 4. The reference run's shapes, timed to size it (and the CPU reference's shape, for the body).
     found["sizing"] = skipped("--tiny: the reference part plans from its caps (the planner is unit-tested)") \
-        if run.args.tiny else time_reference_shapes(run, end)
+        if run.spec.tiny else time_reference_shapes(run, end)
     bad = [r for r in found["rows"] if r["status"] not in ("ok", "skipped")]
     return {**found, "status": "partial" if bad else "ok"}
 
@@ -369,20 +369,27 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--relearn", action="store_true", help="keep the config's source-relearn control (one more "
                    "Step-2 launch)")
     args = p.parse_args(argv)
-    args.argv = argv
     parts = args.parts.split(",")
     unknown = [name for name in parts if name not in PARTS]
     if unknown:
         p.error(f"--parts: unknown {', '.join(unknown)}; known: {', '.join(PARTS)}")
-    if args.english is None and (REPO / ".gpu/data/en.txt.xz").is_file():
-        args.english = str(REPO / ".gpu/data/en.txt.xz")
-    problem = argument_problem(args) if "reference" in parts else None
+    if not all(k.strip().isdigit() for k in args.seeds.split(",")):
+        p.error(f"--seeds: comma-separated integers, got {args.seeds!r}")
+    english = args.english
+    if english is None and (REPO / ".gpu/data/en.txt.xz").is_file():
+        english = str(REPO / ".gpu/data/en.txt.xz")
+    work = args.work or args.out.parent / f"{args.out.name}-work"
+    spec = GpuRunSpec(out=args.out, work=work, parts=tuple(parts), tiny=args.tiny, config=Path(args.config),
+                      english=english, languages=tuple(args.languages.split(",")),
+                      seeds=tuple(int(k) for k in args.seeds.split(",")),
+                      systems=tuple(args.systems.split(",")) if args.systems else None, body=args.body,
+                      relearn=args.relearn, argv=tuple(argv))
+    problem = argument_problem(spec) if "reference" in parts else None
     if problem:
         p.error(problem)
     sizes = TINY if args.tiny else GPU
     if args.minutes is not None:
         sizes = dataclasses.replace(sizes, minutes=args.minutes)
-    work = args.work or args.out.parent / f"{args.out.name}-work"
     for folder, mine in ((args.out, "gpu_run.json"), (work, WORK_MARK)):
         if folder.exists() and any(folder.iterdir()) and not (folder / mine).is_file():
             p.error(f"{folder}: not empty and not a gpu-run folder (no {mine}); name an empty or new folder")
@@ -398,7 +405,7 @@ def main(argv: list[str] | None = None) -> int:
     args.out.mkdir(parents=True, exist_ok=True)
     work.mkdir(parents=True, exist_ok=True)
     (work / WORK_MARK).write_text("scratch of ds-minimodel gpu-run: a later run with this folder replaces it\n")
-    run = Run(args.out.resolve(), work.resolve(), sizes, args)
+    run = Run(spec, sizes)
     budgets = dict(sizes.budgets)
     if run.cuda and {"env", "tests", "bench", "profile"} & set(parts):
         run.spawn("fused_adam", fused_adam_cmd())  # nvcc takes a minute: from the first second

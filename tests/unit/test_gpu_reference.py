@@ -5,7 +5,8 @@ import dataclasses
 import json
 from types import SimpleNamespace
 
-from ds_minimodel.tools.gpu_common import GPU, TINY
+from ds_minimodel.pipeline.settings import PipelineConfig
+from ds_minimodel.tools.gpu_common import GPU, REPO, TINY
 from ds_minimodel.tools.gpu_reference import JOB_SETUP_S, RESERVE_S, SAVE_S, SHARES, STEP2_SAVES, plan_reference
 
 SECONDS = {"step1": 0.06, "step1-dual": 0.07, "step1b": 0.015, "step2-bl_base": 0.03, "step2-bl_small": 0.012,
@@ -19,9 +20,11 @@ def config(tmp_path, systems, languages=("de",)):
     train.write_text("x\n" * 3200)  # 100 updates of 32 per epoch
     ds3 = tmp_path / "ds3.json"
     ds3.write_text(json.dumps({"train_batch_size": 32}))
-    return {"preset": "reference_gpu", "vocab_size": 8000, "seq_len": 128, "small_layers": 4, "systems": systems,
-            "targets": [{"lang": lang} for lang in languages], "source_relearn": [],
-            "step3": {"seeds": [1], "ds_config": str(ds3)}, "tasks": [{"train": str(train)}]}
+    base = PipelineConfig.load(REPO / "configs/reference_gpu.json")
+    return dataclasses.replace(
+        base, preset="reference_gpu", vocab_size=8000, seq_len=128, small_layers=4, systems=systems,
+        targets=[dataclasses.replace(base.targets[0], lang=lang) for lang in languages], source_relearn=[],
+        step3={"seeds": [1], "ds_config": str(ds3)}, tasks=[dataclasses.replace(base.tasks[0], train=str(train))])
 
 
 def fake_run(left, sizes=GPU):
@@ -41,7 +44,7 @@ def test_the_plan_fits_the_time_left_after_the_launch_and_each_jobs_set_up(tmp_p
     body = 0.03
     small = SECONDS["step1"] * plan_small_ratio() + body
     step1 = steps["step1"] * (SECONDS["step1"] + SECONDS["step1-dual"] + 2 * body + small)
-    step2 = steps["step2"] * sum(SECONDS[f"step2-{s}"] + body for s in cfg["systems"])
+    step2 = steps["step2"] * sum(SECONDS[f"step2-{s}"] + body for s in cfg.systems)
     step1b = steps["step1b"] * (SECONDS["step1b"] + body)
     for used, share in ((step1, "step1"), (step1b, "step1b"), (step2, "step2")):
         assert SHARES[share] * train_s * 0.95 <= used <= SHARES[share] * train_s
