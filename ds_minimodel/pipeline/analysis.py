@@ -47,6 +47,7 @@ from typing import Any
 from ds_minimodel.errors import InputError
 from ds_minimodel.flops import EFLOP
 from ds_minimodel.pipeline.records import MeanScore, Results
+from ds_minimodel.pipeline.source_model import CONTINUED
 from ds_minimodel.systems import BASELINE, get_system, is_system, order_key
 
 NEAR_MAXIMAL = 0.95
@@ -245,6 +246,9 @@ def table2(all_curves: dict[tuple[str, str, str], list[Point]], metrics: dict[st
     if source_model:
         trained_head = source_model.get("mlm_head") == "initialised"
         head = " (its MLM head trained here, a one-time cost like Step 1b)" if trained_head else ""
+        if source_model.get("trained_here") == CONTINUED:
+            head = (" (continued here with MLM, body and head, a one-time cost like Step 1b: BL_BASE's primary is "
+                    "that continuation)")
         given = (f"Step 1 of {get_system(BASELINE).paper_name}'s primary: given, not trained here (no FLOPs charged): "
                  f"{source_model['path']}, weights {str(source_model['weights_sha256'])[:12]}{head}")
         lines += [given, ""]

@@ -119,8 +119,10 @@ def changed_settings(spec: type[RunSpec], run_dir: Path, values: dict[str, Any])
     now = spec.from_dict({**values, "out": str(run_dir)}, "the pipeline's settings").to_dict()
     # the job's kind is its folder's (a Step-1b run recorded before it had its own spec says "pretrain")
     ignored = spec.not_results() | spec.path_fields() | {"stage"}
-    return {key: (recorded[key], value) for key, value in now.items()
-            if key in recorded and key not in ignored and recorded[key] != value}
+    # A setting the record lacks is one added since: that run had its default (what the option then did).
+    then = {**spec.defaults(), **recorded}
+    return {key: (then[key], value) for key, value in now.items()
+            if key in then and key not in ignored and then[key] != value}
 
 
 def train_step(spec: type[RunSpec], run_dir: Path, values: dict[str, Any], spec_file: Path, ranks: int,

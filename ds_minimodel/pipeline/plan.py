@@ -47,6 +47,7 @@ from ds_minimodel.pipeline.source_model import (
     case_folded,
     check_recorded,
     given_primary,
+    trained_here,
 )
 from ds_minimodel.pipeline.stopping import Stop, Stopped
 from ds_minimodel.pipeline.workers import Workers, end_shared_launch
@@ -270,9 +271,8 @@ class Pipeline:
             prepare(Path(corpus.corpus), self.data_dir(corpus.lang), **settings[corpus.lang])
         return {}
 
-    def _common(self, needed_by: str) -> dict[str, Any]:
-        data = self._data(self.cfg.source.lang, needed_by)
-        return {"seq_len": self.cfg.seq_len, "seed": self.seed, "data": str(data)}
+    def _common(self, job: str) -> dict[str, Any]:
+        return {"seq_len": self.cfg.seq_len, "seed": self.seed, "data": str(self._data(self.cfg.source.lang, job))}
 
     def _step1(self, variant: str) -> None:
         if self.given is not None and variant == given_primary():
@@ -404,7 +404,8 @@ class Pipeline:
         runs = (self, *self.extra_runs.values()) if self.extra_runs else ()
         return write_results(self.out, results, dev_scores, source_test=own, source_relearn=relearned,
                              baselines=trivial, pretrain_runs=[r for run in runs for r in run._final_scores()],
-                             source_model=None if self.given is None else self.given.to_record())
+                             source_model=None if self.given is None else {
+                                 **self.given.to_record(), **trained_here(self.cfg.head)})
 
     def _final_scores(self) -> list[Score]:
         """This pretraining run's final scores: the final Step-2 checkpoint of every system and target language with

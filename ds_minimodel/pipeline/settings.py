@@ -13,7 +13,7 @@ from ds_minimodel.data.bilingual import WordList, check_covered
 from ds_minimodel.data.static_vectors import StaticSettings
 from ds_minimodel.errors import InputError, require_file
 from ds_minimodel.pipeline.source_model import GivenModel, given_model, given_primary
-from ds_minimodel.stages.specs import AdaptSpec, FinetuneSpec, PretrainSpec
+from ds_minimodel.stages.specs import AdaptSpec, FinetuneSpec, HeadSpec, PretrainSpec
 from ds_minimodel.systems import AT, BASELINE, DEPTH_FAMILY, Depths, depth_of, get_system, is_system, system_names
 
 RELEARN_SUFFIX = "-relearn"
@@ -36,6 +36,13 @@ class Step1Settings(StageSettings):
     forget_every: int = PretrainSpec.forget_every
     """Active forgetting (``run_pretrain.py --forget-every``): the primaries' token embeddings drawn afresh, with
     their optimizer state cleared, every this many updates; 0: never (the paper)."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class HeadSettings(StageSettings):
+    train_body: bool = HeadSpec.train_body
+    """Also train the body and embeddings (``run_head.py --train-body``): an MLM continuation of the whole given
+    model, which is then BL_BASE's primary (and MiniPost's source) in its place."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -136,7 +143,7 @@ class PipelineConfig:
     step1: Step1Settings | None = None
     """Step 1: pretraining the primaries from scratch. Required, unless ``source.model`` gives BL_BASE's primary;
     then it pretrains the other primaries the systems need (BL_SMALL's, MiniJoint's), which are refused without it."""
-    head: StageSettings | None = None
+    head: HeadSettings | None = None
     """Training the MLM head of ``source.model`` when it is a bare encoder (``run_head.py``: body
     and embeddings frozen). Required for such a model, refused for one that has a trained head."""
     step1b: StageSettings | None = None

@@ -54,10 +54,20 @@ class GivenModel:
         return self.mlm_head == "initialised"
 
     def to_record(self) -> dict[str, Any]:
-        """What run records and results.json say of it."""
+        """What run records and results.json say of it (results.json: with ``trained_here``)."""
         return {"path": self.path, "kind": self.kind, "weights_sha256": self.weights_sha256,
                 "tokenizer_sha256": self.tokenizer["sha256"], "mlm_head": self.mlm_head,
                 "num_layers": self.num_layers, "hidden_size": self.hidden_size}
+
+
+CONTINUED = "whole model"
+"""results.json's ``source_model.trained_here`` when the head section trained the body too (``train_body``)."""
+
+
+def trained_here(head: Any) -> dict[str, str]:
+    """What results.json adds to the given model's record about its training here: nothing, unless the pipeline's head
+    section (``settings.HeadSettings``) continued the whole model with MLM."""
+    return {"trained_here": CONTINUED} if head is not None and head.train_body else {}
 
 
 def given_model(path: str | None, where: str) -> GivenModel | None:

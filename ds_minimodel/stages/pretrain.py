@@ -148,14 +148,20 @@ def minipost_model(spec: MiniPostSpec, shards: TokenShards) -> tuple[MaskedLM, d
 
 
 def head_model(spec: HeadSpec, shards: TokenShards) -> tuple[MaskedLM, dict[str, Any]]:
-    """The bare encoder ``--from`` with only its MLM head trainable, and what its checkpoints record."""
+    """The bare encoder ``--from`` with its MLM head trainable (``--train-body``: everything), and what its
+    checkpoints record."""
     model, primary_meta = _pretrained(spec, shards)
+    source = str(Path(spec.from_).resolve())
+    if spec.train_body:  # a Step-1 model of its own: no kind recorded, its own weights its lineage
+        for param in model.parameters():
+            param.requires_grad_(True)
+        return model, {"tokenizer": _tokenizer(spec, shards), "mlm_head": "trained", "continued_from": source,
+                       "continued_from_sha256": primary_meta.lineage}
     freeze_for_head_training(model)
     # The body is the primary's, unchanged: descendants keep its lineage, so Step-2 embeddings trained over a
     # MiniPost built from this model plug into the imported model too.
     return model, {"tokenizer": _tokenizer(spec, shards), "primary_sha256": primary_meta.lineage,
-                   "kind": checkpoint.Kind.MLM_HEAD.value, "mlm_head": "trained",
-                   "head_trained_from": str(Path(spec.from_).resolve())}
+                   "kind": checkpoint.Kind.MLM_HEAD.value, "mlm_head": "trained", "head_trained_from": source}
 
 
 def build_step1b(spec: MiniPostSpec, ctx: Context) -> Built:
@@ -176,12 +182,15 @@ def build_head(spec: HeadSpec, ctx: Context) -> Built:
     """The MLM head of a bare encoder, its body and embeddings frozen."""
     shards = TokenShards.open(spec.data)
     model, provenance = head_model(spec, shards)
-    train_cfg = ctx.train_cfg
-    flops_per_update = flops.head_training_per_update(model.cfg, seq_len=train_cfg.seq_len,
-                                                      batch=ctx.batch.global_batch, mask_prob=train_cfg.mask_prob)
-    return _mlm_built(spec, ctx, shards, model, name=f"{Step.MINIPOST}-head", step=Step.MINIPOST,
-                      flops_per_update=flops_per_update, meta={"variant": "head", **provenance},
-                      record={"variant": "head", "forget_every": 0, "source": provenance["primary_sha256"]})
+    shape = {"seq_len": ctx.train_cfg.seq_len, "batch": ctx.batch.global_batch, "mask_prob": ctx.train_cfg.mask_prob}
+    if spec.train_body:  # A1: every layer forward and backward, as Step 1
+        flops_per_update = flops.per_update_flops(Step.PRETRAIN, model.cfg, **shape)
+    else:
+        flops_per_update = flops.head_training_per_update(model.cfg, **shape)
+    variant = "continued" if spec.train_body else "head"  # run.json's identity: a resume cannot switch them
+    return _mlm_built(spec, ctx, shards, model, name=f"{Step.MINIPOST}-{variant}", step=Step.MINIPOST,
+                      flops_per_update=flops_per_update, meta={"variant": variant, **provenance},
+                      record={"variant": variant, "forget_every": 0, "source": provenance.get("primary_sha256")})
 
 
 def run(spec: PretrainSpec) -> dict[str, Any]:

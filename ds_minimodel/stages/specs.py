@@ -125,6 +125,11 @@ class RunSpec:
         return cls(**values)
 
     @classmethod
+    def defaults(cls) -> dict[str, Any]:
+        """Each field that has a default, with it, as ``to_dict`` writes values."""
+        return {f.name: _plain(f.default) for f in dataclasses.fields(cls) if f.default is not dataclasses.MISSING}
+
+    @classmethod
     def not_results(cls) -> frozenset[str]:
         """The fields that say where a run is written, how it is saved, logged or computed, not what it learns
         (their role, ``config.Role``: place or harmless)."""
@@ -213,6 +218,11 @@ class HeadSpec(FromModelSpec):
 
     STAGE: ClassVar[str] = "head"
     ENTRY: ClassVar[str] = "run_head.py"
+
+    train_body: bool = False
+    """also train the body and the token embeddings: an MLM continuation of the whole encoder (for one whose upper
+    layers were never read by an MLM head, e.g. a sentence-embedding model); the result is then a primary of its own,
+    no longer the pretrained encoder"""
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -128,3 +128,44 @@ def test_a_language_added_to_a_finished_run_runs_only_its_own_steps(first_run):
     refused = _pipeline(path, check=False)
     assert refused.returncode == 2 and "steps 4 there, 6 now" in refused.stderr
     assert _stamps(out) == stamps
+
+
+def test_the_head_section_can_continue_the_whole_given_model_with_mlm(first_run):
+    """``head.train_body``: for a model whose upper layers never served an MLM head (a sentence-embedding encoder,
+    RESULTS.md's MiniLM runs), the head job trains body and head together; the result is a primary of its own (its
+    weights the lineage every descendant carries), and a finished run is not reused for the other setting."""
+    from ds_minimodel.model import hf
+    from ds_minimodel.model.loading import load_mlm
+    from ds_minimodel.train import checkpoint
+
+    root = first_run["root"]
+    cfg = json.loads(json.dumps(first_run["config"]))
+    cfg.update(out=str(root / "continued"), systems=["bl_base", "minipost"])
+    cfg["head"]["train_body"] = True
+    path = root / "continued.json"
+    path.write_text(json.dumps(cfg))
+    for job in ("prepare", "step1-base", "step1b-minipost"):
+        run_cmd([sys.executable, "-m", "ds_minimodel", "pipeline", "--config", str(path), "--only", job,
+                 "--launcher", "torchrun"], timeout=600)
+    out = Path(cfg["out"])
+    latest = checkpoint.latest_checkpoint(out / "step1/base")
+    meta = json.loads((latest / "meta.json").read_text())
+    assert meta["mlm_head"] == "trained" and meta["continued_from"] == str(first_run["model"].resolve())
+    assert "primary_sha256" not in meta and "kind" not in meta  # a Step-1 model of its own
+    continued, record = load_mlm(latest)
+    imported, given = hf.import_folder(first_run["model"])
+    assert meta["continued_from_sha256"] == given.weights_sha256 != record.lineage == record.weights_sha256
+    assert not torch_equal(continued.layers[0].attention.qkv.weight, imported.layers[0].attention.qkv.weight)
+    mini = json.loads(next((out / "step1b/minipost/checkpoints").glob("step_*/meta.json")).read_text())
+    assert mini["primary_sha256"] == record.weights_sha256  # MiniPost cut from the continuation
+    cfg["head"]["train_body"] = False
+    path.write_text(json.dumps(cfg))
+    refused = run_cmd([sys.executable, "-m", "ds_minimodel", "pipeline", "--config", str(path), "--only",
+                       "step1-base", "--launcher", "torchrun"], check=False)
+    assert refused.returncode == 2 and "train_body True there, False now" in refused.stderr
+
+
+def torch_equal(a, b) -> bool:
+    import torch
+
+    return torch.equal(a, b)

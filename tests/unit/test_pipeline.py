@@ -478,6 +478,20 @@ def test_a_step1b_run_recorded_as_a_pretrain_variant_is_compared_by_its_settings
     assert changed_settings(MiniPostSpec, tmp_path, {**values, "new_layers": 3}) == {"new_layers": (2, 3)}
 
 
+def test_a_setting_added_since_a_run_finished_is_compared_with_its_default(tmp_path):
+    """A head run recorded before ``train_body`` existed trained the head alone, the option's default: asked to
+    continue the whole model now, it is refused, not reused."""
+    from ds_minimodel.pipeline.launching import changed_settings
+    from ds_minimodel.stages.specs import HeadSpec
+
+    values = {"from_": "models/m", "ds_config": "ds_configs/cpu_fp32.json", "data": "runs/x/data/en", "seed": 1}
+    then = HeadSpec.from_dict({**values, "out": str(tmp_path)}, "test").to_dict()
+    del then["train_body"]
+    (tmp_path / "run.json").write_text(json.dumps({"spec": then}))
+    assert changed_settings(HeadSpec, tmp_path, values) == {}
+    assert changed_settings(HeadSpec, tmp_path, {**values, "train_body": True}) == {"train_body": (False, True)}
+
+
 @pytest.mark.parametrize("path", sorted((Path(__file__).resolve().parents[2] / "results").glob("**/results.json")),
                          ids=lambda p: p.parent.name)
 def test_committed_results_files_read_back_and_write_byte_for_byte(path, tmp_path):

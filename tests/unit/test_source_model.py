@@ -92,6 +92,17 @@ def test_the_step1_job_records_the_model_and_trains_a_bare_encoders_head_with_th
     assert run_dir == run.step1_dir("base") and spec.ENTRY == "run_head.py"
     assert values["from_"] == str(models["bare"].resolve()) and values["steps"] == 4
     spec.from_dict({**values, "out": str(run_dir)}, "the plan's values")  # every value one the head's spec takes
+    assert "train_body" not in values  # the head alone, by default
+    launched.clear()
+    whole = pipeline(config(tmp_path / "w", models["bare"], head={**STAGE, "train_body": True}))
+    whole.run("step1-base")
+    assert launched[0][2]["train_body"] is True
+    from ds_minimodel.pipeline.analysis import table2
+    from ds_minimodel.pipeline.source_model import trained_here
+
+    record = {**whole.given.to_record(), **trained_here(whole.cfg.head)}
+    assert "(continued here with MLM, body and head" in table2({}, {}, None, record)
+    assert trained_here(run.cfg.head) == {}  # results.json of a head-only run: unchanged
     recorded = json.loads(run.source_model_record().read_text())
     assert recorded == run.given.to_record() and recorded["path"] == str(models["bare"].resolve())
     # with its head already trained, the job trains nothing: later steps use the folder itself
