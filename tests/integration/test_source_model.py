@@ -134,20 +134,25 @@ def test_the_head_section_can_continue_the_whole_given_model_with_mlm(first_run)
     """``head.train_body``: for a model whose upper layers never served an MLM head (a sentence-embedding encoder,
     RESULTS.md's MiniLM runs), the head job trains body and head together; the result is a primary of its own (its
     weights the lineage every descendant carries), and a finished run is not reused for the other setting."""
+    from ds_minimodel.data.streams import TokenShards
     from ds_minimodel.model import hf
     from ds_minimodel.model.loading import load_mlm
+    from ds_minimodel.pipeline.ownership import own_output
+    from ds_minimodel.stages.pretrain import minipost_model
+    from ds_minimodel.stages.specs import MiniPostSpec
     from ds_minimodel.train import checkpoint
 
     root = first_run["root"]
     cfg = json.loads(json.dumps(first_run["config"]))
-    cfg.update(out=str(root / "continued"), systems=["bl_base", "minipost"])
+    cfg["out"] = str(root / "continued")
     cfg["head"]["train_body"] = True
     path = root / "continued.json"
     path.write_text(json.dumps(cfg))
-    for job in ("prepare", "step1-base", "step1b-minipost"):
-        run_cmd([sys.executable, "-m", "ds_minimodel", "pipeline", "--config", str(path), "--only", job,
-                 "--launcher", "torchrun"], timeout=600)
     out = Path(cfg["out"])
+    own_output(out, str(path))
+    (out / "data").symlink_to(first_run["out"] / "data")  # the first run's prepared data: the same settings
+    run_cmd([sys.executable, "-m", "ds_minimodel", "pipeline", "--config", str(path), "--only", "step1-base",
+             "--launcher", "torchrun"], timeout=600)
     latest = checkpoint.latest_checkpoint(out / "step1/base")
     meta = json.loads((latest / "meta.json").read_text())
     assert meta["mlm_head"] == "trained" and meta["continued_from"] == str(first_run["model"].resolve())
@@ -156,8 +161,11 @@ def test_the_head_section_can_continue_the_whole_given_model_with_mlm(first_run)
     imported, given = hf.import_folder(first_run["model"])
     assert meta["continued_from_sha256"] == given.weights_sha256 != record.lineage == record.weights_sha256
     assert not torch_equal(continued.layers[0].attention.qkv.weight, imported.layers[0].attention.qkv.weight)
-    mini = json.loads(next((out / "step1b/minipost/checkpoints").glob("step_*/meta.json")).read_text())
-    assert mini["primary_sha256"] == record.weights_sha256  # MiniPost cut from the continuation
+    # MiniPost (Step 1b) cut from it carries its lineage
+    shards = TokenShards.open(out / "data/en")
+    _, provenance = minipost_model(MiniPostSpec(from_=latest, data=out / "data/en", ds_config=Path("x.json"),
+                                                out=root / "unused", keep_layers=1, new_layers=1), shards)
+    assert provenance["primary_sha256"] == record.weights_sha256
     cfg["head"]["train_body"] = False
     path.write_text(json.dumps(cfg))
     refused = run_cmd([sys.executable, "-m", "ds_minimodel", "pipeline", "--config", str(path), "--only",
