@@ -57,12 +57,16 @@ class Sizes:
     compile: bool = True
     """Time ``--compile``. Off with ``--tiny``: on a CPU compiling takes about 50 s, as long as the rest of the bench
     part, and tests/integration/test_pretrain.py covers ``--compile`` on a CPU already."""
+    profile_levers: bool = True
+    """Profile the levers' rows too (no overflow check; with ``--compile``). Off with ``--tiny``: each is the plain
+    row's command with one setting changed, and tests/integration/test_bench.py shows that setting's weights equal."""
 
 
 GPU = Sizes()
 TINY = Sizes(minutes=30, budgets=(("env", 120), ("tests", 300), ("bench", 600), ("profile", 120)), preset="tiny",
              vocab=300, seq_len=32, warmup=0, updates=2, search=(1, 4), profile_micro=2, hf_max_batch=2, gemm=256,
-             reference_preset="tiny", reference_vocab=1000, sizing_micro=2, compile=False, corpus_bytes=300_000,
+             reference_preset="tiny", reference_vocab=1000, sizing_micro=2, compile=False, profile_levers=False,
+             corpus_bytes=300_000,
              task_lines=400,
              step_caps={"step1": 1, "step1b": 1, "step2": 2, "epochs": 0.02, "body": 2})
 

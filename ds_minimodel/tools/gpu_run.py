@@ -247,6 +247,10 @@ def part_profile(run: Run, budget: float) -> dict[str, Any]:
     found: dict[str, Any] = {"micro_batch": micro, "preset": s.preset, "seq_len": s.seq_len, "rows": []}
     for label, ds, extra in (("bf16", plain, ()), ("bf16, no overflow check", unchecked, ()),
                              ("bf16 --compile, no overflow check", unchecked, ("--compile",))):
+        if found["rows"] and not s.profile_levers:
+            found["rows"].append({"label": label, **skipped("--tiny: the plain row's command with one setting "
+                                                            "changed; test_bench.py checks that setting")})
+            continue
         if extra and not s.compile:
             found["rows"].append({"label": label, **skipped("--tiny: compiling takes about 50 s on a CPU")})
             continue
