@@ -10,7 +10,9 @@ shipped. German-English (Ding) is large; French and Spanish are small (a few tho
 
 Any language FreeDict pairs with English works: ``LANG=XXX`` names the package by FreeDict's three-letter code
 (``it=ita`` for ``dict-freedict-ita-eng``; the list is ``it-en.tsv``); German, French and Spanish need only ``de``,
-``fr``, ``es``. The packages the results used are checked against the SHA-256 pinned below; another language's is
+``fr``, ``es``. ``LANG=XXX@VERSION`` takes another version: Debian 12 builds Finnish and Polish from WikDict
+(``fi=fin@2022.12.07-2 pl=pol@2022.12.07-2``), in another folder of the archive, which this machine's apt index
+(``apt-cache show``) gives with the package's SHA-256. The packages the results used are checked against the SHA-256 pinned below; another language's is
 written into its list's first line, so a result names the exact package it came from.
 """
 from __future__ import annotations
@@ -21,6 +23,7 @@ import hashlib
 import io
 import os
 import re
+import subprocess
 import sys
 import tarfile
 import urllib.error
@@ -63,9 +66,24 @@ def dictd_files(deb: bytes, name: str) -> tuple[str, str]:
         return read(".index").decode("utf-8"), gzip.decompress(read(".dict.dz")).decode("utf-8")
 
 
+def indexed(package: str, version: str) -> tuple[str, str] | None:
+    """(the archive folder, the SHA-256) that this machine's apt index gives for ``package`` at ``version``, or None
+    where it has no apt or does not know that version. Debian 12 builds some FreeDict dictionaries from another
+    source package (``freedict-wikdict``: Finnish, Polish), in another folder of the archive."""
+    try:
+        shown = subprocess.run(["apt-cache", "show", f"{package}={version}"], capture_output=True, text=True,
+                               check=False).stdout
+    except OSError:
+        return None
+    fields = dict(line.split(": ", 1) for line in shown.splitlines() if ": " in line and not line.startswith(" "))
+    if "Filename" not in fields or "SHA256" not in fields:
+        return None
+    return f"https://deb.debian.org/debian/{fields['Filename'].rsplit('/', 1)[0]}", fields["SHA256"]
+
+
 def fetch_deb(archive: str, filename: str, sha256: str | None, debs: Path | None) -> tuple[bytes, str]:
     """(a Debian package, its SHA-256), from ``debs`` if given (no download) or from the archive folder, checked
-    against ``sha256`` where one is pinned."""
+    against ``sha256`` where one is pinned (or the apt index gives one)."""
     if debs is not None:
         if not (debs / filename).is_file():
             raise SystemExit(f"{debs / filename}: not found (apt-get download {filename.split('_')[0]})")
@@ -88,15 +106,26 @@ def fetch_deb(archive: str, filename: str, sha256: str | None, debs: Path | None
 def language_packages(specs: list[str], pinned: dict[str, tuple[str, str]]) -> dict[str, tuple[str, str | None]]:
     """``{lang: (the package's name for the language, pinned SHA-256 or None)}`` from each ``LANG`` (a language of
     ``pinned``) or ``LANG=NAME``."""
+    return {lang: (name, sha256) for lang, (name, sha256, _) in versioned_packages(specs, pinned).items()}
+
+
+def versioned_packages(specs: list[str], pinned: dict[str, tuple[str, str]]
+                       ) -> dict[str, tuple[str, str | None, str]]:
+    """``language_packages`` with each package's version: ``VERSION``, or the one ``LANG=NAME@VERSION`` names (Debian
+    12 ships some FreeDict dictionaries at another: ``apt-cache policy dict-freedict-fin-eng``)."""
     packages = {}
     for spec in specs:
-        lang, _, name = spec.partition("=")
-        if not lang or not re.fullmatch(r"[A-Za-z0-9-]*", lang + name):
-            raise SystemExit(f"--langs {spec}: expected LANG or LANG=NAME (letters, digits, '-')")
+        spec_name, _, version = spec.partition("@")
+        lang, _, name = spec_name.partition("=")
+        if not lang or not re.fullmatch(r"[A-Za-z0-9-]*", lang + name) or (
+                version and not re.fullmatch(r"[0-9][0-9A-Za-z.+~-]*", version)):
+            raise SystemExit(f"--langs {spec}: expected LANG, LANG=NAME or LANG=NAME@VERSION (letters, digits, '-')")
+        version = version or VERSION
         if name:
-            packages[lang] = (name, pinned[lang][1] if lang in pinned and pinned[lang][0] == name else None)
+            same = lang in pinned and pinned[lang][0] == name and version == VERSION
+            packages[lang] = (name, pinned[lang][1] if same else None, version)
         elif lang in pinned:
-            packages[lang] = pinned[lang]
+            packages[lang] = (*pinned[lang], version) if version == VERSION else (pinned[lang][0], None, version)
         else:
             raise SystemExit(f"--langs {lang}: no package name known for it; write {lang}=NAME (known: "
                              f"{', '.join(pinned)})")
@@ -106,18 +135,21 @@ def language_packages(specs: list[str], pinned: dict[str, tuple[str, str]]) -> d
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--langs", nargs="+", default=list(PACKAGES),
-                        help="LANG or LANG=FREEDICT_CODE, e.g. de fr es it=ita (default: de fr es)")
+                        help="LANG, LANG=FREEDICT_CODE or LANG=FREEDICT_CODE@VERSION, e.g. de fr es it=ita "
+                             "fi=fin@2022.12.07-2 (default: de fr es)")
     parser.add_argument("--debs", type=Path, help="folder holding the .deb files already (no download)")
     parser.add_argument("--out", type=Path, default=Path("reference_data/dictionaries"))
     args = parser.parse_args()
     args.out.mkdir(parents=True, exist_ok=True)
-    for lang, (code, sha256) in language_packages(args.langs, PACKAGES).items():
+    for lang, (code, sha256, version) in versioned_packages(args.langs, PACKAGES).items():
         name = f"{code}-eng"
-        deb, digest = fetch_deb(ARCHIVE, f"dict-freedict-{name}_{VERSION}_all.deb", sha256, args.debs)
+        archive, index_sha256 = indexed(f"dict-freedict-{name}", version) or (ARCHIVE, None)
+        deb, digest = fetch_deb(archive, f"dict-freedict-{name}_{version}_all.deb", sha256 or index_sha256,
+                                args.debs)
         pairs = dictd_pairs(*dictd_files(deb, name))
         path = args.out / f"{lang}-en.tsv"
         tmp = path.with_name(f".{path.name}.tmp")
-        tmp.write_text(f"# FreeDict {name} {VERSION} (GPL, .deb SHA-256 {digest}), single-word pairs; "
+        tmp.write_text(f"# FreeDict {name} {version} (GPL, .deb SHA-256 {digest}), single-word pairs; "
                        "scripts/make_dictionaries.py\n"
                        + "".join(f"{t}\t{s}\n" for t, s in pairs), encoding="utf-8")
         os.replace(tmp, path)

@@ -31,8 +31,12 @@ def test_languages_are_the_pinned_ones_or_named_with_their_package():
     got = dictionaries.language_packages(["de", "it=ita", "fr=fra", "es=xyz"], pinned)
     assert got["de"] == pinned["de"] and got["fr"] == pinned["fr"]  # the same package keeps its pinned hash
     assert got["it"] == ("ita", None) and got["es"] == ("xyz", None)  # another package is not checked by it
+    # Debian 12 ships some at another version than the pinned ones: named after @, and then not checked by a hash
+    versioned = dictionaries.versioned_packages(["fi=fin@2022.12.07-2", "de"], pinned)
+    assert versioned["fi"] == ("fin", None, "2022.12.07-2") and versioned["de"] == (*pinned["de"], dictionaries.VERSION)
+    assert dictionaries.versioned_packages(["de=deu@2022.12.07-2"], pinned)["de"] == ("deu", None, "2022.12.07-2")
     for bad, message in (("it", "no package name known for it; write it=NAME"), ("=ita", "expected LANG"),
-                         ("de=../x", "expected LANG")):
+                         ("de=../x", "expected LANG"), ("fi=fin@../x", "expected LANG")):
         with pytest.raises(SystemExit, match=message):
             dictionaries.language_packages([bad], pinned)
 
