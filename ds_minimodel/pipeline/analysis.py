@@ -244,11 +244,13 @@ def table2(all_curves: dict[tuple[str, str, str], list[Point]], metrics: dict[st
     trivial = trivial or {}
     lines = []
     if source_model:
-        trained_head = source_model.get("mlm_head") == "initialised"
-        head = " (its MLM head trained here, a one-time cost like Step 1b)" if trained_head else ""
         if source_model.get("trained_here") == CONTINUED:
             head = (" (continued here with MLM, body and head, a one-time cost like Step 1b: BL_BASE's primary is "
                     "that continuation)")
+        elif source_model.get("mlm_head") == "initialised":
+            head = " (its MLM head trained here, a one-time cost like Step 1b)"
+        else:
+            head = ""
         given = (f"Step 1 of {get_system(BASELINE).paper_name}'s primary: given, not trained here (no FLOPs charged): "
                  f"{source_model['path']}, weights {str(source_model['weights_sha256'])[:12]}{head}")
         lines += [given, ""]

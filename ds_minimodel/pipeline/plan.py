@@ -345,8 +345,8 @@ class Pipeline:
         embeddings frozen."""
         ft: FinetuneSettings = self.finetuning
         source = self.cfg.source.lang
-        if mini_system(variant) is not None:
-            primary = self._mini_model(mini_system(variant))
+        if (system := mini_system(variant)) is not None:
+            primary = self._mini_model(system)
         else:
             primary = self._primary(variant, self._name(Step.FINETUNE, variant))
         for task in self.cfg.tasks:

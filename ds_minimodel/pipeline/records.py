@@ -11,6 +11,7 @@ the file, the list and the position; ``Results.write`` writes the file the pipel
 from __future__ import annotations
 
 import dataclasses
+import functools
 import json
 import typing
 from dataclasses import dataclass, field
@@ -37,7 +38,7 @@ class _Record:
     def from_dict(cls, data: Any, where: str) -> typing.Self:
         if not isinstance(data, dict):
             raise InputError(f"{where}: expected a JSON object, got {type(data).__name__}")
-        hints = typing.get_type_hints(cls)
+        hints = _hints(cls)
         fields = {f.name: f for f in dataclasses.fields(cls)}
         values: dict[str, Any] = {}
         if cls.FLAT is not None:
@@ -64,6 +65,11 @@ class _Record:
         out = {f.name: getattr(self, f.name) for f in dataclasses.fields(self)
                if f.name != flat and (getattr(self, f.name) is not None or f.name in self.ALWAYS)}
         return {**out, **(getattr(self, flat) if flat else {})}
+
+
+@functools.cache
+def _hints(cls: type) -> dict[str, Any]:
+    return typing.get_type_hints(cls)  # once per record type, not per record
 
 
 def _checked(hint: Any, value: Any, where: str, name: str) -> Any:

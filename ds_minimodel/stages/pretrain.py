@@ -69,6 +69,11 @@ def model_config(spec: PretrainSpec, vocab_size: int) -> ModelConfig:
         raise InputError(f"--variant {spec.variant}: {err}") from None
 
 
+def _shape(ctx: Context) -> dict[str, Any]:
+    """One update's shape, as the FLOP formulas take it."""
+    return {"seq_len": ctx.train_cfg.seq_len, "batch": ctx.batch.global_batch, "mask_prob": ctx.train_cfg.mask_prob}
+
+
 def _tokenizer(spec: MLMSpec, shards: TokenShards) -> dict[str, str]:
     return {"path": str(tokenizer_path(spec.data).resolve()), "sha256": shards.tokenizer_sha256}
 
@@ -119,13 +124,11 @@ def build(spec: PretrainSpec, ctx: Context) -> Built:
     shards = TokenShards.open(spec.data)
     torch.manual_seed(spec.seed)  # identical initial weights on every rank
     model = MaskedLM(model_config(spec, shards.vocab_size))
-    train_cfg = ctx.train_cfg
     forgetting = None
     if spec.forget_every:
-        forgetting = ActiveForgetting(spec.forget_every, train_cfg.steps, spec.seed, model.cfg.init_std)
+        forgetting = ActiveForgetting(spec.forget_every, ctx.train_cfg.steps, spec.seed, model.cfg.init_std)
     # A1, with the second head's 3 FLOP_lm where the model has one
-    flops_per_update = flops.per_update_flops(Step.PRETRAIN, model.cfg, seq_len=train_cfg.seq_len,
-                                              batch=ctx.batch.global_batch, mask_prob=train_cfg.mask_prob)
+    flops_per_update = flops.per_update_flops(Step.PRETRAIN, model.cfg, **_shape(ctx))
     return _mlm_built(spec, ctx, shards, model, name=f"{Step.PRETRAIN}-{spec.variant}", step=Step.PRETRAIN,
                       flops_per_update=flops_per_update, forgetting=forgetting,
                       meta={"variant": spec.variant, "tokenizer": _tokenizer(spec, shards),
@@ -168,11 +171,9 @@ def build_step1b(spec: MiniPostSpec, ctx: Context) -> Built:
     """Step 1b: MiniPost's new layers trained over the bottom layers of a pretrained model."""
     shards = TokenShards.open(spec.data)
     model, provenance = minipost_model(spec, shards)
-    train_cfg = ctx.train_cfg
     # A4 over the l_t new layers
-    flops_per_update = flops.per_update_flops(Step.MINIPOST, model.cfg, seq_len=train_cfg.seq_len,
-                                              batch=ctx.batch.global_batch, mask_prob=train_cfg.mask_prob,
-                                              trainable_layers=spec.new_layers)
+    flops_per_update = flops.per_update_flops(Step.MINIPOST, model.cfg, trainable_layers=spec.new_layers,
+                                              **_shape(ctx))
     return _mlm_built(spec, ctx, shards, model, name=f"{Step.MINIPOST}-minipost", step=Step.MINIPOST,
                       flops_per_update=flops_per_update, meta={"variant": "minipost", **provenance},
                       record={"variant": "minipost", "forget_every": 0, "source": provenance["primary_sha256"]})
@@ -182,11 +183,10 @@ def build_head(spec: HeadSpec, ctx: Context) -> Built:
     """The MLM head of a bare encoder, its body and embeddings frozen."""
     shards = TokenShards.open(spec.data)
     model, provenance = head_model(spec, shards)
-    shape = {"seq_len": ctx.train_cfg.seq_len, "batch": ctx.batch.global_batch, "mask_prob": ctx.train_cfg.mask_prob}
     if spec.train_body:  # A1: every layer forward and backward, as Step 1
-        flops_per_update = flops.per_update_flops(Step.PRETRAIN, model.cfg, **shape)
+        flops_per_update = flops.per_update_flops(Step.PRETRAIN, model.cfg, **_shape(ctx))
     else:
-        flops_per_update = flops.head_training_per_update(model.cfg, **shape)
+        flops_per_update = flops.head_training_per_update(model.cfg, **_shape(ctx))
     variant = "continued" if spec.train_body else "head"  # run.json's identity: a resume cannot switch them
     return _mlm_built(spec, ctx, shards, model, name=f"{Step.MINIPOST}-{variant}", step=Step.MINIPOST,
                       flops_per_update=flops_per_update, meta={"variant": variant, **provenance},

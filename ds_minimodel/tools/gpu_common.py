@@ -66,8 +66,7 @@ GPU = Sizes()
 TINY = Sizes(minutes=30, budgets=(("env", 120), ("tests", 300), ("bench", 600), ("profile", 120)), preset="tiny",
              vocab=300, seq_len=32, warmup=0, updates=2, search=(1, 4), profile_micro=2, hf_max_batch=2, gemm=256,
              reference_preset="tiny", reference_vocab=1000, sizing_micro=2, compile=False, profile_levers=False,
-             corpus_bytes=300_000,
-             task_lines=400,
+             corpus_bytes=300_000, task_lines=400,
              step_caps={"step1": 1, "step1b": 1, "step2": 2, "epochs": 0.02, "body": 2})
 
 
