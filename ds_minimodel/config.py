@@ -270,6 +270,12 @@ def _arguments(hint: Any) -> list[Any]:
     return found
 
 
+RANGE_ERRORS = frozenset({"greater_than", "greater_than_equal", "less_than", "less_than_equal", "too_short",
+                          "too_long", "literal_error"})
+"""pydantic's error types whose own sentence says what was expected ("greater than 0") better than the field's
+annotation would."""
+
+
 def _explain(cls: type, errors: list[dict[str, Any]], source: str) -> str:
     """pydantic's first error (all unknown keys of one object together) as one sentence naming where it is."""
     first = errors[0]
@@ -287,6 +293,8 @@ def _explain(cls: type, errors: list[dict[str, Any]], source: str) -> str:
         return f"{where}.{key}: {first['ctx']['error']}" if key else f"{where}: {first['ctx']['error']}"
     fields = {f.name: f for f in dataclasses.fields(owner)} if owner else {}
     expected = fields[key].type if key in fields else first["msg"].removeprefix("Input should be ")
+    if first["type"] in RANGE_ERRORS or not isinstance(expected, str):  # a range, or an annotation's object
+        expected = first["msg"].removeprefix("Input should be ").removeprefix("List should have ")
     what = f"{where}[{key}]" if isinstance(key, int) else f"{where}: {key}"
     return f"{what} must be {expected}, got {first.get('input')!r}"
 

@@ -32,10 +32,8 @@ from ds_minimodel.pipeline.results import scored, task_baselines, write_results
 from ds_minimodel.pipeline.settings import (
     AUTO_INIT,
     RELEARN_SUFFIX,
-    FinetuneSettings,
     PipelineConfig,
     TaskSettings,
-    as_values,
     check,
     only_systems,
     target_init,
@@ -94,8 +92,8 @@ class Pipeline:
         """``pretrain_seed``: one of the config's ``pretrain_seeds``, a further pretraining run, planned by the main
         pipeline (which checks the config once) in ``<out>/pretrain-seed<k>/`` with job names ending ``.seed<k>``."""
         self.cfg, self.source_path, self.launcher, self.verbose = cfg, source_path, launcher, verbose
-        self.finetuning = cfg.finetuning(source_path)
-        """Step 3's settings (each task's own: ``task_finetuning``)."""
+        self.seeds = cfg.step3.seeds
+        """Step 3's finetuning seeds (each task's settings: ``task_finetuning``)."""
         self.given: GivenModel | None = None
         """``source.model``, read and checked once (None: Step 1 pretrains every primary)."""
         if pretrain_seed is None:
@@ -281,7 +279,7 @@ class Pipeline:
         self._train(PretrainSpec, self.step1_dir(variant), f"{Step.PRETRAIN}-{variant}",
                     {"variant": variant, "aux_layer": self.cfg.aux_layer, "small_layers": self.cfg.small_layers,
                      "preset": self.cfg.preset, **self._common(self._name(Step.PRETRAIN, variant)),
-                     **as_values(self.cfg.step1)})
+                     **self.cfg.step1.values()})
 
     def _step1_given(self, variant: str) -> None:
         """Step 1 of the primary ``source.model`` gives: its record first (``check_recorded`` reads it), then for a bare
@@ -295,7 +293,7 @@ class Pipeline:
                   "nothing to pretrain", flush=True)
             return
         self._train(HeadSpec, self.step1_dir(variant), job,
-                    {"from_": self.given.path, **self._common(job), **as_values(self.cfg.head)})
+                    {"from_": self.given.path, **self._common(job), **self.cfg.head.values()})
 
     def _step1b(self, system: str) -> None:
         """Step 1b of ``system``: its primary's bottom layers, new layers trained on top (``run_minipost.py``)."""
@@ -303,7 +301,7 @@ class Pipeline:
         base, own = self._primary(entry.primary, job), entry.depths_of(self.cfg.depths())
         self._train(MiniPostSpec, self.step1b_dir(system), job,
                     {"from_": str(base), "keep_layers": own.keep, "new_layers": own.new,
-                     **self._common(job), **as_values(self.cfg.step1b)})
+                     **self._common(job), **self.cfg.step1b.values()})
 
     def _step2(self, system: str, lang: str) -> None:
         """Step 2 for one system and target language; every checkpoint is kept for Step 4."""
@@ -321,8 +319,9 @@ class Pipeline:
         entry = get_initialiser(init)
         if WORD_LIST in entry.needs:  # (no source-relearn control with such an init: PipelineConfig.check refuses it)
             anchored = {"word_list": target.word_list, "source_data": str(self._data(self.cfg.source.lang, needed_by))}
-        options = as_values(self.cfg.step2, exclude=("init", *entry.unused_options))
-        if self.cfg.step2.init == AUTO_INIT:
+        options = {key: value for key, value in self.cfg.step2.values().items()
+                   if key not in ("init", *entry.unused_options)}
+        if self.cfg.step2.get("init") == AUTO_INIT:
             print(f"[pipeline] {self._name(Step.ADAPT, system)} {lang}: init {init} ({why})", flush=True)
         self._train(AdaptSpec, self.step2_dir(lang, system), f"{Step.ADAPT}-{lang}-{system}",
                     {"system": system, "body": str(body), "data": str(data), **anchored, "init": init, "lang": lang,
@@ -343,31 +342,29 @@ class Pipeline:
     def _step3(self, variant: str) -> None:
         """Step 3 for one primary (or, ``mini-<system>``, for a system's mini-model): every task and seed, English
         embeddings frozen."""
-        ft: FinetuneSettings = self.finetuning
         source = self.cfg.source.lang
         if (system := mini_system(variant)) is not None:
             primary = self._mini_model(system)
         else:
             primary = self._primary(variant, self._name(Step.FINETUNE, variant))
         for task in self.cfg.tasks:
-            own = task_finetuning(self.cfg.step3, task, self.source_path)
-            for seed in ft.seeds:
+            own = task_finetuning(self.cfg.step3, task)
+            for seed in self.seeds:
                 self._train(FinetuneSpec, self.step3_dir(task.name, variant, seed),
                             f"{Step.FINETUNE}-{task.name}-{variant}-seed{seed}",
                             {"model": str(primary), "task": task.name, "format": task.format, "train": task.train,
                              "dev": task.dev.get(source), "dev_format": task.eval_format, "language": source,
-                             **as_values(own, exclude=("seeds",)), "seed": seed})
+                             **own.values(), "seed": seed})
 
     def _step4(self) -> dict[str, Any]:
         """Zero-shot: every Step-2 checkpoint of every system, with every seed's task model; the controls (each
         primary with its own embeddings and the source-relearn runs on the source test files) and the trivial
         baselines of every test file; then the results."""
-        ft: FinetuneSettings = self.finetuning
         source = self.cfg.source.lang
         task_models, dev_scores = {}, []
         for task in self.cfg.tasks:
             for variant in self.finetuned():
-                for seed in ft.seeds:
+                for seed in self.seeds:
                     run_dir = self.step3_dir(task.name, variant, seed)
                     task_models[(task.name, variant, seed)] = self._finished(
                         run_dir, self._name(Step.FINETUNE, variant), Step.TRANSFER)
@@ -379,14 +376,14 @@ class Pipeline:
             trivial += task_baselines(task, source)
             if source in task.test:  # diagnostics (a) and (b) of issue 16: the body, and Step 2 without a gap
                 for variant in self.finetuned():
-                    for seed in ft.seeds:
+                    for seed in self.seeds:
                         own.append(self._score(task, source, None, None, seed,
                                                task_models[(task.name, variant, seed)], own_of=variant))
                 for system in self.cfg.source_relearn:
                     run_dir = self.step2_dir(self.relearn_lang, system)
                     self._finished(run_dir, self._name(Step.ADAPT, system), Step.TRANSFER)
                     for ckpt in checkpoint.complete_checkpoints(run_dir):
-                        for seed in ft.seeds:
+                        for seed in self.seeds:
                             relearned.append(self._score(task, source, system, ckpt, seed,
                                                          task_models[(task.name, get_system(system).primary, seed)],
                                                          as_lang=self.relearn_lang))
@@ -397,7 +394,7 @@ class Pipeline:
                     if target.lang not in task.test:
                         continue
                     for ckpt in checkpoint.complete_checkpoints(run_dir):
-                        for seed in ft.seeds:
+                        for seed in self.seeds:
                             results.append(self._score(task, target.lang, system, ckpt, seed,
                                                        task_models[(task.name, get_system(system).primary, seed)]))
         # Appendix A.5: every pretraining run's final scores (the main run's were just scored: read from the cache)
@@ -419,7 +416,7 @@ class Pipeline:
                     primary = get_system(system).primary
                     final = self._finished(self.step2_dir(target.lang, system), self._name(Step.ADAPT, system),
                                            Step.TRANSFER)
-                    for seed in self.finetuning.seeds:
+                    for seed in self.seeds:
                         model = self._finished(self.step3_dir(task.name, primary, seed),
                                                self._name(Step.FINETUNE, primary), Step.TRANSFER)
                         records.append(replace(self._score(task, target.lang, system, final, seed, model),

@@ -6,78 +6,62 @@ import importlib.util
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any
 
-from ds_minimodel.config import MAX_UPDATES, TrainConfig, dataclass_from_dict, get_preset, read_json
+import pydantic
+
+from ds_minimodel.config import TrainConfig, dataclass_from_dict, get_preset, read_json
 from ds_minimodel.data.bilingual import WordList, check_covered
 from ds_minimodel.data.static_vectors import StaticSettings
 from ds_minimodel.errors import InputError, require_file
+from ds_minimodel.pipeline.sections import section
 from ds_minimodel.pipeline.source_model import GivenModel, given_model, given_primary
-from ds_minimodel.stages.specs import AdaptSpec, FinetuneSpec, HeadSpec, PretrainSpec
+from ds_minimodel.stages.specs import (
+    AdaptSpec,
+    Count,
+    FinetuneSpec,
+    HeadSpec,
+    MiniPostSpec,
+    PositiveInt,
+    PretrainSpec,
+    Updates,
+)
 from ds_minimodel.systems import AT, BASELINE, DEPTH_FAMILY, Depths, depth_of, get_system, is_system, system_names
 
 RELEARN_SUFFIX = "-relearn"
 """The source-relearn control's name where a target language's would stand: ``en-relearn``."""
 
 
-@dataclass(frozen=True, kw_only=True)
-class StageSettings:
-    ds_config: str
-    """DeepSpeed JSON of this stage."""
-    steps: int
-    """Optimizer updates."""
-    save_every: int
-    """Checkpoint cadence (Step 2: every checkpoint is evaluated in Step 4)."""
-    log_every: int = TrainConfig.log_every
-
-
-@dataclass(frozen=True, kw_only=True)
-class Step1Settings(StageSettings):
-    forget_every: int = PretrainSpec.forget_every
-    """Active forgetting (``run_pretrain.py --forget-every``): the primaries' token embeddings drawn afresh, with
-    their optimizer state cleared, every this many updates; 0: never (the paper)."""
-
-
-@dataclass(frozen=True, kw_only=True)
-class HeadSettings(StageSettings):
-    train_body: bool = HeadSpec.train_body
-    """Also train the body and embeddings (``run_head.py --train-body``): an MLM continuation of the whole given
-    model, which is then BL_BASE's primary (and MiniPost's source) in its place."""
-
-
-@dataclass(frozen=True, kw_only=True)
-class Step2Settings(StageSettings):
-    init: str = AdaptSpec.init
-    """How the new embeddings start (``run_adapt.py --init``; ``model.embedding_init``): overlap (the paper),
-    focus, wechsel (needs each target's ``word_list``), or auto: per target, wechsel where it has a ``word_list``,
-    else focus (``target_init``; chosen on dev, RESULTS.md), said before its Step 2 starts. The source-relearn
-    control uses specials, or this with ``relearn_anchor`` (focus under auto)."""
-    new_rows: str = AdaptSpec.new_rows
-    """Rows that get no source row or mixture: normal (N(0, init_std), the paper) or source (the source rows' N(mean,
-    std))."""
-    freeze_copied: bool = AdaptSpec.freeze_copied
-    """Keep the rows copied from source rows, and their output biases, unchanged (fixed anchors)."""
-    rare_vectors: str = AdaptSpec.rare_vectors
-    """focus and wechsel: pieces too rare for a static vector of their own are drawn, or (ngrams) take FastText's
-    vector from their character n-grams (``run_adapt.py --rare-vectors``; a low-resource corpus)."""
-    transliterate: bool = AdaptSpec.transliterate
-    """overlap and focus: also copy the source row a target piece spells in Latin letters (``run_adapt.py
-    --transliterate``; names, loanwords, product terms in a script the source does not share)."""
-
-
-@dataclass(frozen=True, kw_only=True)
-class FinetuneSettings:
-    ds_config: str
-    epochs: float = FinetuneSpec.epochs
-    seeds: list[int] = field(default_factory=lambda: [1, 2, 3, 4, 5])
-    max_len: int = FinetuneSpec.max_len
-    warmup_ratio: float = FinetuneSpec.warmup_ratio
-    pooling: str = FinetuneSpec.pooling
-    """Sequence tasks: classify from the <s> position (RoBERTa) or from the mean over real tokens."""
-    doc_stride: int = FinetuneSpec.doc_stride
-    """QA: overlap between consecutive context windows."""
-    log_every: int = 50
-    """Updates between a run's progress lines and metrics records (a finetuning run is a few hundred updates)."""
+STAGE_LENGTH = {"ds_config": str, "steps": Updates, "save_every": PositiveInt}
+"""What every training section must set: the pipeline decides when a run is finished by its update count."""
+OWN_MLM = ("data", "seq_len", "seed")
+"""The MLM stages' fields the plan sets for each job from the config's top level."""
+Step1Settings = section(PretrainSpec, "Step1Settings", required=STAGE_LENGTH,
+                        owned=(*OWN_MLM, "variant", "aux_layer", "small_layers", "preset", "model_config"))
+"""Step 1: pretraining the primaries from scratch (``PretrainSpec``'s fields: e.g. ``forget_every``)."""
+HeadSettings = section(HeadSpec, "HeadSettings", required=STAGE_LENGTH, owned=(*OWN_MLM, "from_"))
+"""The MLM head of ``source.model`` (``HeadSpec``; ``train_body``: an MLM continuation of the whole given model,
+which is then BL_BASE's primary and MiniPost's source in its place)."""
+Step1bSettings = section(MiniPostSpec, "Step1bSettings", required=STAGE_LENGTH,
+                         owned=(*OWN_MLM, "from_", "keep_layers", "new_layers"))
+"""Step 1b (``MiniPostSpec``): a system's own depths are the system's (``System.depths_of``)."""
+Step2Settings = section(AdaptSpec, "Step2Settings", required=STAGE_LENGTH, owned=(
+    *OWN_MLM, "system", "body", "lang", "shared_with", "word_list", "source_data", "keep_checkpoints"))
+"""Step 2 (``AdaptSpec``; every checkpoint is scored in Step 4, so none is dropped). ``init`` may also be auto:
+per target, wechsel where it has a ``word_list``, else focus (``target_init``; chosen on dev, RESULTS.md), said
+before its Step 2 starts. The source-relearn control uses specials, or ``init`` with ``relearn_anchor`` (focus under
+auto)."""
+OWN_FINETUNE = ("model", "task", "format", "train", "dev", "dev_format", "language", "seed")
+"""Step 3's fields the plan sets for each job from the task and the finetuning seed."""
+Step3Settings = section(FinetuneSpec, "Step3Settings", required={"ds_config": str}, owned=OWN_FINETUNE,
+                        defaults={"log_every": 50}, extra=[("seeds", Annotated[list[Count], pydantic.Field(
+                            min_length=1)], field(default_factory=lambda: [1, 2, 3, 4, 5]))])
+"""Step 3 for every task (``FinetuneSpec``; a finetuning run is a few hundred updates: a line every 50), one run
+per seed of ``seeds``. A task's own ``finetune`` section comes first, the paper's per-format settings
+(``FORMAT_FINETUNING``) after these (``task_finetuning``)."""
+TaskFinetune = section(FinetuneSpec, "TaskFinetune", owned=OWN_FINETUNE)
+"""One task's own Step-3 settings (any of ``step3``'s but ``seeds``): its DeepSpeed JSON (learning rate),
+``max_len`` or ``epochs``."""
 
 
 FORMAT_FINETUNING: dict[str, dict[str, Any]] = {"squad": {"max_len": 384, "doc_stride": 128}}
@@ -124,7 +108,7 @@ class TaskSettings:
     """{language: file} scored zero-shot in Step 4 with each target language's embeddings."""
     eval_format: str | None = None
     """Format of the dev and test files when it differs from ``format`` (XNLI: train ``multinli``, eval ``xnli``)."""
-    finetune: dict[str, Any] = field(default_factory=dict)
+    finetune: TaskFinetune = field(default_factory=TaskFinetune)
     """This task's own finetuning settings (any ``step3`` key but ``seeds``): e.g. its DeepSpeed JSON (learning
     rate), ``max_len`` or ``epochs``."""
 
@@ -136,17 +120,14 @@ class PipelineConfig:
     targets: list[CorpusSettings]
     tasks: list[TaskSettings]
     step2: Step2Settings
-    step3: dict[str, Any]
-    """Step 3's settings for every task (``FinetuneSettings``' keys; ``ds_config`` at least): a task's own
-    ``finetune`` section comes first, the paper's per-format ones (``FORMAT_FINETUNING``) after these
-    (``task_finetuning``)."""
+    step3: Step3Settings
     step1: Step1Settings | None = None
     """Step 1: pretraining the primaries from scratch. Required, unless ``source.model`` gives BL_BASE's primary;
     then it pretrains the other primaries the systems need (BL_SMALL's, MiniJoint's), which are refused without it."""
     head: HeadSettings | None = None
     """Training the MLM head of ``source.model`` when it is a bare encoder (``run_head.py``: body
     and embeddings frozen). Required for such a model, refused for one that has a trained head."""
-    step1b: StageSettings | None = None
+    step1b: Step1bSettings | None = None
     systems: list[str] = field(default_factory=system_names)
     preset: str = "base"
     seq_len: int = TrainConfig.seq_len
@@ -243,10 +224,6 @@ class PipelineConfig:
         """The Step-1 models this pipeline's systems adapt, by name."""
         return sorted({get_system(name).primary for name in self.systems})
 
-    def finetuning(self, source: str) -> FinetuneSettings:
-        """``step3`` as settings (defaults filled in; each task's own are ``task_finetuning``'s)."""
-        return dataclass_from_dict(FinetuneSettings, self.step3, f"{source}: step3")
-
 
 PLAIN_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]*")
 """A language's or task's name: it names folders under ``out`` (``data/<lang>``, ``step3/<task>``), so nothing that
@@ -266,8 +243,8 @@ def _check_names(cfg: PipelineConfig, source: str) -> None:
         if twice:
             same = " (a target language that is the source language)" if twice[0] == cfg.source.lang else ""
             raise InputError(f"{source}: {what} {twice[0]!r} is named twice{same}: every record would count twice")
-    seeds = cfg.step3.get("seeds")
-    if isinstance(seeds, list) and len(set(map(str, seeds))) != len(seeds):
+    seeds = cfg.step3.seeds
+    if len(set(seeds)) != len(seeds):
         raise InputError(f"{source}: step3.seeds {seeds} names a seed twice: the spread over seeds would be false")
 
 
@@ -279,20 +256,18 @@ def target_init(step2: Step2Settings, target: CorpusSettings | None) -> tuple[st
     target has a word list and FOCUS where it has none (the order the dev sets gave: WECHSEL over in-domain word
     lists ahead, FreeDict's level with FOCUS; RESULTS.md). ``target`` None: the source-relearn control's (focus under
     auto: WECHSEL would align the source with itself)."""
-    if step2.init != AUTO_INIT:
-        return step2.init, "step2.init"
+    if step2.get("init") != AUTO_INIT:
+        return step2.get("init"), "step2.init"
     if target is not None and target.word_list is not None:
         return "wechsel", f"auto: its word list {target.word_list}"
     return "focus", "auto: no word list, FOCUS needs only the target corpus"
 
 
-def task_finetuning(step3: dict[str, Any], task: TaskSettings, source: str) -> FinetuneSettings:
+def task_finetuning(step3: Step3Settings, task: TaskSettings) -> Step3Settings:
     """The Step-3 settings of one task: its own ``finetune`` section, then the config's ``step3`` where that sets a
-    value, then the paper's for its format (``FORMAT_FINETUNING``), then the defaults."""
-    if "seeds" in task.finetune:
-        raise InputError(f"{source}: task {task.name}: finetune.seeds is not per task; set step3.seeds")
-    merged = {**FORMAT_FINETUNING.get(task.format, {}), **step3, **task.finetune}
-    return dataclass_from_dict(FinetuneSettings, merged, f"{source}: task {task.name}'s finetuning")
+    value, then the paper's for its format (``FORMAT_FINETUNING``), then the spec's defaults."""
+    merged = {**FORMAT_FINETUNING.get(task.format, {}), **step3.values(), **task.finetune.values()}
+    return Step3Settings(**merged, seeds=step3.seeds)
 
 
 def only_systems(cfg: PipelineConfig, systems: list[str], source: str) -> PipelineConfig:
@@ -367,39 +342,30 @@ def check(cfg: PipelineConfig, source: str, *, world_size: int | None) -> GivenM
                 given.tokenizer["sha256"]:
             raise InputError(f"{cfg.source.tokenizer}: not the tokenizer of source.model {given.path} (another "
                              "hash); leave source.tokenizer out: the model's own is used")
-    for name in ("step1", "head", "step1b", "step2"):
+    for name in ("step1", "head", "step1b", "step2"):  # (their ranges: the specs' annotations, at load)
         stage = getattr(cfg, name)
-        if stage is None:
-            continue
-        for key in ("steps", "save_every", "log_every"):
-            if getattr(stage, key) < 1:
-                raise InputError(f"{source}: {name}.{key} must be at least 1, got {getattr(stage, key)}")
-        if stage.steps > MAX_UPDATES:
-            raise InputError(f"{source}: {name}.steps must be at most {MAX_UPDATES:,}, got {stage.steps:,}")
-        _check_ds_config(stage.ds_config, f"{source}: {name}.ds_config", world_size, steps=stage.steps)
+        if stage is not None:
+            _check_ds_config(stage.ds_config, f"{source}: {name}.ds_config", world_size, steps=stage.steps)
     from ds_minimodel.model.embedding_init import INITIALISERS, NEW_ROWS, STATIC_VECTORS, WORD_LIST, initialisers_that
 
-    if cfg.step1 is not None and cfg.step1.forget_every < 0:
-        raise InputError(f"{source}: step1.forget_every must be at least 0 (0: never), got {cfg.step1.forget_every}")
-    step2 = cfg.step2
+    step2, init = cfg.step2, cfg.step2.get("init")
     choices = [*(name for name, entry in INITIALISERS.items() if entry.pipeline), AUTO_INIT]
-    if step2.init not in choices or step2.new_rows not in NEW_ROWS:
+    if init not in choices or step2.get("new_rows") not in NEW_ROWS:
         raise InputError(f"{source}: step2.init must be one of {', '.join(choices)} and step2.new_rows one of "
-                         f"{', '.join(NEW_ROWS)}; got {step2.init!r}, {step2.new_rows!r}")
+                         f"{', '.join(NEW_ROWS)}; got {init!r}, {step2.get('new_rows')!r}")
     inits = {target.lang: target_init(step2, target)[0] for target in cfg.targets}
     static, listed = initialisers_that(need=STATIC_VECTORS), initialisers_that(need=WORD_LIST)
     translit = initialisers_that(transliterate=True)
-    if step2.rare_vectors not in ("drawn", "ngrams") or (
-            step2.rare_vectors == "ngrams" and not set(inits.values()) <= set(static)):
+    if step2.rare_vectors == "ngrams" and not set(inits.values()) <= set(static):
         raise InputError(f"{source}: step2.rare_vectors is drawn or ngrams, and ngrams works with init "
                          f"{' or '.join(static)} (their static vectors); got {step2.rare_vectors!r} with init "
-                         f"{step2.init!r}")
+                         f"{init!r}")
     if step2.transliterate and (not set(inits.values()) & set(translit)
                                 or importlib.util.find_spec("anyascii") is None):
         raise InputError(f"{source}: step2.transliterate works with init {' or '.join(translit)} and needs "
-                         f"anyascii (pip install anyascii); init is {step2.init!r}")
+                         f"anyascii (pip install anyascii); init is {init!r}")
     if set(inits.values()) & set(static) and importlib.util.find_spec("gensim") is None:
-        raise InputError(f"{source}: step2.init {step2.init} trains static vectors with gensim, which is not "
+        raise InputError(f"{source}: step2.init {init} trains static vectors with gensim, which is not "
                          "installed (pip install gensim, or the package's [focus] extra)")
     from ds_minimodel.data.static_vectors import check_enough_text
 
@@ -409,8 +375,8 @@ def check(cfg: PipelineConfig, source: str, *, world_size: int | None) -> GivenM
             check_enough_text(Path(target.corpus), f"{source}: {target.lang}'s init {inits[target.lang]}")
     if cfg.source.word_list is not None:
         raise InputError(f"{source}: source.word_list: a word list belongs to a target language")
-    if step2.init in listed and cfg.source_relearn:
-        raise InputError(f"{source}: the source-relearn control (source_relearn) with step2.init {step2.init} would "
+    if init in listed and cfg.source_relearn:
+        raise InputError(f"{source}: the source-relearn control (source_relearn) with step2.init {init} would "
                          "align the source language with itself; run it with an initialiser that needs no word list "
                          "(or auto)")
     for target in cfg.targets:
@@ -420,21 +386,17 @@ def check(cfg: PipelineConfig, source: str, *, world_size: int | None) -> GivenM
         if target.word_list is not None:
             if inits[target.lang] not in listed:
                 raise InputError(f"{source}: {target.lang}'s word_list is used by step2.init {' or '.join(listed)} "
-                                 f"(or auto) only, not {step2.init}")
+                                 f"(or auto) only, not {init}")
             check_covered(WordList.read(target.word_list), Path(cfg.source.corpus), StaticSettings.dim)
-    ft = cfg.finetuning(source)
-    if not ft.seeds:
-        raise InputError(f"{source}: step3 needs a non-empty list of integer seeds")
     for task in cfg.tasks:
-        own = task_finetuning(cfg.step3, task, source)
+        own = task_finetuning(cfg.step3, task)
         where = f"{source}: task {task.name}'s finetuning"
         _check_ds_config(own.ds_config, f"{where} (ds_config)", world_size)
-        if not own.epochs > 0 or own.max_len > positions or own.pooling not in POOLINGS:
-            raise InputError(f"{where}: needs epochs > 0, max_len at most {positions} (the {what} positions) and "
-                             f"pooling one of {', '.join(POOLINGS)}; got {own.epochs}, "
-                             f"{own.max_len}, {own.pooling!r}")
+        if own.get("max_len") > positions or own.get("pooling") not in POOLINGS:
+            raise InputError(f"{where}: needs max_len at most {positions} (the {what} positions) and pooling one "
+                             f"of {', '.join(POOLINGS)}; got {own.get('max_len')}, {own.get('pooling')!r}")
         if task.format in FORMATS and KINDS[FORMATS[task.format].kind].windows:
-            problem = window_room(own.max_len, own.doc_stride)
+            problem = window_room(own.get("max_len"), own.get("doc_stride"))
             if problem:
                 raise InputError(f"{where}: {problem}")
     for corpus in [cfg.source, *cfg.targets]:
@@ -487,11 +449,3 @@ def _check_ds_config(path: str, where: str, world_size: int | None, *, steps: in
     check_ds_config(config, f"{path} ({where})", steps=steps)
     if world_size is not None:
         resolve_batch(config, world_size, source=path)
-
-
-def as_values(settings: Any, *, exclude: tuple[str, ...] = ()) -> dict[str, Any]:
-    """The fields of a settings dataclass that are set, by name: each is the stage spec's field of the same name
-    (``stages.specs``; None and false are left out, so the spec's default holds). A setting is spelled once, in
-    its dataclass, and reaches the launched stage under that name."""
-    values = {f.name: getattr(settings, f.name) for f in dataclasses.fields(settings) if f.name not in exclude}
-    return {name: value for name, value in values.items() if value is not None and value is not False}

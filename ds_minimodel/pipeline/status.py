@@ -38,7 +38,7 @@ def job_status(pipeline: Any, job: Any) -> str:
         return "; ".join(f"{state}: {', '.join(langs)}" for state, langs in ((DONE, done), (TO_RUN, left)) if langs)
     if job.step == Step.FINETUNE:
         return _state(all(finished(run.step3_dir(task.name, job.what, seed)) for task in run.cfg.tasks
-                          for seed in run.finetuning.seeds))
+                          for seed in run.seeds))
     return _state(_scored(run))
 
 

@@ -65,7 +65,7 @@ def reference_shape(run: Run) -> dict[str, Any]:
             "vocab": run.sizes.reference_vocab or config.vocab_size, "aux": config.aux_layer,
             "new": config.new_layers, "micro": step1_ds["train_micro_batch_size_per_gpu"],
             "ds": ds_config(run, "reference", base=config.step1.ds_config),
-            "ds3": ds_config(run, "reference_step3", base=config.step3["ds_config"]),
+            "ds3": ds_config(run, "reference_step3", base=config.step3.ds_config),
             "body_preset": run.sizes.reference_preset or "reference",
             "body_micro": read_json(REPO / cpu_ds)["train_batch_size"],
             "body_ds": ds_config(run, "body", base=cpu_ds)}
@@ -124,10 +124,9 @@ def reference_config(run: Run) -> PipelineConfig:
     systems = [name for name in config.systems if spec.systems is None or name in spec.systems]
 
     def fused(section: str, settings: Any) -> Any:  # DeepSpeed's fused Adam on a GPU, torch's on a CPU
-        base = settings["ds_config"] if section == "step3" else settings.ds_config
-        path = str(ds_config(run, f"reference_{section}", base=base, batch=None if section == "step3" else
-                             s.sizing_micro))
-        return {**settings, "ds_config": path} if section == "step3" else replace(settings, ds_config=path)
+        path = str(ds_config(run, f"reference_{section}", base=settings.ds_config, batch=None if section == "step3"
+                             else s.sizing_micro))
+        return replace(settings, ds_config=path)
 
     return replace(
         config, out=str(run.work / "reference_gpu"), preset=s.reference_preset or config.preset,
@@ -138,7 +137,7 @@ def reference_config(run: Run) -> PipelineConfig:
         # The source-relearn control is one more Step-2 launch: only with --relearn (the minutes are few).
         source_relearn=[name for name in config.source_relearn if name in systems and spec.relearn],
         step1=fused("step1", config.step1), step1b=config.step1b and fused("step1b", config.step1b),
-        step2=fused("step2", config.step2), step3=fused("step3", {**config.step3, "seeds": list(spec.seeds)}),
+        step2=fused("step2", config.step2), step3=fused("step3", replace(config.step3, seeds=list(spec.seeds))),
         tasks=[replace(task, train=materialise(run, task.train),  # whole: a cut can lose labels its tests hold
                        **{split: {lang: materialise(run, path, lines=s.task_lines)
                                   for lang, path in getattr(task, split).items() if lang in ("en", *spec.languages)}
@@ -190,7 +189,7 @@ def plan_reference(run: Run, config: PipelineConfig, sizing: dict[str, Any], *, 
     small = beside + (t["step1"] - beside) * (
         flops.per_update_flops(Step.PRETRAIN, preset.replace(num_layers=config.small_layers), **shape)
         / flops.per_update_flops(Step.PRETRAIN, preset, **shape))
-    langs, systems, seeds = len(config.targets), config.systems, config.step3["seeds"]
+    langs, systems, seeds = len(config.targets), config.systems, config.step3.seeds
     primaries = len({get_system(name).primary for name in systems})
     jobs = (primaries + sum(get_system(name).step1b for name in systems) + len(systems) * langs
             + len(config.source_relearn)
@@ -205,7 +204,7 @@ def plan_reference(run: Run, config: PipelineConfig, sizing: dict[str, Any], *, 
     step2_each = langs * sum(t[f"step2-{name}"] for name in systems) + sum(
         t[f"step2-{name}"] for name in config.source_relearn)
     train_lines = sum(1 for _ in open(config.tasks[0].train, encoding="utf-8"))
-    step3_batch = read_json(config.step3["ds_config"])["train_batch_size"]
+    step3_batch = read_json(config.step3.ds_config)["train_batch_size"]
     per_epoch = primaries * len(seeds) * -(-train_lines // step3_batch) * t3
     caps = run.sizes.step_caps
     step1_each = sum({"base": t["step1"], "small": small}.get(name, t["step1-dual"])  # MiniJoint: the dual head
@@ -293,7 +292,7 @@ def run_pipeline(run: Run, config: PipelineConfig, plan: dict[str, Any]) -> dict
                                     log_every=max(1, n // 20))
 
     config = replace(config, step1=sized("step1"), step1b=sized("step1b"), step2=sized("step2"),
-                     step3={**config.step3, "epochs": plan["epochs"]})
+                     step3=replace(config.step3, epochs=plan["epochs"]))
     write_config(run.config_path, config)
     code, output, seconds = run.sh("reference pipeline", [sys.executable, "-m", "ds_minimodel", "pipeline",
                                                           "--config", run.config_path], run.left() - 25)

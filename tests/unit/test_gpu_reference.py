@@ -24,7 +24,7 @@ def config(tmp_path, systems, languages=("de",)):
     return dataclasses.replace(
         base, preset="reference_gpu", vocab_size=8000, seq_len=128, small_layers=4, systems=systems,
         targets=[dataclasses.replace(base.targets[0], lang=lang) for lang in languages], source_relearn=[],
-        step3={"seeds": [1], "ds_config": str(ds3)}, tasks=[dataclasses.replace(base.tasks[0], train=str(train))])
+        step3=dataclasses.replace(base.step3, seeds=[1], ds_config=str(ds3)), tasks=[dataclasses.replace(base.tasks[0], train=str(train))])
 
 
 def fake_run(left, sizes=GPU):

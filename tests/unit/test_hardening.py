@@ -117,10 +117,15 @@ def test_the_pipeline_checks_everything_before_the_first_job(tmp_path):
     cjk = tmp_path / "zh.txt"
     cjk.write_text("\n".join("".join(chr(0x4E00 + (i * 7 + j * 13) % 3000) for j in range(40)) for i in range(400)))
     cases = [
-        ({"step2__steps": 0}, "step2.steps must be at least 1"),
+        ({"step2__steps": 0}, "step2: steps must be greater than or equal to 1"),
         ({"seq_len": 4096}, "seq_len 4096 exceeds the demo preset's 64 positions"),
         ({"aux_layer": 9}, "aux_layer must be between 1 and 5"),
-        ({"step3__max_len": 512}, "task lohelp.s finetuning: needs epochs > 0, max_len at most 64"),
+        ({"step3__max_len": 512}, "task lohelp.s finetuning: needs max_len at most 64"),
+        # A section sets its stage spec's fields, each checked by the spec's annotation; not the plan's own
+        ({"step3__epochs": 0}, "step3: epochs must be greater than 0, got 0"),
+        ({"step2__rare_vectors": "grams"}, "step2: rare_vectors must be 'drawn' or 'ngrams', got 'grams'"),
+        ({"step2__body": "x"}, r"step2: unknown key\(s\) body; known keys: ds_config, steps, save_every"),
+        ({"step2__keep_checkpoints": 2}, r"step2: unknown key\(s\) keep_checkpoints"),  # Step 4 scores them all
         ({"targets": [{"lang": "zh", "corpus": str(cjk)}]}, "cannot hold this text's characters"),
         ({"step1__ds_config": "ds_configs/none.json"}, "DeepSpeed config not found"),
     ]
@@ -307,7 +312,7 @@ def test_issue_49s_silently_accepted_inputs_are_refused_before_any_work(tmp_path
     junk.write_text("".join(f"xq{i}\tzz{i}\n" for i in range(20000)))
     german = str(REPO / "demo_data/corpus/de.txt")
     for changes, message in [
-            ({"step1__steps": 10**30}, "step1.steps must be at most 1,000,000,000"),
+            ({"step1__steps": 10**30}, "step1: steps must be less than or equal to 1000000000"),
             ({"step1__ds_config": str(tmp_path / "no_optimizer.json")}, "no optimizer section"),
             ({"step1__ds_config": str(tmp_path / "typo.json")},
              "'train_batch_sise' is not a DeepSpeed key .* did you mean 'train_batch_size'"),

@@ -139,22 +139,35 @@ def test_results_hold_the_controls_and_baselines(tmp_path):
 
 
 def test_each_task_has_its_own_finetuning_settings_with_the_papers_per_format():
-    from ds_minimodel.pipeline.settings import TaskSettings, task_finetuning
+    """Step 3's settings are a partial FinetuneSpec (pipeline.sections): a task's own first, then the config's
+    step3, then the paper's for the task's format, then the spec's defaults; each checked by the spec's annotation."""
+    from ds_minimodel.config import dataclass_from_dict
+    from ds_minimodel.pipeline.settings import Step3Settings, TaskSettings, task_finetuning
 
-    step3 = {"ds_config": "ds_configs/cpu_finetune.json", "epochs": 2}
-    xnli = TaskSettings(name="xnli", format="multinli", train="t")
-    mlqa = TaskSettings(name="mlqa", format="squad", train="t")
-    own = TaskSettings(name="mlqa", format="squad", train="t",
-                       finetune={"ds_config": "ds_configs/finetune_qa_fp16.json", "max_len": 256})
-    assert (task_finetuning(step3, xnli, "c").max_len, task_finetuning(step3, xnli, "c").epochs) == (128, 2)
-    assert (task_finetuning(step3, mlqa, "c").max_len, task_finetuning(step3, mlqa, "c").doc_stride) == (384, 128)
-    assert task_finetuning({**step3, "max_len": 64}, mlqa, "c").max_len == 64  # the config's own value first
-    mine = task_finetuning(step3, own, "c")
-    assert (mine.ds_config, mine.max_len, mine.epochs) == ("ds_configs/finetune_qa_fp16.json", 256, 2)
-    with pytest.raises(InputError, match="finetune.seeds is not per task"):
-        task_finetuning(step3, TaskSettings(name="x", format="generic", train="t", finetune={"seeds": [1]}), "c")
-    with pytest.raises(InputError, match="unknown key"):
-        task_finetuning(step3, TaskSettings(name="x", format="generic", train="t", finetune={"lr": 1}), "c")
+    def read(cls, data):
+        return dataclass_from_dict(cls, data, "c")
+
+    step3 = read(Step3Settings, {"ds_config": "ds_configs/cpu_finetune.json", "epochs": 2})
+    xnli = read(TaskSettings, {"name": "xnli", "format": "multinli", "train": "t"})
+    mlqa = read(TaskSettings, {"name": "mlqa", "format": "squad", "train": "t"})
+    own = read(TaskSettings, {"name": "mlqa", "format": "squad", "train": "t",
+                              "finetune": {"ds_config": "ds_configs/finetune_qa_fp16.json", "max_len": 256}})
+    assert (task_finetuning(step3, xnli).get("max_len"), task_finetuning(step3, xnli).epochs) == (128, 2)
+    assert (task_finetuning(step3, mlqa).max_len, task_finetuning(step3, mlqa).doc_stride) == (384, 128)
+    shorter = read(Step3Settings, {"ds_config": "ds_configs/cpu_finetune.json", "epochs": 2, "max_len": 64})
+    assert task_finetuning(shorter, mlqa).max_len == 64  # the config's own value first
+    mine = task_finetuning(step3, own)
+    assert (mine.ds_config, mine.max_len, mine.epochs, mine.seeds) == ("ds_configs/finetune_qa_fp16.json", 256, 2,
+                                                                       [1, 2, 3, 4, 5])
+    assert mine.spec(model="m", task="mlqa", format="squad", train="t", out="o").to_dict()["log_every"] == 50
+    for finetune, message in (({"seeds": [1]}, r"c: finetune: unknown key\(s\) seeds"),
+                              ({"lr": 1}, r"unknown key\(s\) lr"),
+                              ({"model": "m"}, r"unknown key\(s\) model"),  # the plan's, per job
+                              ({"epochs": 0}, r"c: finetune: epochs must be greater than 0, got 0")):
+        with pytest.raises(InputError, match=message):
+            read(TaskSettings, {"name": "x", "format": "generic", "train": "t", "finetune": finetune})
+    with pytest.raises(InputError, match=r"c: seeds must be .*, got \[\]"):
+        read(Step3Settings, {"ds_config": "d", "seeds": []})
 
 
 def test_the_depth_study_is_a_list_of_minijoint_depths_each_its_own_primary_and_step2(tmp_path):
@@ -276,9 +289,8 @@ def test_step1_forgetting_and_step2_initialiser_settings_reach_their_launches_an
         demo_pipeline(tmp_path, relearn_anchor="fr")
     path = tmp_path / "bad.json"
     path.write_text(json.dumps({**base, "step1": {**base["step1"], "forget_every": -1}}))
-    cfg = PipelineConfig.load(path)
-    with pytest.raises(InputError, match=rf"{path}: step1.forget_every must be at least 0"):
-        check(cfg, str(path), world_size=1)
+    with pytest.raises(InputError, match=rf"{path}: step1: forget_every must be greater than or equal to 0"):
+        PipelineConfig.load(path)  # PretrainSpec's annotation, as the config loads
     for bad in ({"init": "wechsel2"}, {"init": "specials"}, {"new_rows": "uniform"}):
         path = tmp_path / "bad.json"
         path.write_text(json.dumps({**base, "step2": {**base["step2"], **bad}}))
