@@ -108,28 +108,29 @@ def finished(run_dir: Path) -> bool:
     return checkpoint.load_meta(latest).step == read_json(run_file)["train"]["steps"]
 
 
-def changed_settings(spec: type[RunSpec], run_dir: Path, values: dict[str, Any]) -> dict[str, tuple[Any, Any]]:
-    """{field: (the finished run's value, ``values``'s)} for every setting of the run in ``run_dir`` that the
-    pipeline now asks differently. Paths are left out: the pipeline derives most of them from its out folder (a
-    run reused from another folder names other paths), and their contents are checked where they are read (the
-    tokenizer's and the initialiser inputs' hashes). A run whose run.json predates the spec record gives none."""
+def changed_settings(spec: RunSpec, run_dir: Path) -> dict[str, tuple[Any, Any]]:
+    """{field: (the finished run's value, ``spec``'s)} for every setting of the run in ``run_dir`` that the pipeline
+    now asks differently. Paths are left out: the pipeline derives most of them from its out folder (a run reused
+    from another folder names other paths), and their contents are checked where they are read (the tokenizer's and
+    the initialiser inputs' hashes). A run whose run.json predates the spec record gives none."""
     recorded = read_json(run_dir / checkpoint.RUN).get("spec")
     if recorded is None:
         return {}
-    now = spec.from_dict({**values, "out": str(run_dir)}, "the pipeline's settings").to_dict()
+    kind = type(spec)
     # the job's kind is its folder's (a Step-1b run recorded before it had its own spec says "pretrain")
-    ignored = spec.not_results() | spec.path_fields() | {"stage"}
+    ignored = kind.not_results() | kind.path_fields() | {"stage"}
     # A setting the record lacks is one added since: that run had its default (what the option then did).
-    then = {**spec.defaults(), **recorded}
-    return {key: (then[key], value) for key, value in now.items()
+    then = {**kind.defaults(), **recorded}
+    return {key: (then[key], value) for key, value in spec.to_dict().items()
             if key in then and key not in ignored and then[key] != value}
 
 
-def train_step(spec: type[RunSpec], run_dir: Path, values: dict[str, Any], spec_file: Path, ranks: int,
-               launcher: str = "deepspeed", *, verbose: bool = False, log: Path | None = None) -> None:
-    """One training job: its spec (``values``; resumed where it holds a run) into ``spec_file``, then launched."""
+def train_step(spec: RunSpec, spec_file: Path, ranks: int, launcher: str = "deepspeed", *, verbose: bool = False,
+               log: Path | None = None) -> None:
+    """One training job: ``spec`` (resumed where its folder holds a run) into ``spec_file``, then launched."""
+    run_dir = spec.out
     if finished(run_dir):
-        changed = changed_settings(spec, run_dir, values)
+        changed = changed_settings(spec, run_dir)
         if changed:
             raise InputError(
                 f"{run_dir} holds a finished run trained with other settings than {spec_file.stem} asks: "
@@ -138,9 +139,9 @@ def train_step(spec: type[RunSpec], run_dir: Path, values: dict[str, Any], spec_
                   "out, restore those settings, or remove that folder to train it again")
         print(f"[pipeline] {run_dir}: done, skipped", flush=True)
         return
-    values = {**values, "out": str(run_dir), "resume": (run_dir / checkpoint.RUN).is_file()}
+    spec = spec.replace(resume=(run_dir / checkpoint.RUN).is_file())
     spec_file.parent.mkdir(parents=True, exist_ok=True)
-    spec.from_dict(values, f"{spec_file} (the pipeline's settings)").write(spec_file)
+    spec.write(spec_file)
     if Workers.active is not None:  # the plan's shared launch (workers.py)
         code = failed_unless_stopped(spec.ENTRY, Workers.active.run(spec.ENTRY, spec_file, log), log)
     else:

@@ -29,6 +29,7 @@ from ds_minimodel.pipeline.launching import LAUNCHERS, StoppedEarly, finished, t
 from ds_minimodel.pipeline.ownership import PRETRAIN_FOLDER, PRETRAIN_RUN, own_output
 from ds_minimodel.pipeline.records import DevScore, Score
 from ds_minimodel.pipeline.results import scored, task_baselines, write_results
+from ds_minimodel.pipeline.sections import Section
 from ds_minimodel.pipeline.settings import (
     AUTO_INIT,
     RELEARN_SUFFIX,
@@ -49,7 +50,6 @@ from ds_minimodel.pipeline.source_model import (
 )
 from ds_minimodel.pipeline.stopping import Stop, Stopped
 from ds_minimodel.pipeline.workers import Workers, end_shared_launch
-from ds_minimodel.stages.specs import AdaptSpec, FinetuneSpec, HeadSpec, MiniPostSpec, PretrainSpec, RunSpec
 from ds_minimodel.systems import Step, get_system, mini_name, mini_system
 from ds_minimodel.train import checkpoint
 
@@ -242,10 +242,14 @@ class Pipeline:
             run._step3(job.what)
         return {}
 
-    def _train(self, spec: type[RunSpec], run_dir: Path, run_name: str, values: dict[str, Any]) -> None:
+    def _train(self, section: Section, run_dir: Path, run_name: str, job: dict[str, Any], *,
+               leave_out: tuple[str, ...] = ()) -> None:
+        """One training job: its spec, ``section``'s values (but ``leave_out``) and the plan's ``job`` values."""
         name = run_name + self.suffix
-        train_step(spec, run_dir, {**values, "log_root": str(self.log_root), "run_name": name},
-                   self.root / "specs" / f"{name}.json", self.cfg.ranks, self.launcher, verbose=self.verbose,
+        spec_file = self.root / "specs" / f"{name}.json"
+        spec = section.spec(f"{spec_file} (the pipeline's settings)", leave_out=leave_out, **job, out=run_dir,
+                            log_root=self.log_root, run_name=name)
+        train_step(spec, spec_file, self.cfg.ranks, self.launcher, verbose=self.verbose,
                    log=self.root / "logs" / f"{name}.log")
 
     def _prepare(self) -> dict[str, Any]:
@@ -270,16 +274,15 @@ class Pipeline:
         return {}
 
     def _common(self, job: str) -> dict[str, Any]:
-        return {"seq_len": self.cfg.seq_len, "seed": self.seed, "data": str(self._data(self.cfg.source.lang, job))}
+        return {"seq_len": self.cfg.seq_len, "seed": self.seed, "data": self._data(self.cfg.source.lang, job)}
 
     def _step1(self, variant: str) -> None:
         if self.given is not None and variant == given_primary():
             self._step1_given(variant)
             return
-        self._train(PretrainSpec, self.step1_dir(variant), f"{Step.PRETRAIN}-{variant}",
+        self._train(self.cfg.step1, self.step1_dir(variant), f"{Step.PRETRAIN}-{variant}",
                     {"variant": variant, "aux_layer": self.cfg.aux_layer, "small_layers": self.cfg.small_layers,
-                     "preset": self.cfg.preset, **self._common(self._name(Step.PRETRAIN, variant)),
-                     **self.cfg.step1.values()})
+                     "preset": self.cfg.preset, **self._common(self._name(Step.PRETRAIN, variant))})
 
     def _step1_given(self, variant: str) -> None:
         """Step 1 of the primary ``source.model`` gives: its record first (``check_recorded`` reads it), then for a bare
@@ -292,16 +295,14 @@ class Pipeline:
             print(f"[pipeline] {job}: given, {self.given.path} (weights {self.given.weights_sha256[:12]}); "
                   "nothing to pretrain", flush=True)
             return
-        self._train(HeadSpec, self.step1_dir(variant), job,
-                    {"from_": self.given.path, **self._common(job), **self.cfg.head.values()})
+        self._train(self.cfg.head, self.step1_dir(variant), job, {"from_": self.given.path, **self._common(job)})
 
     def _step1b(self, system: str) -> None:
         """Step 1b of ``system``: its primary's bottom layers, new layers trained on top (``run_minipost.py``)."""
         job, entry = f"{Step.MINIPOST}-{system}", get_system(system)
         base, own = self._primary(entry.primary, job), entry.depths_of(self.cfg.depths())
-        self._train(MiniPostSpec, self.step1b_dir(system), job,
-                    {"from_": str(base), "keep_layers": own.keep, "new_layers": own.new,
-                     **self._common(job), **self.cfg.step1b.values()})
+        self._train(self.cfg.step1b, self.step1b_dir(system), job,
+                    {"from_": base, "keep_layers": own.keep, "new_layers": own.new, **self._common(job)})
 
     def _step2(self, system: str, lang: str) -> None:
         """Step 2 for one system and target language; every checkpoint is kept for Step 4."""
@@ -319,13 +320,11 @@ class Pipeline:
         entry = get_initialiser(init)
         if WORD_LIST in entry.needs:  # (no source-relearn control with such an init: PipelineConfig.check refuses it)
             anchored = {"word_list": target.word_list, "source_data": str(self._data(self.cfg.source.lang, needed_by))}
-        options = {key: value for key, value in self.cfg.step2.values().items()
-                   if key not in ("init", *entry.unused_options)}
         if self.cfg.step2.get("init") == AUTO_INIT:
             print(f"[pipeline] {self._name(Step.ADAPT, system)} {lang}: init {init} ({why})", flush=True)
-        self._train(AdaptSpec, self.step2_dir(lang, system), f"{Step.ADAPT}-{lang}-{system}",
-                    {"system": system, "body": str(body), "data": str(data), **anchored, "init": init, "lang": lang,
-                     "seq_len": self.cfg.seq_len, "seed": self.seed, **options})
+        self._train(self.cfg.step2, self.step2_dir(lang, system), f"{Step.ADAPT}-{lang}-{system}",
+                    {"system": system, "body": body, "data": data, **anchored, "init": init, "lang": lang,
+                     "seq_len": self.cfg.seq_len, "seed": self.seed}, leave_out=("init", *entry.unused_options))
 
     def _mini_model(self, system: str) -> Path:
         """The model a ``source_minis`` system's Step 2 trains over: Step 1b's output, or (a ``mini`` body) the layers
@@ -350,11 +349,11 @@ class Pipeline:
         for task in self.cfg.tasks:
             own = task_finetuning(self.cfg.step3, task)
             for seed in self.seeds:
-                self._train(FinetuneSpec, self.step3_dir(task.name, variant, seed),
+                self._train(own, self.step3_dir(task.name, variant, seed),
                             f"{Step.FINETUNE}-{task.name}-{variant}-seed{seed}",
-                            {"model": str(primary), "task": task.name, "format": task.format, "train": task.train,
+                            {"model": primary, "task": task.name, "format": task.format, "train": task.train,
                              "dev": task.dev.get(source), "dev_format": task.eval_format, "language": source,
-                             **own.values(), "seed": seed})
+                             "seed": seed})
 
     def _step4(self) -> dict[str, Any]:
         """Zero-shot: every Step-2 checkpoint of every system, with every seed's task model; the controls (each

@@ -38,9 +38,11 @@ class Section:
         value = getattr(self, name)
         return value if value is not None else self.SPEC.defaults().get(name)
 
-    def spec(self, **job: Any) -> RunSpec:
-        """The whole spec of one job: this section's values and the plan's ``job`` values."""
-        return self.SPEC(**{**self.values(), **job})
+    def spec(self, source: str, *, leave_out: Iterable[str] = (), **job: Any) -> RunSpec:
+        """The whole spec of one job: this section's values (but ``leave_out``: options the job's initialiser does
+        not take) and the plan's ``job`` values, each checked as a spec file's are (errors name ``source``)."""
+        values = {key: value for key, value in self.values().items() if key not in set(leave_out)}
+        return self.SPEC.from_dict({**values, **job}, source)
 
 
 def section(spec: type[RunSpec], name: str, *, owned: Iterable[str], required: dict[str, Any] | None = None,

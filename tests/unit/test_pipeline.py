@@ -159,7 +159,7 @@ def test_each_task_has_its_own_finetuning_settings_with_the_papers_per_format():
     mine = task_finetuning(step3, own)
     assert (mine.ds_config, mine.max_len, mine.epochs, mine.seeds) == ("ds_configs/finetune_qa_fp16.json", 256, 2,
                                                                        [1, 2, 3, 4, 5])
-    assert mine.spec(model="m", task="mlqa", format="squad", train="t", out="o").to_dict()["log_every"] == 50
+    assert mine.spec("c", model="m", task="mlqa", format="squad", train="t", out="o").to_dict()["log_every"] == 50
     for finetune, message in (({"seeds": [1]}, r"c: finetune: unknown key\(s\) seeds"),
                               ({"lr": 1}, r"unknown key\(s\) lr"),
                               ({"model": "m"}, r"unknown key\(s\) model"),  # the plan's, per job
@@ -256,6 +256,7 @@ def test_systems_option_runs_a_subset_of_the_configs_systems_in_the_same_folders
 
 def test_step1_forgetting_and_step2_initialiser_settings_reach_their_launches_and_bad_ones_are_refused(
         tmp_path, monkeypatch):
+    from ds_minimodel.pipeline import plan
     from ds_minimodel.pipeline.settings import check
 
     base = json.loads((Path(__file__).resolve().parents[2] / "configs/demo.json").read_text())
@@ -264,12 +265,12 @@ def test_step1_forgetting_and_step2_initialiser_settings_reach_their_launches_an
     pipeline = demo_pipeline(tmp_path, step1=step1, step2=step2, source_relearn=["bl_base"])
     launched = {}
 
-    def spec_of(spec, run_dir, name, values):  # the spec each launch gets, checked as train_step checks it
-        launched[name] = spec.from_dict({**values, "out": str(run_dir)}, name)
+    def spec_of(spec, spec_file, *a, **k):  # the spec each launch gets, by its job's name
+        launched[spec_file.stem] = spec
 
     monkeypatch.setattr(pipeline, "_finished", lambda *a: Path("body"))
     monkeypatch.setattr(pipeline, "_data", lambda *a: Path("data"))
-    monkeypatch.setattr(pipeline, "_train", spec_of)
+    monkeypatch.setattr(plan, "train_step", spec_of)
     pipeline._step1("minijoint")
     assert launched["step1-minijoint"].forget_every == 50 and launched["step1-minijoint"].variant == "minijoint"
     pipeline._step2("bl_base", "de")
@@ -281,7 +282,6 @@ def test_step1_forgetting_and_step2_initialiser_settings_reach_their_launches_an
     anchored = demo_pipeline(tmp_path, step2=step2, source_relearn=["bl_base"], relearn_anchor="de")
     monkeypatch.setattr(anchored, "_finished", lambda *a: Path("body"))
     monkeypatch.setattr(anchored, "_data", lambda lang, *a: Path(f"data/{lang}"))
-    monkeypatch.setattr(anchored, "_train", spec_of)
     anchored._step2("bl_base", "en-relearn")
     spec = launched["step2-en-relearn-bl_base"]
     assert spec.init == "focus" and spec.shared_with == Path("data/de/spm.model") and spec.data == Path("data/en")
@@ -301,6 +301,7 @@ def test_step1_forgetting_and_step2_initialiser_settings_reach_their_launches_an
 
 def test_wechsel_takes_each_targets_word_list_and_the_source_data_and_refuses_what_it_cannot_use(
         tmp_path, monkeypatch):
+    from ds_minimodel.pipeline import plan
     from ds_minimodel.pipeline.settings import check
 
     base = json.loads((Path(__file__).resolve().parents[2] / "configs/demo.json").read_text())
@@ -314,8 +315,7 @@ def test_wechsel_takes_each_targets_word_list_and_the_source_data_and_refuses_wh
     launched = {}
     monkeypatch.setattr(pipeline, "_finished", lambda *a: Path("body"))
     monkeypatch.setattr(pipeline, "_data", lambda lang, *a: Path(f"data/{lang}"))
-    monkeypatch.setattr(pipeline, "_train", lambda spec, run_dir, name, values: launched.update(
-        {name: spec.from_dict({**values, "out": str(run_dir)}, name)}))
+    monkeypatch.setattr(plan, "train_step", lambda spec, spec_file, *a, **k: launched.update({spec_file.stem: spec}))
     pipeline._step2("minijoint", "de")
     spec = launched["step2-de-minijoint"]
     assert (spec.init, spec.word_list, spec.source_data, spec.data) == ("wechsel", words, Path("data/en"),
@@ -387,7 +387,7 @@ def test_a_finished_run_is_skipped_only_when_it_was_trained_with_the_settings_th
     spec_file = tmp_path / "specs" / "step2-de-bl_base.json"
 
     def step(**changes):
-        launching.train_step(AdaptSpec, run_dir, {**values, **changes}, spec_file, ranks=1)
+        launching.train_step(AdaptSpec.from_dict({**values, **changes, "out": str(run_dir)}, "t"), spec_file, ranks=1)
 
     # Where it is written, how it is saved and logged, and the paths (a run reused from another folder): the same run.
     step(save_every=50, log_every=5, data="runs/b/data/de", body="runs/b/step1/base", ds_config="other.json")
@@ -435,13 +435,14 @@ def test_every_tokenizer_comes_before_any_encoding_and_fit_vocab_fits_a_small_co
 
 
 def test_step2_transliterate_reaches_the_launch_and_is_refused_where_nothing_is_copied(tmp_path, monkeypatch):
+    from ds_minimodel.pipeline import plan
+
     base = json.loads((Path(__file__).resolve().parents[2] / "configs/demo.json").read_text())
     pipeline = demo_pipeline(tmp_path, step2={**base["step2"], "init": "focus", "transliterate": True})
     launched = {}
     monkeypatch.setattr(pipeline, "_finished", lambda *a: Path("body"))
     monkeypatch.setattr(pipeline, "_data", lambda *a: Path("data"))
-    monkeypatch.setattr(pipeline, "_train", lambda spec, run_dir, name, values: launched.update(
-        {name: spec.from_dict({**values, "out": str(run_dir)}, name)}))
+    monkeypatch.setattr(plan, "train_step", lambda spec, spec_file, *a, **k: launched.update({spec_file.stem: spec}))
     pipeline._step2("bl_base", "de")
     assert launched["step2-de-bl_base"].transliterate and launched["step2-de-bl_base"].init == "focus"
     with pytest.raises(InputError, match=r"step2.transliterate works with init overlap or focus .*'wechsel'"):
@@ -451,6 +452,8 @@ def test_step2_transliterate_reaches_the_launch_and_is_refused_where_nothing_is_
 
 def test_init_auto_takes_wechsel_where_a_word_list_is_given_and_focus_elsewhere_and_says_so(tmp_path, monkeypatch,
                                                                                           capsys):
+    from ds_minimodel.pipeline import plan
+
     base = json.loads((Path(__file__).resolve().parents[2] / "configs/demo.json").read_text())
     targets = [{**base["targets"][0], "word_list": "reference_data/lexicons/de-en.help.tsv"},
                {"lang": "xx", "corpus": base["targets"][0]["corpus"]}]
@@ -459,8 +462,7 @@ def test_init_auto_takes_wechsel_where_a_word_list_is_given_and_focus_elsewhere_
     launched = {}
     monkeypatch.setattr(pipeline, "_finished", lambda *a: Path("body"))
     monkeypatch.setattr(pipeline, "_data", lambda lang, *a: Path(f"data/{lang}"))
-    monkeypatch.setattr(pipeline, "_train", lambda spec, run_dir, name, values: launched.update(
-        {name: spec.from_dict({**values, "out": str(run_dir)}, name)}))
+    monkeypatch.setattr(plan, "train_step", lambda spec, spec_file, *a, **k: launched.update({spec_file.stem: spec}))
     for lang in ("de", "xx", "en-relearn"):
         pipeline._step2("bl_base", lang)
     de, xx, control = (launched[f"step2-{lang}-bl_base"] for lang in ("de", "xx", "en-relearn"))
@@ -486,8 +488,11 @@ def test_a_step1b_run_recorded_as_a_pretrain_variant_is_compared_by_its_settings
             "variant": "minipost", "preset": "tiny", "aux_layer": 4, "small_layers": 4, "model_config": None,
             "forget_every": 0}
     (tmp_path / "run.json").write_text(json.dumps({"spec": then}))
-    assert changed_settings(MiniPostSpec, tmp_path, values) == {}
-    assert changed_settings(MiniPostSpec, tmp_path, {**values, "new_layers": 3}) == {"new_layers": (2, 3)}
+    def now(**changes):
+        return MiniPostSpec.from_dict({**values, **changes, "out": str(tmp_path)}, "the plan's")
+
+    assert changed_settings(now(), tmp_path) == {}
+    assert changed_settings(now(new_layers=3), tmp_path) == {"new_layers": (2, 3)}
 
 
 def test_a_setting_added_since_a_run_finished_is_compared_with_its_default(tmp_path):
@@ -500,8 +505,11 @@ def test_a_setting_added_since_a_run_finished_is_compared_with_its_default(tmp_p
     then = HeadSpec.from_dict({**values, "out": str(tmp_path)}, "test").to_dict()
     del then["train_body"]
     (tmp_path / "run.json").write_text(json.dumps({"spec": then}))
-    assert changed_settings(HeadSpec, tmp_path, values) == {}
-    assert changed_settings(HeadSpec, tmp_path, {**values, "train_body": True}) == {"train_body": (False, True)}
+    def now(**changes):
+        return HeadSpec.from_dict({**values, **changes, "out": str(tmp_path)}, "the plan's")
+
+    assert changed_settings(now(), tmp_path) == {}
+    assert changed_settings(now(train_body=True), tmp_path) == {"train_body": (False, True)}
 
 
 @pytest.mark.parametrize("path", sorted((Path(__file__).resolve().parents[2] / "results").glob("**/results.json")),

@@ -83,20 +83,18 @@ def test_the_step1_job_records_the_model_and_trains_a_bare_encoders_head_with_th
     from ds_minimodel.pipeline import plan
 
     launched = []
-    monkeypatch.setattr(plan, "train_step", lambda spec, run_dir, values, *a, **k: launched.append((spec, run_dir,
-                                                                                                     values)))
+    monkeypatch.setattr(plan, "train_step", lambda spec, *a, **k: launched.append(spec))
     monkeypatch.setattr(plan.Pipeline, "_data", lambda self, lang, needed_by: self.data_dir(lang))  # not prepared
     run = pipeline(config(tmp_path, models["bare"]))
     run.run("step1-base")
-    (spec, run_dir, values), = launched
-    assert run_dir == run.step1_dir("base") and spec.ENTRY == "run_head.py"
-    assert values["from_"] == str(models["bare"].resolve()) and values["steps"] == 4
-    spec.from_dict({**values, "out": str(run_dir)}, "the plan's values")  # every value one the head's spec takes
-    assert "train_body" not in values  # the head alone, by default
+    spec, = launched
+    assert spec.out == run.step1_dir("base") and spec.ENTRY == "run_head.py"
+    assert spec.from_ == models["bare"].resolve() and spec.steps == 4
+    assert spec.train_body is False  # the head alone, by default
     launched.clear()
     whole = pipeline(config(tmp_path / "w", models["bare"], head={**STAGE, "train_body": True}))
     whole.run("step1-base")
-    assert launched[0][2]["train_body"] is True
+    assert launched[0].train_body is True
     from ds_minimodel.pipeline.analysis import table2
     from ds_minimodel.pipeline.source_model import trained_here
 

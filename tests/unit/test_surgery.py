@@ -499,6 +499,7 @@ def test_a_step1b_system_of_its_own_depth_runs_beside_minipost(tmp_path, monkeyp
 
     from ds_minimodel import flops
     from ds_minimodel.config import get_preset
+    from ds_minimodel.pipeline import plan
     from ds_minimodel.pipeline.plan import Pipeline
     from ds_minimodel.pipeline.settings import PipelineConfig
     from ds_minimodel.stages import steps
@@ -513,12 +514,12 @@ def test_a_step1b_system_of_its_own_depth_runs_beside_minipost(tmp_path, monkeyp
         pipeline = Pipeline(PipelineConfig.load(path), str(path))
         asked = {}
         monkeypatch.setattr(Pipeline, "_primary", lambda self, variant, needed_by: tmp_path / "primary")
-        monkeypatch.setattr(Pipeline, "_common", lambda self, needed_by: {})
-        monkeypatch.setattr(Pipeline, "_train", lambda self, spec, run_dir, name, values: asked.update({name: values}))
+        monkeypatch.setattr(Pipeline, "_data", lambda self, lang, needed_by: tmp_path / "data")
+        monkeypatch.setattr(plan, "train_step", lambda spec, spec_file, *a, **k: asked.update({spec_file.stem: spec}))
         pipeline._step1b("minipost")
         pipeline._step1b("minipost_deep")
-        assert (asked["step1b-minipost"]["keep_layers"], asked["step1b-minipost"]["new_layers"]) == (2, 2)
-        assert (asked["step1b-minipost_deep"]["keep_layers"], asked["step1b-minipost_deep"]["new_layers"]) == (3, 2)
+        assert (asked["step1b-minipost"].keep_layers, asked["step1b-minipost"].new_layers) == (2, 2)
+        assert (asked["step1b-minipost_deep"].keep_layers, asked["step1b-minipost_deep"].new_layers) == (3, 2)
         cfg, depths = get_preset("tiny"), Depths(layers=6, keep=2, new=2)
         model = steps.fresh(Step.MINIPOST, cfg, depths, system="minipost_deep").model
         assert model.cfg.num_layers == 5
