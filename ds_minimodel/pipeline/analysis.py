@@ -89,6 +89,44 @@ class Reached:
         return self.v100_days is None
 
 
+@dataclass(frozen=True, kw_only=True)
+class TargetRow:
+    """One row of Table 3 (``time_to_target.json``): a task, language and system; BL_BASE's target there, what the
+    system's curve ends at, what it costs to reach the target (``Reached``'s fields) and its speedup over BL_BASE."""
+
+    task: str
+    lang: str
+    system: str
+    target: float | None
+    """95% of BL_BASE's final score; None where BL_BASE does not transfer."""
+    transfer: bool
+    """BL_BASE's final score is clearly above the majority class (``transfer_is_clear``)."""
+    majority: float | None
+    final_score: float
+    final_std: float
+    final_updates: float
+    start_score: float | None
+    """The score at update 0 (the initial rows), where the curve has that checkpoint."""
+    final_v100_days: float
+    updates: float | None
+    flops: float | None
+    v100_days: float | None
+    at_first_checkpoint: bool
+    lower_updates: float | None
+    upper_updates: float | None
+    lower_v100_days: float | None
+    upper_v100_days: float | None
+    never: bool | None
+    """The curve never reaches the target; None where there is no target (neither met nor missed)."""
+    speedup: float | None
+    gain_target: float | None
+    """Ours (``gain_figures``): 95% of BL_BASE's gain from its update-0 score, where its update-0 rows already meet
+    the paper's target; with the cost and speedup to reach it."""
+    gain_v100_days: float | None
+    gain_updates: float | None
+    gain_speedup: float | None
+
+
 def time_to_target(curve: list[Point], target: float) -> Reached:
     """Cost at which ``curve`` (ordered by updates) first reaches ``target``, by linear interpolation between the
     checkpoint before and the first checkpoint at or above it."""
@@ -164,7 +202,7 @@ def transfer_is_clear(final: Point, majority: float | None) -> bool:
 
 
 def analyse(all_curves: dict[tuple[str, str, str], list[Point]],
-            majority: dict[tuple[str, str], float] | None = None) -> list[dict[str, Any]]:
+            majority: dict[tuple[str, str], float] | None = None) -> list[TargetRow]:
     """One row per task, language and system: the target, the cost to reach it and the speedup over BL_BASE.
     ``majority``: {(task, lang): majority-class score}; a language where BL_BASE is not clearly above it gets no
     target and no speedup (``transfer`` False)."""
@@ -183,14 +221,13 @@ def analyse(all_curves: dict[tuple[str, str, str], list[Point]],
             speedup = (base_cost.v100_days / reached.v100_days
                        if not reached.never and not base_cost.never and reached.v100_days > 0
                        and base_cost.v100_days > 0 else None)
-            rows.append({"task": task, "lang": lang, "system": system, "target": target,
-                         "transfer": transfer, "majority": majority.get((task, lang)),
-                         "final_score": curve[-1].score, "final_std": curve[-1].std,
-                         "final_updates": curve[-1].updates,
-                         "start_score": curve[0].score if curve[0].updates == 0 else None,
-                         "final_v100_days": curve[-1].v100_days, **asdict(reached),
-                         "never": reached.never if transfer else None,  # no target: neither met nor missed
-                         "speedup": speedup, **gain_figures(baseline, curve, target)})
+            rows.append(TargetRow(task=task, lang=lang, system=system, target=target, transfer=transfer,
+                                  majority=majority.get((task, lang)), final_score=curve[-1].score,
+                                  final_std=curve[-1].std, final_updates=curve[-1].updates,
+                                  start_score=curve[0].score if curve[0].updates == 0 else None,
+                                  final_v100_days=curve[-1].v100_days, **asdict(reached),
+                                  never=reached.never if transfer else None, speedup=speedup,
+                                  **gain_figures(baseline, curve, target)))
     return rows
 
 
@@ -210,20 +247,20 @@ def gain_figures(baseline: list[Point], curve: list[Point], target: float | None
             "gain_speedup": speedup}
 
 
-def average_speedups(rows: list[dict[str, Any]]) -> dict[tuple[str, str], float | None]:
+def average_speedups(rows: list[TargetRow]) -> dict[tuple[str, str], float | None]:
     """{(task, system): mean over languages of the per-language speedups} (footnote 6)."""
     ratios: dict[tuple[str, str], list[float]] = {}
     for row in rows:
-        ratios.setdefault((row["task"], row["system"]), [])
-        if row["speedup"] is not None:
-            ratios[(row["task"], row["system"])].append(row["speedup"])
+        ratios.setdefault((row.task, row.system), [])
+        if row.speedup is not None:
+            ratios[(row.task, row.system)].append(row.speedup)
     return {key: statistics.mean(values) if values else None for key, values in ratios.items()}
 
 
-def never_reached(rows: list[dict[str, Any]], task: str, system: str) -> list[str]:
+def never_reached(rows: list[TargetRow], task: str, system: str) -> list[str]:
     """The languages with a target that ``system`` never reached: its average speedup leaves them out."""
-    return sorted(r["lang"] for r in rows
-                  if r["task"] == task and r["system"] == system and r.get("transfer", True) and r["never"])
+    return sorted(r.lang for r in rows
+                  if r.task == task and r.system == system and r.transfer and r.never)
 
 
 # ----------------------------------------------------------------------------------------------- tables
@@ -276,47 +313,47 @@ def table2(all_curves: dict[tuple[str, str, str], list[Point]], metrics: dict[st
     return "\n".join(lines).rstrip()
 
 
-def table3(rows: list[dict[str, Any]]) -> str:
+def table3(rows: list[TargetRow]) -> str:
     """V100-days to reach 95% of BL_BASE's final score, and the speedup over BL_BASE, per language."""
     speedups = average_speedups(rows)
     lines = []
-    for task in sorted({r["task"] for r in rows}):
-        langs = sorted({r["lang"] for r in rows if r["task"] == task})
-        by_key = {(r["lang"], r["system"]): r for r in rows if r["task"] == task}
+    for task in sorted({r.task for r in rows}):
+        langs = sorted({r.lang for r in rows if r.task == task})
+        by_key = {(r.lang, r.system): r for r in rows if r.task == task}
         lines += [f"Table 3 ({task}): V100-days to near-maximal performance (95% of BL_BASE's final score) and "
                   "speedup over BL_BASE",
                   f"{'system':<12} " + " ".join(f"{lang:>18}" for lang in langs) + f" {'avg speedup':>12}"]
         bounds: list[str] = []
         at_zero: list[str] = []
         starred: list[str] = []  # averages that leave out languages never reached
-        for system in ordered_systems({r["system"] for r in rows if r["task"] == task}):
+        for system in ordered_systems({r.system for r in rows if r.task == task}):
             cells = []
             for lang in langs:
                 r = by_key.get((lang, system))
                 if r is None:
                     cells.append(f"{'-':>18}")
-                elif not r.get("transfer", True):
+                elif not r.transfer:
                     cells.append(f"{'no transfer':>18}")
-                elif r["never"]:
+                elif r.never:
                     cells.append(f"{'never':>18}")
                 else:
-                    mark = "<=" if r["at_first_checkpoint"] else ""
-                    ratio = f"{r['speedup']:.2f}x" if r["speedup"] is not None else "-"
-                    if r["v100_days"] == 0:
+                    mark = "<=" if r.at_first_checkpoint else ""
+                    ratio = f"{r.speedup:.2f}x" if r.speedup is not None else "-"
+                    if r.v100_days == 0:
                         at_zero.append(f"{system} {lang}")
-                    cells.append(f"{mark + format(r['v100_days'], '.3g'):>11} {ratio:>6}")
-                    bounds.append(f"{system} {lang}: {r['lower_v100_days']:.3g} - {r['upper_v100_days']:.3g}")
+                    cells.append(f"{mark + format(r.v100_days, '.3g'):>11} {ratio:>6}")
+                    bounds.append(f"{system} {lang}: {r.lower_v100_days:.3g} - {r.upper_v100_days:.3g}")
             avg = speedups.get((task, system))
             left_out = never_reached(rows, task, system) if avg else []
             if left_out:
                 starred.append(f"{system} {', '.join(left_out)}")
             lines.append(f"{system:<12} " + " ".join(cells)
                          + f" {(f'{avg:.2f}x' + ('*' if left_out else '') if avg else '-'):>12}")
-        if not any(r.get("transfer", True) for r in rows if r["task"] == task):
+        if not any(r.transfer for r in rows if r.task == task):
             lines.append("BL_BASE transfers to none of these languages: the run is too small to measure a speedup "
                          "(RESULTS.md reports the larger reference run, configs/reference_focus.json, whose does)")
-        targets = sorted({(r["lang"], r["target"]) for r in rows if r["task"] == task and r["target"] is not None})
-        marked = any(r["task"] == task and r.get("transfer", True) and not r["never"] and r["at_first_checkpoint"]
+        targets = sorted({(r.lang, r.target) for r in rows if r.task == task and r.target is not None})
+        marked = any(r.task == task and r.transfer and not r.never and r.at_first_checkpoint
                      for r in rows)
         lines.append("targets: " + (", ".join(f"{lang} {t:.1f}" for lang, t in targets) or "none")
                      + ("   (<=: reached at the first checkpoint, an upper bound)" if marked else ""))
@@ -327,24 +364,24 @@ def table3(rows: list[dict[str, Any]]) -> str:
         if starred:  # as the paper's Table A1 marks an average without Turkish
             lines.append("*: the average leaves out the languages where the target was never reached: "
                          + "; ".join(starred))
-        gains = [r for r in rows if r["task"] == task and r.get("gain_target") is not None]
+        gains = [r for r in rows if r.task == task and r.gain_target is not None]
         if gains:
             lines.append("ours, not the paper's (update 0 already meets the target): V100-days to 95% of BL_BASE's "
                          "gain from update 0 to its final score, speedup: " + "; ".join(
-                             f"{r['system']} {r['lang']} " + ("never" if r["gain_v100_days"] is None else
-                                                              f"{r['gain_v100_days']:.3g}" + (
-                                                                  f" {r['gain_speedup']:.2f}x"
-                                                                  if r["gain_speedup"] else ""))
+                             f"{r.system} {r.lang} " + ("never" if r.gain_v100_days is None else
+                                                              f"{r.gain_v100_days:.3g}" + (
+                                                                  f" {r.gain_speedup:.2f}x"
+                                                                  if r.gain_speedup else ""))
                              for r in gains))
         if bounds:  # appendix A.4 / Table A4: the checkpoints before and at the crossing
             lines.append("lower - upper V100-days (checkpoint before the crossing, 0 before the first; checkpoint at "
                          "or after it): " + "; ".join(bounds))
         for r in rows:
-            if r["task"] == task and r["system"] == BASELINE and not r.get("transfer", True):
-                lines.append(f"no transfer in {r['lang']}: BL_BASE's final score {r['final_score']:.1f} is not "
-                             f"clearly above the majority class {r['majority']:.1f} (by {CLEAR_MARGIN:g} points and "
+            if r.task == task and r.system == BASELINE and not r.transfer:
+                lines.append(f"no transfer in {r.lang}: BL_BASE's final score {r.final_score:.1f} is not "
+                             f"clearly above the majority class {r.majority:.1f} (by {CLEAR_MARGIN:g} points and "
                              "twice its spread over seeds), so no speedup is computed there")
-                others = [o for o in rows if (o["task"], o["lang"]) == (task, r["lang"]) and o["system"] != BASELINE]
+                others = [o for o in rows if (o.task, o.lang) == (task, r.lang) and o.system != BASELINE]
                 if others:  # read by the same rule, so that no system's number passes without a word
                     lines.append("  the other systems there, read the same way: "
                                  + "; ".join(_against_majority(o) for o in others)
@@ -353,13 +390,13 @@ def table3(rows: list[dict[str, Any]]) -> str:
     return "\n".join(lines).rstrip()
 
 
-def _against_majority(row: dict[str, Any]) -> str:
+def _against_majority(row: TargetRow) -> str:
     """A system's final score next to the majority class, read by ``transfer_is_clear``'s rule."""
-    final = Point(row["final_updates"], 0.0, row["final_v100_days"], row["final_score"], row["final_std"])
-    margin = row["final_score"] - row["majority"]
-    verdict = ("clearly above" if transfer_is_clear(final, row["majority"])
+    final = Point(row.final_updates, 0.0, row.final_v100_days, row.final_score, row.final_std)
+    margin = row.final_score - row.majority
+    verdict = ("clearly above" if transfer_is_clear(final, row.majority)
                else "below" if margin < 0 else "not clearly above")
-    return f"{row['system']} {row['final_score']:.1f} +- {row['final_std']:.1f} ({margin:+.1f}, {verdict})"
+    return f"{row.system} {row.final_score:.1f} +- {row.final_std:.1f} ({margin:+.1f}, {verdict})"
 
 
 def own_scores(results: Results) -> dict[tuple[str, str, str], Point]:
@@ -403,19 +440,19 @@ def diagnostics(results: Results, all_curves: dict[tuple[str, str, str], list[Po
     return "\n".join(lines).rstrip()
 
 
-def same_start(rows: list[dict[str, Any]], task: str) -> list[str]:
+def same_start(rows: list[TargetRow], task: str) -> list[str]:
     """A line for each group of systems that adapt the same primary and score alike at update 0 (BL_BASE and
     MiniPost): the same rows plugged into the same finetuned model, before either trains a row."""
     lines = []
-    by_primary: dict[str, list[dict[str, Any]]] = {}
+    by_primary: dict[str, list[TargetRow]] = {}
     for r in rows:
-        if r["task"] == task and r.get("start_score") is not None:
-            primary = get_system(r["system"]).primary if is_system(r["system"]) else r["system"]
+        if r.task == task and r.start_score is not None:
+            primary = get_system(r.system).primary if is_system(r.system) else r.system
             by_primary.setdefault(primary, []).append(r)
     for primary, group in sorted(by_primary.items()):
-        systems = ordered_systems({r["system"] for r in group})
-        langs = sorted({r["lang"] for r in group})
-        same = len(systems) > 1 and all(len({r["start_score"] for r in group if r["lang"] == lang}) == 1
+        systems = ordered_systems({r.system for r in group})
+        langs = sorted({r.lang for r in group})
+        same = len(systems) > 1 and all(len({r.start_score for r in group if r.lang == lang}) == 1
                                         for lang in langs)
         if same:
             lines.append(f"{', '.join(systems)} score alike at update 0, as they should: each starts from the same "

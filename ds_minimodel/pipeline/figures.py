@@ -6,7 +6,14 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from ds_minimodel.pipeline.analysis import AVERAGE, Point, average_speedups, never_reached, ordered_systems
+from ds_minimodel.pipeline.analysis import (
+    AVERAGE,
+    Point,
+    TargetRow,
+    average_speedups,
+    never_reached,
+    ordered_systems,
+)
 
 
 def _pyplot() -> Any:
@@ -17,7 +24,7 @@ def _pyplot() -> Any:
     return plt
 
 
-def plot_curves(all_curves: dict[tuple[str, str, str], list[Point]], rows: list[dict[str, Any]],
+def plot_curves(all_curves: dict[tuple[str, str, str], list[Point]], rows: list[TargetRow],
                 metrics: dict[str, str], out: Path, *, majority: dict[tuple[str, str], float] | None = None,
                 bag_of_words: dict[tuple[str, str], float] | None = None, source_score: dict[str, float] | None = None,
                 prefix: str = "figure3") -> list[Path]:
@@ -26,7 +33,7 @@ def plot_curves(all_curves: dict[tuple[str, str, str], list[Point]], rows: list[
     embeddings) as reference lines."""
     plt = _pyplot()
     majority, bag_of_words, source_score = majority or {}, bag_of_words or {}, source_score or {}
-    targets = {(r["task"], r["lang"]): r["target"] for r in rows}
+    targets = {(r.task, r.lang): r.target for r in rows}
     written = []
     for task, lang in sorted({k[:2] for k in all_curves}):
         fig, ax = plt.subplots(figsize=(6, 4))
@@ -55,16 +62,16 @@ def plot_curves(all_curves: dict[tuple[str, str, str], list[Point]], rows: list[
     return written
 
 
-def plot_speedups(rows: list[dict[str, Any]], out: Path) -> Path | None:
+def plot_speedups(rows: list[TargetRow], out: Path) -> Path | None:
     """Figure 1: average speedup over BL_BASE per task and system (missing bar: the target was never reached, or
     "no transfer": BL_BASE transfers to none of the task's languages, so there is no target; a bar whose average
     leaves out languages never reached names them, as Table 3 stars it). Not drawn, None, when
     no task has a target: Table 3 says why."""
-    if not any(r.get("transfer", True) and r["target"] is not None for r in rows):
+    if not any(r.transfer and r.target is not None for r in rows):
         return None
     plt = _pyplot()
     speedups = average_speedups(rows)
-    transfers = {r["task"] for r in rows if r.get("transfer", True) and r["target"] is not None}
+    transfers = {r.task for r in rows if r.transfer and r.target is not None}
     tasks = sorted({t for t, _ in speedups})
     systems = ordered_systems({s for _, s in speedups})
     width = 0.8 / max(len(systems), 1)

@@ -53,9 +53,10 @@ def run(results_path: Path, out: Path, *, plots: bool = True) -> dict[str, Any]:
     for name, text in tables.items():
         if text:  # the studies' tables exist only where the run has a depth sweep or finetuned mini-models
             (out / f"{name}.txt").write_text(text + "\n", encoding="utf-8")
-    write_json(out / "time_to_target.json", {"near_maximal": NEAR_MAXIMAL, "baseline": BASELINE, "rows": rows})
-    if rows:
-        write_csv(out / "time_to_target.csv", rows, fieldnames=list(rows[0]))
+    records = [asdict(row) for row in rows]
+    write_json(out / "time_to_target.json", {"near_maximal": NEAR_MAXIMAL, "baseline": BASELINE, "rows": records})
+    if records:
+        write_csv(out / "time_to_target.csv", records, fieldnames=list(records[0]))
     if averaged:  # a task with two target languages or more
         write_json(out / "curves_over_languages.json", {
             "note": "mean over target languages of the per-seed-mean curves, at the updates all languages share",

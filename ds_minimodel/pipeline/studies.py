@@ -17,11 +17,11 @@ from __future__ import annotations
 
 import statistics
 from pathlib import Path
-from typing import Any
 
 from ds_minimodel.pipeline.analysis import (
     AVERAGE,
     Point,
+    TargetRow,
     own_scores,
 )
 from ds_minimodel.pipeline.figures import plot_curves
@@ -46,18 +46,18 @@ def _days(value: float | None) -> str:
     return "-" if value is None else f"{value:.3g}"
 
 
-def table4(rows: list[dict[str, Any]]) -> str:
+def table4(rows: list[TargetRow]) -> str:
     """V100-days to near-maximal performance per depth N, task and language, with (lower - upper) bounds: the
     paper's Table 4 with the bounds of Table A4. '∞': never reached; 'no transfer': BL_BASE itself is not clearly
     above the majority class there, so there is no target."""
     lines: list[str] = []
-    for task in sorted({r["task"] for r in rows}):
-        mine = [r for r in rows if r["task"] == task]
-        depths = depth_systems({r["system"] for r in mine})
+    for task in sorted({r.task for r in rows}):
+        mine = [r for r in rows if r.task == task]
+        depths = depth_systems({r.system for r in mine})
         if not depths:
             continue
-        langs = sorted({r["lang"] for r in mine})
-        by_key = {(r["lang"], r["system"]): r for r in mine}
+        langs = sorted({r.lang for r in mine})
+        by_key = {(r.lang, r.system): r for r in mine}
         columns = [*depths, BASELINE]
         lines += [(f"Table 4 ({task}): V100-days to near-maximal performance (95% of BL_BASE's final score) for "
                    "MiniJoint with its second head after layer N; (lower - upper) bounds as in Table A4"),
@@ -68,13 +68,13 @@ def table4(rows: list[dict[str, Any]]) -> str:
                 r = by_key.get((lang, system))
                 if r is None:
                     cells.append(f"{'-':>26}")
-                elif not r["transfer"]:
+                elif not r.transfer:
                     cells.append(f"{'no transfer':>26}")
-                elif r["never"]:
+                elif r.never:
                     cells.append(f"{'∞':>26}")
                 else:
-                    cells.append(f"{_days(r['v100_days'])} ({_days(r['lower_v100_days'])} - "
-                                 f"{_days(r['upper_v100_days'])})".rjust(26))
+                    cells.append(f"{_days(r.v100_days)} ({_days(r.lower_v100_days)} - "
+                                 f"{_days(r.upper_v100_days)})".rjust(26))
             lines.append(f"{lang:<6} " + " ".join(cells))
         lines += ["∞: never reached the target within Step 2", ""]
     return "\n".join(lines).rstrip()

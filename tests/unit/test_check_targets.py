@@ -2,6 +2,7 @@
 records it must find what the analysis finds (targets, V100-days, speedups) and apply the same no-noise rule."""
 from __future__ import annotations
 
+import dataclasses
 import importlib.util
 import json
 from pathlib import Path
@@ -67,7 +68,7 @@ def test_times_to_target_and_speedups_agree_with_the_packages_analysis():
     _, report = check_targets.check(data, "t")
     all_curves, _ = curves(data.zero_shot_over_seeds, "results")
     majority = {("t", lang): 30.0 for lang in ("de", "fr", "es")}
-    rows = {(r["lang"], r["system"]): r for r in analyse(all_curves, majority)}
+    rows = {(r.lang, r.system): dataclasses.asdict(r) for r in analyse(all_curves, majority)}
     # de: target 0.95 x 61 = 57.95; BL_BASE crosses between updates 100 (51) and 200 (61), MiniJoint between 0
     # (31) and 100 (61): the paper's time to target and the speedup, as the analysis computes them
     for system in ("bl_base", "minijoint", "bl_small"):
