@@ -14,7 +14,7 @@ import typing
 from collections.abc import Iterable
 from typing import Any, ClassVar
 
-from ds_minimodel.config import Role, role_of
+from ds_minimodel.config import Role, fields_in
 from ds_minimodel.stages.specs import RunSpec
 
 
@@ -41,7 +41,8 @@ class Section:
     def spec(self, source: str, *, leave_out: Iterable[str] = (), **job: Any) -> RunSpec:
         """The whole spec of one job: this section's values (but ``leave_out``: options the job's initialiser does
         not take) and the plan's ``job`` values, each checked as a spec file's are (errors name ``source``)."""
-        values = {key: value for key, value in self.values().items() if key not in set(leave_out)}
+        left_out = set(leave_out)
+        values = {key: value for key, value in self.values().items() if key not in left_out}
         return self.SPEC.from_dict({**values, **job}, source)
 
 
@@ -52,15 +53,15 @@ def section(spec: type[RunSpec], name: str, *, owned: Iterable[str], required: d
     pipeline needs them set); ``defaults``: the pipeline's own where it differs from the spec's; ``extra``: the
     section's own fields ((name, annotation, dataclasses.field))."""
     required, defaults, owned = required or {}, defaults or {}, frozenset(owned)
+    places = fields_in(spec, Role.PLACE)
     hints = typing.get_type_hints(spec, include_extras=True)
     fields: list[Any] = [(key, hint) for key, hint in required.items()]
     for f in dataclasses.fields(spec):
-        if f.name in owned or f.name in required or role_of(spec, f.name) == Role.PLACE:
+        if f.name in owned or f.name in required or f.name in places:
             continue
         hint = str if f.name in spec.path_fields() else hints[f.name]
         fields.append((f.name, hint | None, dataclasses.field(default=defaults.get(f.name))))
     fields += list(extra)
-    places = frozenset(f.name for f in dataclasses.fields(spec) if role_of(spec, f.name) == Role.PLACE)
     cls = dataclasses.make_dataclass(name, fields, bases=(Section,), frozen=True, kw_only=True)
     cls.__module__ = __name__
     cls.SPEC, cls.OWNED, cls.EXTRA = spec, owned | places, frozenset(key for key, *_ in extra)
