@@ -1,7 +1,7 @@
 """Issue 46's dev ladder: what each resource gives a new language, over a real pretrained English model.
 
     python scripts/experiments/language_ladder.py [--from runs/reference-minilm-focus] [--out runs/language-ladder]
-        [--langs ja ko km pl fi fi-small] [--variants focus,focus-translit,focus-ngrams] [--list]
+        [--langs ja ko km pl fi fi-small] [--variants focus,focus-translit,focus-ngrams] [--steps N] [--list]
 
 For each variant, one pipeline (``ds-minimodel pipeline``) adds the languages to the finished MiniLM FOCUS run
 (``configs/reference_minilm_focus.json``): its Step 1 (the given model and its trained head), its English data and
@@ -13,8 +13,11 @@ Finnish dev.
 
 Variants (``step2`` settings over the run's own): ``focus`` (no resource), ``focus-translit`` (transliteration
 anchors), ``focus-ngrams`` (rare pieces' static vectors from character n-grams), ``wechsel-freedict`` (the FreeDict
-lists ``scripts/make_dictionaries.py`` builds, for the languages that have one: ja, pl, fi). Each variant's output is
-``<out>/<variant>/`` (results.json, analysis/); run it again to resume. ``--list`` prints each pipeline's jobs and
+lists ``scripts/make_dictionaries.py`` builds, for the languages that have one: ja, pl, fi), ``wechsel-help`` (the
+help-page lexicons ``scripts/make_help_lexicons.py`` builds from the help outside the task's dev and test pages:
+in-domain parallel text, every language). Each variant's output is ``<out>/<variant>/`` (results.json, analysis/);
+run it again to resume. ``--steps`` shortens Step 2 (the run's 600 by default; its schedule decays to 0 at its last
+update, so a shorter Step 2 is not the longer one's early checkpoints). ``--list`` prints each pipeline's jobs and
 what is done, and starts nothing.
 """
 from __future__ import annotations
@@ -33,9 +36,13 @@ VARIANTS = {
     "focus-translit": {"init": "focus", "transliterate": True},
     "focus-ngrams": {"init": "focus", "rare_vectors": "ngrams"},
     "wechsel-freedict": {"init": "wechsel"},
+    "wechsel-help": {"init": "wechsel"},
 }
 FREEDICT = {"ja", "pl", "fi", "fi-small"}
 """The languages with a FreeDict dictionary to English (scripts/make_language_data.py's table; fi-small is Finnish)."""
+WORD_LISTS = {"wechsel-freedict": "reference_data/dictionaries/{lang}-en.tsv",
+              "wechsel-help": "reference_data/lexicons/{lang}-en.help.tsv"}
+"""Each WECHSEL variant's word list, by language (a cut's ``-small`` left out: Finnish's list for fi-small)."""
 SHARED = ("step1", "step3", "data/en")
 """What each variant's pipeline takes from the finished run, linked."""
 
@@ -44,19 +51,21 @@ def dev_file(lang: str) -> str:
     return f"{TASK}/dev.{lang.split('-')[0]}.jsonl"
 
 
-def config(base: dict, variant: str, langs: list[str], out: Path) -> dict:
+def config(base: dict, variant: str, langs: list[str], out: Path, steps: int | None = None) -> dict:
     """The finished run's config with the languages as its targets, their dev files as the task's test files, and
-    the variant's Step-2 settings; BL_BASE alone."""
+    the variant's Step-2 settings (``steps``: Step 2's length where not the run's); BL_BASE alone."""
     cfg = json.loads(json.dumps(base))
     cfg.update(out=str(out), systems=["bl_base"], source_minis=[], fit_vocab=True)
-    word_list = variant.startswith("wechsel")
+    word_list = WORD_LISTS.get(variant)
     cfg["targets"] = [{"lang": lang, "corpus": f"reference_data/corpus/{lang}.txt",
-                       **({"word_list": f"reference_data/dictionaries/{lang.split('-')[0]}-en.tsv"} if word_list
-                          else {})} for lang in langs]
+                       **({"word_list": word_list.format(lang=lang.split("-")[0])} if word_list else {})}
+                      for lang in langs]
     task = cfg["tasks"][0]
     task["dev"] = {"en": task["dev"]["en"]}  # Step 3's English dev (its runs are linked, unchanged)
     task["test"] = {"en": task["dev"]["en"], **{lang: dev_file(lang) for lang in langs}}
     cfg["step2"].update(VARIANTS[variant])
+    if steps is not None:  # six saved checkpoints after update 0, as the run's 600 updates have
+        cfg["step2"].update(steps=steps, save_every=max(1, steps // 6))
     return cfg
 
 
@@ -82,7 +91,8 @@ def main(argv: list[str] | None = None) -> int:
                    help="its config")
     p.add_argument("--out", type=Path, default=Path("runs/language-ladder"))
     p.add_argument("--langs", nargs="+", default=["ja", "ko", "km", "pl", "fi", "fi-small"])
-    p.add_argument("--variants", default="focus,focus-translit,focus-ngrams,wechsel-freedict")
+    p.add_argument("--variants", default="focus,focus-translit,focus-ngrams,wechsel-freedict,wechsel-help")
+    p.add_argument("--steps", type=int, help="Step 2's updates (default: the finished run's)")
     p.add_argument("--list", action="store_true", help="print each pipeline's jobs; start nothing")
     args = p.parse_args(argv)
     base = json.loads(args.config.read_text(encoding="utf-8"))
@@ -94,16 +104,18 @@ def main(argv: list[str] | None = None) -> int:
     for variant in args.variants.split(","):
         if variant not in VARIANTS:
             raise SystemExit(f"language_ladder.py: unknown variant {variant!r}; known: {', '.join(VARIANTS)}")
-        langs = [lang for lang in args.langs if not variant.startswith("wechsel") or lang in FREEDICT]
-        lists = [REPO / t["word_list"] for t in config(base, variant, langs, args.out)["targets"] if "word_list" in t]
+        langs = [lang for lang in args.langs if variant != "wechsel-freedict" or lang in FREEDICT]
+        out = args.out / variant
+        cfg = config(base, variant, langs, out, args.steps)
+        lists = [REPO / t["word_list"] for t in cfg["targets"] if "word_list" in t]
         if any(not path.is_file() for path in lists):
             needed = ", ".join(sorted(set(map(str, lists))))
-            raise SystemExit(f"language_ladder.py: {variant} needs {needed}: python scripts/make_dictionaries.py "
+            script = "make_dictionaries.py" if variant == "wechsel-freedict" else "make_help_lexicons.py"
+            raise SystemExit(f"language_ladder.py: {variant} needs {needed}: python scripts/{script} "
                              f"--langs {' '.join(sorted({x.split('-')[0] for x in langs}))}")
-        out = args.out / variant
         out.mkdir(parents=True, exist_ok=True)
         path = args.out / f"{variant}.json"
-        path.write_text(json.dumps(config(base, variant, langs, out), indent=1) + "\n", encoding="utf-8")
+        path.write_text(json.dumps(cfg, indent=1) + "\n", encoding="utf-8")
         link_finished(args.run, out)
         cmd = [sys.executable, "-m", "ds_minimodel", "pipeline", "--config", str(path), *(["--list"] * args.list)]
         print(f"$ {' '.join(cmd)}", flush=True)

@@ -1,0 +1,38 @@
+"""scripts/experiments/language_ladder.py: each variant's pipeline config scores dev, never test, with its own word
+lists and Step-2 settings."""
+from __future__ import annotations
+
+import importlib.util
+import json
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[2]
+spec = importlib.util.spec_from_file_location("language_ladder", REPO / "scripts/experiments/language_ladder.py")
+language_ladder = importlib.util.module_from_spec(spec)
+spec.loader.exec_module(language_ladder)
+BASE = json.loads((REPO / "configs/reference_minilm_focus.json").read_text(encoding="utf-8"))
+
+
+def test_each_variant_names_its_word_lists_and_the_dev_files_as_the_test_files(tmp_path: Path) -> None:
+    langs = ["ja", "fi-small"]
+    help_cfg = language_ladder.config(BASE, "wechsel-help", langs, tmp_path)
+    assert [t["word_list"] for t in help_cfg["targets"]] == ["reference_data/lexicons/ja-en.help.tsv",
+                                                             "reference_data/lexicons/fi-en.help.tsv"]
+    freedict = language_ladder.config(BASE, "wechsel-freedict", langs, tmp_path)
+    assert [t["word_list"] for t in freedict["targets"]] == ["reference_data/dictionaries/ja-en.tsv",
+                                                             "reference_data/dictionaries/fi-en.tsv"]
+    focus = language_ladder.config(BASE, "focus-translit", langs, tmp_path)
+    assert all("word_list" not in t for t in focus["targets"])
+    assert focus["step2"]["transliterate"] is True and focus["step2"]["init"] == "focus"
+    for cfg in (help_cfg, freedict, focus):
+        tests = cfg["tasks"][0]["test"]
+        assert tests["ja"].endswith("dev.ja.jsonl") and tests["fi-small"].endswith("dev.fi.jsonl")
+        assert not any("test." in path for path in tests.values())
+        assert cfg["systems"] == ["bl_base"] and cfg["out"] == str(tmp_path)
+    assert BASE["step2"]["init"] == "focus" and "transliterate" not in BASE["step2"]  # the run's config is untouched
+
+
+def test_a_shorter_step2_keeps_six_saved_checkpoints(tmp_path: Path) -> None:
+    cfg = language_ladder.config(BASE, "focus", ["pl"], tmp_path, steps=300)
+    assert (cfg["step2"]["steps"], cfg["step2"]["save_every"]) == (300, 50)
+    assert language_ladder.config(BASE, "focus", ["pl"], tmp_path)["step2"]["steps"] == BASE["step2"]["steps"]
