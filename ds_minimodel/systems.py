@@ -64,6 +64,11 @@ class Depths:
     """MiniPost's new layers, trained in Step 1b."""
 
 
+AUX_WEIGHT = 0.5
+"""MiniJoint's second head's share of the Step-1 loss, the top head's being the rest: the paper trains on the mean of
+both heads (Sec. 2.2)."""
+
+
 @dataclass(frozen=True)
 class Primary:
     """A Step-1 model. ``name`` is ``run_pretrain.py --variant`` and the run folder ``step1/<name>``."""

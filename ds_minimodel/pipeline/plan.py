@@ -50,7 +50,7 @@ from ds_minimodel.pipeline.source_model import (
 )
 from ds_minimodel.pipeline.stopping import Stop, Stopped
 from ds_minimodel.pipeline.workers import Workers, end_shared_launch
-from ds_minimodel.systems import Step, get_system, mini_name, mini_system
+from ds_minimodel.systems import Depths, Step, get_primary, get_system, mini_name, mini_system
 from ds_minimodel.train import checkpoint
 
 
@@ -280,9 +280,11 @@ class Pipeline:
         if self.given is not None and variant == given_primary():
             self._step1_given(variant)
             return
+        one_head = get_primary(variant).aux_head_layer(Depths()) is None  # step1.aux_weight: MiniJoint's alone
         self._train(self.cfg.step1, self.step1_dir(variant), f"{Step.PRETRAIN}-{variant}",
                     {"variant": variant, "aux_layer": self.cfg.aux_layer, "small_layers": self.cfg.small_layers,
-                     "preset": self.cfg.preset, **self._common(self._name(Step.PRETRAIN, variant))})
+                     "preset": self.cfg.preset, **self._common(self._name(Step.PRETRAIN, variant))},
+                    leave_out=("aux_weight",) * one_head)
 
     def _step1_given(self, variant: str) -> None:
         """Step 1 of the primary ``source.model`` gives: its record first (``check_recorded`` reads it), then for a bare

@@ -26,7 +26,17 @@ from ds_minimodel.stages.specs import (
     PretrainSpec,
     Updates,
 )
-from ds_minimodel.systems import AT, BASELINE, DEPTH_FAMILY, Depths, depth_of, get_system, is_system, system_names
+from ds_minimodel.systems import (
+    AT,
+    AUX_WEIGHT,
+    BASELINE,
+    DEPTH_FAMILY,
+    Depths,
+    depth_of,
+    get_system,
+    is_system,
+    system_names,
+)
 
 RELEARN_SUFFIX = "-relearn"
 """The source-relearn control's name where a target language's would stand: ``en-relearn``."""
@@ -322,6 +332,9 @@ def check(cfg: PipelineConfig, source: str, *, world_size: int | None) -> GivenM
         if not low <= value <= high:
             raise InputError(f"{source}: {name} must be between {low} and {high} for the {what} {layers} layers, "
                              f"got {value}")
+    if cfg.step1 is not None and cfg.step1.get("aux_weight") != AUX_WEIGHT and not applies["aux_layer"]:
+        raise InputError(f"{source}: step1.aux_weight is the weight of MiniJoint's second head, and no system of this "
+                         "config has one")
     for name in cfg.systems:
         if depth_of(name) is not None and depth_of(name) > layers:  # (before get_system registers such a name)
             raise InputError(f"{source}: {name} puts the second head after layer {depth_of(name)}, above the "

@@ -12,6 +12,7 @@ entry works as a plain process, under the ``deepspeed`` launcher and under ``mpi
 """
 from __future__ import annotations
 
+import functools
 import sys
 from pathlib import Path
 from typing import Any
@@ -26,14 +27,15 @@ from ds_minimodel.errors import InputError
 from ds_minimodel.model import hf
 from ds_minimodel.model.encoder import MaskedLM
 from ds_minimodel.model.loading import load_mlm
+from ds_minimodel.model.losses import mlm_step
 from ds_minimodel.model.transforms import build_minipost, freeze_for_head_training
 from ds_minimodel.stages.cli import run_main, spec_from_command_line, usage_error
 from ds_minimodel.stages.runner import Built, Context, run_stage
 from ds_minimodel.stages.specs import FromModelSpec, HeadSpec, MiniPostSpec, MLMSpec, PretrainSpec, check_fields
 from ds_minimodel.stages.steps import LOSSES
-from ds_minimodel.systems import Depths, Step, get_primary
+from ds_minimodel.systems import AUX_WEIGHT, Depths, Step, get_primary
 from ds_minimodel.train import checkpoint
-from ds_minimodel.train.engine import Stage
+from ds_minimodel.train.engine import LossFn, Stage
 from ds_minimodel.train.forgetting import ActiveForgetting, param_groups
 
 FROM_MODEL_ENTRIES = {"minipost": "run_minipost.py", "head": "run_head.py"}
@@ -93,7 +95,7 @@ def _pretrained(spec: FromModelSpec, shards: TokenShards) -> tuple[MaskedLM, che
 
 def _mlm_built(spec: MLMSpec, ctx: Context, shards: TokenShards, model: MaskedLM, *, name: str, step: Step,
                flops_per_update: float, meta: dict[str, Any], record: dict[str, Any],
-               forgetting: ActiveForgetting | None = None) -> Built:
+               forgetting: ActiveForgetting | None = None, loss_fn: LossFn | None = None) -> Built:
     """A model trained with the MLM loss on ``--data``'s blocks: what Steps 1, 1b and head training share."""
     train_cfg, info, batch, cfg = ctx.train_cfg, ctx.info, ctx.batch, model.cfg
     if train_cfg.seq_len > cfg.max_positions:
@@ -103,7 +105,7 @@ def _mlm_built(spec: MLMSpec, ctx: Context, shards: TokenShards, model: MaskedLM
                             seed=spec.seed, vocab_size=cfg.vocab_size, seq_len=train_cfg.seq_len,
                             mask_prob=train_cfg.mask_prob)
     stage = Stage(
-        name=spec.run_name or name, model=model, loss_fn=LOSSES[step], flops_per_update=flops_per_update,
+        name=spec.run_name or name, model=model, loss_fn=loss_fn or LOSSES[step], flops_per_update=flops_per_update,
         meta={**meta, "model_config": cfg.to_dict(), "num_parameters": model.num_parameters()},
         param_groups=param_groups(model) if forgetting else None, after_update=forgetting,
     )
@@ -124,6 +126,9 @@ def build(spec: PretrainSpec, ctx: Context) -> Built:
     shards = TokenShards.open(spec.data)
     torch.manual_seed(spec.seed)  # identical initial weights on every rank
     model = MaskedLM(model_config(spec, shards.vocab_size))
+    if model.cfg.aux_head_layer is None and spec.aux_weight != AUX_WEIGHT:
+        raise InputError(f"--aux-weight {spec.aux_weight}: the variant {spec.variant} has one MLM head; the weight "
+                         "is MiniJoint's second head's share of the loss")
     forgetting = None
     if spec.forget_every:
         forgetting = ActiveForgetting(spec.forget_every, ctx.train_cfg.steps, spec.seed, model.cfg.init_std)
@@ -131,6 +136,7 @@ def build(spec: PretrainSpec, ctx: Context) -> Built:
     flops_per_update = flops.per_update_flops(Step.PRETRAIN, model.cfg, **_shape(ctx))
     return _mlm_built(spec, ctx, shards, model, name=f"{Step.PRETRAIN}-{spec.variant}", step=Step.PRETRAIN,
                       flops_per_update=flops_per_update, forgetting=forgetting,
+                      loss_fn=functools.partial(mlm_step, aux_weight=spec.aux_weight),
                       meta={"variant": spec.variant, "tokenizer": _tokenizer(spec, shards),
                             **({"forget_every": spec.forget_every} if forgetting else {})},
                       record={"variant": spec.variant, "forget_every": spec.forget_every, "source": None})

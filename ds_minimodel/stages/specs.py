@@ -33,7 +33,7 @@ from ds_minimodel.config import (
     type_adapter,
 )
 from ds_minimodel.errors import InputError
-from ds_minimodel.systems import Depths
+from ds_minimodel.systems import AUX_WEIGHT, Depths
 
 Count = Annotated[int, pydantic.Field(ge=0)]
 PositiveInt = Annotated[int, pydantic.Field(ge=1)]
@@ -180,6 +180,8 @@ class PretrainSpec(MLMSpec):
     layer N (the depth study)"""
     aux_layer: PositiveInt = Depths.aux
     """MiniJoint: layer N the second head reads (paper N=4)"""
+    aux_weight: Probability = AUX_WEIGHT
+    """MiniJoint: the second head's share of the loss, the top head's being the rest (paper: 0.5, their mean)"""
     small_layers: PositiveInt = Depths.small
     """BL_SMALL's depth"""
     preset: str = "base"

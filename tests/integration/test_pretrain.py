@@ -45,7 +45,7 @@ def test_minijoint_two_ranks_both_heads_learn(en_data, tmp_path):
     extensions = tmp_path / "torch_extensions"
     cmd = deepspeed_cmd(2, "run_pretrain.py", "--variant", "minijoint", *TINY, "--ds-config", str(ds_config),
                         "--data", str(en_data), "--out", str(out), "--steps", "40", "--log-every", "5",
-                        "--save-every", "20")
+                        "--save-every", "20", "--aux-weight", "0.4")  # issue 46's lever; the paper's 0.5: unit tests
     proc = run_cmd(cmd, env={"TORCH_EXTENSIONS_DIR": str(extensions)})
     assert not extensions.exists() or not any(extensions.iterdir())
     assert "built successfully" not in proc.stdout + proc.stderr
@@ -56,9 +56,12 @@ def test_minijoint_two_ranks_both_heads_learn(en_data, tmp_path):
     for head in ("loss_main", "loss_aux"):
         first, last = records[0][head], records[-1][head]
         assert last < first - 1.0, f"{head} did not fall: {first:.3f} -> {last:.3f}"
-    # loss is the mean of the two heads (averaged over ranks and micro-batches the same way)
+    # loss is the heads' weighted sum (averaged over ranks and micro-batches the same way): to fp32's last digits,
+    # where the mean would be 0.1 |main - aux| off
     for r in records:
-        assert r["loss"] == pytest.approx((r["loss_main"] + r["loss_aux"]) / 2, rel=1e-5)
+        assert abs(r["loss"] - (0.6 * r["loss_main"] + 0.4 * r["loss_aux"])) < 2e-6 * r["loss"]
+    assert max(abs(r["loss_main"] - r["loss_aux"]) for r in records) > 0.05
+    assert json.loads((out / "run.json").read_text())["spec"]["aux_weight"] == 0.4
     # TensorBoard event files hold both heads' curves
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
@@ -149,6 +152,18 @@ def test_batch_arithmetic_error_names_the_numbers(en_data, tmp_path):
     assert "train_batch_size 48 != train_micro_batch_size_per_gpu 16 x gradient_accumulation_steps 2 x world size 1" \
         in proc.stderr
     assert not (tmp_path / "run").exists()
+
+
+def test_aux_weight_is_refused_by_a_one_head_variant_before_anything_is_written(en_data, tmp_path, monkeypatch):
+    from ds_minimodel.errors import InputError
+    from ds_minimodel.stages import pretrain
+
+    monkeypatch.chdir(REPO)
+    spec = PretrainSpec(variant="base", preset="tiny", seq_len=64, ds_config=Path("ds_configs/cpu_fp32.json"),
+                        data=en_data, out=tmp_path / "base", steps=3, aux_weight=0.2)
+    with pytest.raises(InputError, match="--aux-weight 0.2: the variant base has one MLM head"):
+        pretrain.run(spec)
+    assert not (tmp_path / "base").exists()
 
 
 @pytest.mark.parametrize("ds_config", ["cpu_fp32.json", "cpu_bf16_zero2.json"])

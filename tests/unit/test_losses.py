@@ -66,6 +66,24 @@ def test_gradient_of_the_average_splits_evenly_between_heads() -> None:
     torch.testing.assert_close(main.grad, alone.grad / 2)
 
 
+@pytest.mark.parametrize("aux_weight", [0.25, 0.8])
+def test_a_weight_gives_the_second_head_its_share_of_the_loss_and_of_the_gradient(aux_weight: float) -> None:
+    # The lever issue 46 measures for MiniJoint: the two heads weighed unevenly in Step 1.
+    labels = _labels()
+    main, aux = _head_logits(labels), _head_logits(labels)
+    losses = mlm_losses({MAIN_HEAD: main, AUX_HEAD: aux}, labels, aux_weight=aux_weight)
+    torch.testing.assert_close(losses["loss"], (1 - aux_weight) * losses[f"loss_{MAIN_HEAD}"]
+                               + aux_weight * losses[f"loss_{AUX_HEAD}"])
+    losses["loss"].backward()
+    for logits, share in ((main, 1 - aux_weight), (aux, aux_weight)):
+        alone = logits.detach().clone().requires_grad_()
+        mlm_losses({MAIN_HEAD: alone}, labels)["loss"].backward()
+        torch.testing.assert_close(logits.grad, alone.grad * share)
+    one_head = _head_logits(labels)  # with one head the weight has nothing to weigh
+    assert torch.equal(mlm_losses({MAIN_HEAD: one_head}, labels, aux_weight=aux_weight)["loss"],
+                       mlm_losses({MAIN_HEAD: one_head}, labels)["loss"])
+
+
 def test_nothing_masked_gives_zero_loss_and_finite_gradients() -> None:
     labels = torch.full((2, 8), IGNORE_INDEX)
     logits = {MAIN_HEAD: _head_logits(labels), AUX_HEAD: _head_logits(labels)}  # (0, V) each

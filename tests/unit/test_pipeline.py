@@ -273,6 +273,15 @@ def test_step1_forgetting_and_step2_initialiser_settings_reach_their_launches_an
     monkeypatch.setattr(plan, "train_step", spec_of)
     pipeline._step1("minijoint")
     assert launched["step1-minijoint"].forget_every == 50 and launched["step1-minijoint"].variant == "minijoint"
+    weighed = demo_pipeline(tmp_path, step1={**step1, "aux_weight": 0.3})  # MiniJoint's alone: base keeps one head
+    monkeypatch.setattr(weighed, "_data", lambda *a: Path("data"))
+    for variant in ("minijoint", "base"):
+        weighed._step1(variant)
+    assert launched["step1-minijoint"].aux_weight == 0.3 and launched["step1-base"].aux_weight == 0.5
+    path = tmp_path / "one_head.json"
+    path.write_text(json.dumps({**base, "systems": ["bl_base", "minipost"], "step1": {**step1, "aux_weight": 0.3}}))
+    with pytest.raises(InputError, match=rf"{path}: step1.aux_weight is the weight of MiniJoint's second head"):
+        check(PipelineConfig.load(path), str(path), world_size=1)
     pipeline._step2("bl_base", "de")
     pipeline._step2("bl_base", "en-relearn")
     for name, init in (("step2-de-bl_base", "focus"), ("step2-en-relearn-bl_base", "specials")):
