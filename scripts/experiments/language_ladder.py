@@ -40,9 +40,10 @@ VARIANTS = {
 }
 FREEDICT = {"ja", "pl", "fi", "fi-small"}
 """The languages with a FreeDict dictionary to English (scripts/make_language_data.py's table; fi-small is Finnish)."""
-WORD_LISTS = {"wechsel-freedict": "reference_data/dictionaries/{lang}-en.tsv",
-              "wechsel-help": "reference_data/lexicons/{lang}-en.help.tsv"}
-"""Each WECHSEL variant's word list, by language (a cut's ``-small`` left out: Finnish's list for fi-small)."""
+WORD_LISTS = {"wechsel-freedict": ("reference_data/dictionaries/{lang}-en.tsv", "make_dictionaries.py"),
+              "wechsel-help": ("reference_data/lexicons/{lang}-en.help.tsv", "make_help_lexicons.py")}
+"""Each WECHSEL variant's word list by language (a cut's ``-small`` left out: Finnish's list for fi-small), and the
+script in scripts/ that builds it."""
 SHARED = ("step1", "step3", "data/en")
 """What each variant's pipeline takes from the finished run, linked."""
 
@@ -56,7 +57,7 @@ def config(base: dict, variant: str, langs: list[str], out: Path, steps: int | N
     the variant's Step-2 settings (``steps``: Step 2's length where not the run's); BL_BASE alone."""
     cfg = json.loads(json.dumps(base))
     cfg.update(out=str(out), systems=["bl_base"], source_minis=[], fit_vocab=True)
-    word_list = WORD_LISTS.get(variant)
+    word_list = WORD_LISTS.get(variant, ("",))[0]
     cfg["targets"] = [{"lang": lang, "corpus": f"reference_data/corpus/{lang}.txt",
                        **({"word_list": word_list.format(lang=lang.split("-")[0])} if word_list else {})}
                       for lang in langs]
@@ -110,8 +111,7 @@ def main(argv: list[str] | None = None) -> int:
         lists = [REPO / t["word_list"] for t in cfg["targets"] if "word_list" in t]
         if any(not path.is_file() for path in lists):
             needed = ", ".join(sorted(set(map(str, lists))))
-            script = "make_dictionaries.py" if variant == "wechsel-freedict" else "make_help_lexicons.py"
-            raise SystemExit(f"language_ladder.py: {variant} needs {needed}: python scripts/{script} "
+            raise SystemExit(f"language_ladder.py: {variant} needs {needed}: python scripts/{WORD_LISTS[variant][1]} "
                              f"--langs {' '.join(sorted({x.split('-')[0] for x in langs}))}")
         out.mkdir(parents=True, exist_ok=True)
         path = args.out / f"{variant}.json"
