@@ -21,11 +21,18 @@ from torch import nn
 
 from ds_minimodel.config import TrainConfig
 from ds_minimodel.data.streams import Prefetcher
-from ds_minimodel.ds_config import BatchSizes, fill_schedule, uses_fp16
+from ds_minimodel.ds_config import BatchSizes, fill_schedule, unchecked_bf16, uses_fp16
 from ds_minimodel.errors import InputError, TrainingError
 from ds_minimodel.flops import to_gpu_days
 from ds_minimodel.train import checkpoint
-from ds_minimodel.train.faults import LossScaleWatch, StopSignals, lost_a_peer, non_finite_loss, peer_lost
+from ds_minimodel.train.faults import (
+    LossScaleWatch,
+    StopSignals,
+    lost_a_peer,
+    non_finite_gradient,
+    non_finite_loss,
+    peer_lost,
+)
 from ds_minimodel.train.metrics import MetricsLogger, UpdateStats, reduce_update
 
 # ----------------------------------------------------------------------------------------------- the loop
@@ -113,7 +120,8 @@ def train(
     ``state_dict``/``load_state_dict`` so that a resumed run continues exactly where it stopped.
     """
     engine = build_engine(stage, ds_config, train_cfg, batch)
-    loop = Loop(stage, stream, engine, train_cfg=train_cfg, batch=batch, run_dir=run_dir, fp16=uses_fp16(ds_config))
+    loop = Loop(stage, stream, engine, train_cfg=train_cfg, batch=batch, run_dir=run_dir, fp16=uses_fp16(ds_config),
+                unchecked=unchecked_bf16(ds_config))
     return loop.run(resume=resume, log_root=log_root)
 
 
@@ -140,12 +148,15 @@ class Loop:
     ``train.metrics``."""
 
     def __init__(self, stage: Stage, stream: Any, engine: Any, *, train_cfg: TrainConfig, batch: BatchSizes,
-                 run_dir: Path, fp16: bool = False):
+                 run_dir: Path, fp16: bool = False, unchecked: bool = False):
         self.stage, self.engine, self.cfg, self.batch, self.run_dir = stage, engine, train_cfg, batch, run_dir
         prefetch = train_cfg.prefetch if train_cfg.prefetch is not None else (2 if engine.device.type == "cuda" else 0)
         self.stream = Prefetcher(stream, depth=prefetch, pin_for=engine.device) if prefetch else stream
         self.rank = dist.get_rank()
         self.scale_watch = LossScaleWatch(engine) if fp16 else None
+        # bf16 without DeepSpeed's overflow check applies an update whose gradient is not finite, and that update's
+        # loss (computed before it) is finite: its gradient norm is read before the weights after it are saved.
+        self.unchecked = unchecked
         self.step = self.samples = self.tokens = 0
         self.last_ckpt: Path | None = None
         self.saving: int | None = None  # the update whose checkpoint is being written, while it is
@@ -242,6 +253,10 @@ class Loop:
                     logger.log(metrics, step)
                     progress.update(step, loss, metrics["tokens_per_s"])
                 if step % cfg.save_every == 0 or step == cfg.steps or stats.stop:
+                    if self.unchecked:
+                        norm = self.engine.get_global_grad_norm()
+                        if norm is not None and not (math.isfinite(float(norm)) and float(norm) >= 0):
+                            raise non_finite_gradient(self.run_dir, stage.name, float(norm), step, self.last_ckpt)
                     self.save(step)
                 if stats.stop and step < cfg.steps:
                     stopped_by = signals.reason()

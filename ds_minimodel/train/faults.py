@@ -222,3 +222,10 @@ def non_finite_loss(run_dir: Path, stage: str, loss: float, step: int, last_ckpt
     return TrainingError(
         f"{run_dir}: [{stage}] non-finite loss {loss} at update {step}; nothing was saved after it, the last good "
         f"checkpoint is {last_ckpt or 'none'}. Lower the learning rate or check the data, then resume with --resume.")
+
+
+def non_finite_gradient(run_dir: Path, stage: str, norm: float, step: int, last_ckpt: Path | None) -> TrainingError:
+    return TrainingError(
+        f"{run_dir}: [{stage}] gradient norm {norm} at update {step}, applied to the weights because the DeepSpeed "
+        f"config turns bf16's check_grad_overflow off; update {step} was not saved, the last good checkpoint is "
+        f"{last_ckpt or 'none'}. Resume with --resume (with the check on, DeepSpeed skips such an update).")

@@ -69,3 +69,65 @@ def test_bf16_without_deepspeeds_overflow_check_trains_the_same_weights(tmp_path
     proc = run_cmd([sys.executable, "-c", UPDATES_WITH_AND_WITHOUT_THE_OVERFLOW_CHECK, *map(str, names)])
     apart, moved = json.loads(proc.stdout.strip().splitlines()[-1])
     assert apart == 0.0 and moved > 0  # equal, and trained
+
+
+AN_INFINITE_GRADIENT_UNDER_BF16_WITHOUT_THE_CHECK = """
+import json, os, sys
+from pathlib import Path
+import torch, torch.distributed as dist
+import deepspeed
+from ds_minimodel.config import TrainConfig
+from ds_minimodel.ds_config import BatchSizes
+from ds_minimodel.errors import TrainingError
+from ds_minimodel.train.engine import build_engine, Loop, Stage
+from ds_minimodel.ds_config import unchecked_bf16
+out, check = Path(sys.argv[1]), sys.argv[2] == "on"
+dist.init_process_group("gloo", init_method=f"file://{out}/store", rank=0, world_size=1)
+class Boom(torch.autograd.Function):  # the identity, whose gradient is infinite in update 2
+    @staticmethod
+    def forward(ctx, x): return x.clone()
+    @staticmethod
+    def backward(ctx, g): return g * float("inf")
+class Stream:
+    position = 0
+    def __next__(self):
+        self.position += 1
+        return {"x": torch.ones(2, 4), "num_tokens": 2, "boom": self.position == 2}
+    def state_dict(self): return {"position": self.position}
+    def load_state_dict(self, state): self.position = state["position"]
+def loss_fn(engine, batch):
+    y = engine(batch["x"].to(torch.bfloat16))
+    return {"loss": (Boom.apply(y) if batch["boom"] else y).float().pow(2).mean()}
+torch.manual_seed(0)
+model = torch.nn.Linear(4, 1)
+ds = {"train_batch_size": 2, "train_micro_batch_size_per_gpu": 2, "steps_per_print": 10**6, "gradient_clipping": 1.0,
+      "optimizer": {"type": "AdamW", "params": {"lr": 1e-2, "torch_adam": True}},
+      "bf16": {"enabled": True, "check_grad_overflow": check}, "zero_optimization": {"stage": 1}}
+stage = Stage(name="toy", model=model, loss_fn=loss_fn, flops_per_update=1.0, meta={"variant": "toy"})
+cfg = TrainConfig(steps=4, log_every=1, save_every=2, prefetch=0)
+batch = BatchSizes(micro=2, accumulation=1, world_size=1)
+engine = build_engine(stage, ds, cfg, batch)
+loop = Loop(stage, Stream(), engine, train_cfg=cfg, batch=batch, run_dir=out / "run", unchecked=unchecked_bf16(ds))
+try:
+    loop.run(resume=False)
+    error = None
+except TrainingError as err:
+    error = str(err)
+print(json.dumps({"error": error, "finite": bool(torch.isfinite(model.weight).all()),
+                  "saved": sorted(p.name for p in (out / "run").glob("checkpoints/step_*"))}))
+"""
+
+
+def test_bf16_without_the_overflow_check_an_infinite_gradient_stops_the_run_before_its_weights_are_saved(tmp_path):
+    # A real engine: with the check off DeepSpeed applies update 2's infinite gradient (the weights turn NaN while
+    # that update's loss is finite), and update 2 is a save point; with it on, DeepSpeed skips the update.
+    found = {}
+    for check in ("off", "on"):
+        (tmp_path / check).mkdir()
+        proc = run_cmd([sys.executable, "-c", AN_INFINITE_GRADIENT_UNDER_BF16_WITHOUT_THE_CHECK, str(tmp_path / check),
+                        check], env={"LOCAL_RANK": "0", "RANK": "0", "WORLD_SIZE": "1"})
+        found[check] = json.loads(proc.stdout.strip().splitlines()[-1])
+    off, on = found["off"], found["on"]
+    assert "gradient norm inf at update 2" in off["error"] and "the last good checkpoint is none" in off["error"]
+    assert not off["finite"] and off["saved"] == []
+    assert on["error"] is None and on["finite"] and on["saved"] == ["step_00000002", "step_00000004"]

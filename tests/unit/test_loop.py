@@ -14,7 +14,7 @@ import torch
 import torch.distributed as dist
 
 from ds_minimodel.config import TrainConfig
-from ds_minimodel.ds_config import BatchSizes
+from ds_minimodel.ds_config import BatchSizes, unchecked_bf16
 from ds_minimodel.errors import TrainingError
 from ds_minimodel.train import checkpoint
 from ds_minimodel.train.engine import Loop, Stage, duration
@@ -102,13 +102,28 @@ def saves(monkeypatch, tmp_path):
     return saved
 
 
-def loop(tmp_path, stream, steps=6, **stage_options) -> Loop:
+class InfAt(Engine):
+    """An engine whose gradient norm is infinite after update ``bad`` (what DeepSpeed reports for an inf gradient)."""
+
+    def __init__(self, model: torch.nn.Module, bad: int):
+        super().__init__(model)
+        self.updates, self.bad = 0, bad
+
+    def step(self) -> None:
+        super().step()
+        self.updates += 1
+
+    def get_global_grad_norm(self) -> float:
+        return float("inf") if self.updates == self.bad else 1.0
+
+
+def loop(tmp_path, stream, steps=6, engine=Engine, unchecked=False, **stage_options) -> Loop:
     torch.manual_seed(0)
     model = torch.nn.Linear(2, 1, bias=False)
     stage = Stage(name="toy", model=model, loss_fn=mse, flops_per_update=10.0, meta={"variant": "toy"}, **stage_options)
     cfg = TrainConfig(steps=steps, log_every=2, save_every=4, prefetch=0)
-    return Loop(stage, stream, Engine(model), train_cfg=cfg, batch=BatchSizes(micro=4, accumulation=1, world_size=1),
-                run_dir=tmp_path / "run")
+    return Loop(stage, stream, engine(model), train_cfg=cfg, batch=BatchSizes(micro=4, accumulation=1, world_size=1),
+                run_dir=tmp_path / "run", unchecked=unchecked)
 
 
 def test_the_loop_counts_logs_and_saves_on_its_cadence_and_resumes_where_it_saved(one_rank, saves, tmp_path,
@@ -139,6 +154,24 @@ def test_a_stop_request_saves_that_update_and_stops_and_a_nan_names_the_last_che
     with pytest.raises(TrainingError, match=r"non-finite loss nan at update 5; .* the last good checkpoint is "
                                             r".*step_00000004"):
         loop(tmp_path / "other", Stream({5: "nan"})).run(resume=False)
+
+
+def test_without_the_bf16_overflow_check_an_update_with_an_infinite_gradient_is_never_saved(one_rank, saves, tmp_path):
+    # Update 4 is a save point and its gradient was infinite: with the check off DeepSpeed applied it, so its weights
+    # are not written and the error names update 0's checkpoint; an infinite norm between saves is left to the next
+    # update's loss check.
+    with pytest.raises(TrainingError, match=r"gradient norm inf at update 4, applied .* check_grad_overflow off; "
+                                            r"update 4 was not saved, the last good checkpoint is .*step_00000000"):
+        loop(tmp_path, Stream(), engine=lambda m: InfAt(m, 4), unchecked=True, save_initial=True).run(resume=False)
+    assert sorted(saves) == [0]
+    saves.clear()
+    assert loop(tmp_path / "b", Stream(), engine=lambda m: InfAt(m, 3), unchecked=True).run(resume=False).step == 6
+    # With the check on, DeepSpeed skipped that update (its norm reads inf): the weights are fine and are saved.
+    saves.clear()
+    assert loop(tmp_path / "c", Stream(), engine=lambda m: InfAt(m, 4)).run(resume=False).step == 6
+    assert sorted(saves) == [4, 6]
+    assert unchecked_bf16({"bf16": {"enabled": True, "check_grad_overflow": False}})
+    assert not unchecked_bf16({"bf16": {"enabled": True}}) and not unchecked_bf16({"fp16": {"enabled": True}})
 
 
 def test_the_closing_summary_is_one_readable_line_and_a_file(tmp_path):
