@@ -41,13 +41,15 @@ JOB_SETUP_S = 5.0
 
 def time_reference_shapes(run: Run, end: float) -> dict[str, Any]:
     """Seconds per update of every stage of the reference run at its own shapes (Steps 1, 1b and 2 in one process,
-    Step 3 in another), and of the body's Step 1: what ``plan_reference`` sizes the run from."""
+    Step 3 in another), and with ``--body`` of the body's Step 1 (a third process, 16 s on the sixth lease): what
+    ``plan_reference`` sizes the run from."""
     s, ref, sizing = run.sizes, reference_shape(run), {}
-    for name, stages, preset, micro_batch, ds in (
-            ("reference", "step1,step1-dual,step1b,step2-bl_base,step2-bl_small,step2-minijoint,step2-minipost",
+    rows = [("reference", "step1,step1-dual,step1b,step2-bl_base,step2-bl_small,step2-minijoint,step2-minipost",
              ref["preset"], s.sizing_micro or ref["micro"], ref["ds"]),
-            ("reference step3", "step3", ref["preset"], s.sizing_micro or 32, ref["ds3"]),
-            ("body", "step1", ref["body_preset"], s.sizing_micro or ref["body_micro"], ref["body_ds"])):
+            ("reference step3", "step3", ref["preset"], s.sizing_micro or 32, ref["ds3"])]
+    if run.spec.body:
+        rows.append(("body", "step1", ref["body_preset"], s.sizing_micro or ref["body_micro"], ref["body_ds"]))
+    for name, stages, preset, micro_batch, ds in rows:
         rows, status = run.timed(f"sizing: {name}", [
             *bench_cmd(run, "one-stage", stages, preset=preset, vocab=ref["vocab"], seq_len=ref["seq_len"],
                        micro=micro_batch, ds=ds), "--layers", str(get_preset(preset).num_layers),
@@ -224,11 +226,11 @@ def plan_reference(run: Run, config: PipelineConfig, sizing: dict[str, Any], *, 
             "steps": steps, "epochs": round(epochs, 3), "body_steps": body_steps}
 
 
-def startup_seconds(run: Run, body: dict[str, Any]) -> float:
-    """One training launch's fixed cost, measured: the body-shape timing process's wall time less its updates, with
-    room for what a real launch adds (data, checkpoints, logs)."""
-    updates = (run.sizes.warmup + run.sizes.updates) * body["median_s"]["step1"]
-    return 1.2 * max(body["seconds"] - updates, 1.0) + 3
+def startup_seconds(run: Run, timing: dict[str, Any]) -> float:
+    """One training launch's fixed cost, measured: a one-stage timing process's wall time (Step 3's) less its
+    updates, with room for what a real launch adds (data, checkpoints, logs)."""
+    updates = (run.sizes.warmup + run.sizes.updates) * sum(timing["median_s"].values())
+    return 1.2 * max(timing["seconds"] - updates, 1.0) + 3
 
 
 def part_reference(run: Run, budget: float) -> dict[str, Any]:
@@ -238,17 +240,18 @@ def part_reference(run: Run, budget: float) -> dict[str, Any]:
     sizing = dict((run.figures["parts"].get("bench") or {}).get("sizing") or {})
     if spec.tiny:  # a check that the steps run (CI, or a GPU's last minutes): the caps alone
         sizing = {"tiny": True}
-    elif not all(sizing.get(k, {}).get("status") == "ok" for k in ("reference", "reference step3", "body")):
+    elif not all(sizing.get(k, {}).get("status") == "ok"
+                 for k in ("reference", "reference step3", *(("body",) if spec.body else ()))):
         sizing = found["sizing"] = time_reference_shapes(run, time.monotonic() + min(budget, 300))
         if not all(sizing[k]["status"] == "ok" for k in sizing):
             return {**found, **skipped("the reference shapes could not be timed, so no run could be sized to the "
                                        "time left")}
-    if "body" in sizing:
-        sizing["startup_s"] = startup_seconds(run, sizing["body"])
+    if "reference step3" in sizing:
+        sizing["startup_s"] = startup_seconds(run, sizing["reference step3"])
     found["prepare"] = run.join("reference_prepare", run.left() - RESERVE_S)
     config = PipelineConfig.load(run.config_path)
     beside = spec.body
-    plan = found["plan"] = (plan_reference(run, config, sizing, body_beside=beside) if "body" in sizing
+    plan = found["plan"] = (plan_reference(run, config, sizing, body_beside=beside) if "reference step3" in sizing
                             else tiny_plan(run))
     if beside:
         found["body_prepare"] = run.join("body_prepare", run.left() - RESERVE_S)

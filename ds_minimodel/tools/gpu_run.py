@@ -5,8 +5,8 @@ minutes, each part under its own time budget and its own error handling, so that
     ds-minimodel gpu-run --out DIR                 # the same where DeepSpeed is installed (a user's GPU node)
     ds-minimodel gpu-run --tiny --out DIR          # every part at a size of seconds, on a CPU (the CI test)
 
-Parts, in order (``--parts`` picks a subset, e.g. to rerun what failed; by default ``env``, ``tests``, ``profile``
-and ``reference``: ``bench``, measured on five leases, runs when asked):
+Parts, in order (``--parts`` picks a subset, e.g. to rerun what failed; by default ``env``, ``tests`` and
+``reference``: ``bench``, measured on six leases, and ``profile``, on two, run when asked):
 
 - ``env``: nvidia-smi, versions, every module of the package imported, the bf16 (GPU) or fp32 (CPU) matrix-multiply
   rate measured, and DeepSpeed's FusedAdam build timed (it compiles with nvcc on first use; started at once, in the
@@ -49,9 +49,9 @@ from ds_minimodel.tools.gpu_common import GPU, NO_CUDA, REPO, TINY, GpuRunSpec, 
 from ds_minimodel.tools.gpu_reference import argument_problem, part_reference, start_data, time_reference_shapes
 
 PARTS = ("env", "tests", "bench", "profile", "reference")
-DEFAULT_PARTS = ("env", "tests", "profile", "reference")
-"""What a lease runs unless told: ``bench`` (its rows measured on three H200 and two H100 leases, BENCHMARKS.md) only
-on request, so that the profile and the reference run get the minutes."""
+DEFAULT_PARTS = ("env", "tests", "reference")
+"""What a lease runs unless told: ``bench`` (its rows measured on four H200 and two H100 leases, BENCHMARKS.md) and
+``profile`` (measured on the fifth and sixth) only on request, so that the reference run gets the minutes."""
 WORK_MARK = ".gpu-run-work"
 """Marks a scratch folder as gpu-run's own, which a later run may clear."""
 

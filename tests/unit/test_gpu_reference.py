@@ -84,3 +84,25 @@ def test_with_the_gpu_to_itself_the_stages_are_planned_at_their_own_times(tmp_pa
     beside = plan_reference(fake_run(600), cfg, SIZING)
     assert alone["steps"]["step1"] == int(SHARES["step1"] * alone["train_s"] / SECONDS["step1"])
     assert alone["steps"]["step1"] > beside["steps"]["step1"] and alone["body_steps"] == 0
+
+
+def test_without_a_body_the_sizing_times_two_processes_and_the_launch_cost_comes_from_step_3s(tmp_path):
+    from ds_minimodel.tools.gpu_reference import startup_seconds, time_reference_shapes
+
+    timed = []
+
+    def fake_timed(name, cmd, limit, end):
+        timed.append((name.removeprefix("sizing: "), cmd[cmd.index("one-stage") + 1]))
+        return [{"stage": stage, "median_s": 0.05} for stage in cmd[cmd.index("one-stage") + 1].split(",")], \
+            {"status": "ok", "seconds": 18.0}
+
+    for body, names in ((False, ["reference", "reference step3"]), (True, ["reference", "reference step3", "body"])):
+        timed.clear()
+        run = SimpleNamespace(spec=SimpleNamespace(config="configs/reference_gpu.json", body=body), sizes=GPU,
+                              work=tmp_path, cuda=False, timed=fake_timed)
+        sizing = time_reference_shapes(run, end=0.0)
+        assert [name for name, _ in timed] == names and list(sizing) == names
+        assert sizing["reference step3"]["median_s"] == {"step3": 0.05}
+    # One launch's fixed cost: the Step-3 process's 18 s less its timed updates, with a fifth and 3 s of room.
+    updates = (GPU.warmup + GPU.updates) * 0.05
+    assert startup_seconds(run, sizing["reference step3"]) == 1.2 * (18.0 - updates) + 3
