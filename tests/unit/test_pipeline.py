@@ -365,12 +365,15 @@ def test_a_jobs_whole_output_goes_to_its_log_and_to_the_screen_and_survives_the_
     # The pipeline's process killed mid-job (as a signal to the whole process group does): the job still finishes,
     # prints and exits normally, into its log.
     slow = tmp_path / "slow.py"
-    slow.write_text("import time\ntime.sleep(1.0)\nprint('saved and stopped', flush=True)\n")
+    slow.write_text("import time\nprint('started', flush=True)\ntime.sleep(1.0)\nprint('saved and stopped', flush=True)\n")
     runner = (f"from pathlib import Path\nfrom ds_minimodel.pipeline.launching import launch\n"
               f"launch({str(slow)!r}, [], 1, log=Path({str(tmp_path / 'slow.log')!r}))\n")
     pipeline = subprocess.Popen([sys.executable, "-c", runner], stdout=subprocess.DEVNULL)
     deadline = time.monotonic() + 60
-    while not (tmp_path / "slow.log").is_file() and time.monotonic() < deadline:  # the job has started
+    # The job has started (not only its log's first line, written before it starts: a kill between the two would
+    # leave no job to finish, as it did once under load).
+    while not ((tmp_path / "slow.log").is_file() and "started" in (tmp_path / "slow.log").read_text()) \
+            and time.monotonic() < deadline:
         time.sleep(0.05)
     pipeline.send_signal(signal.SIGKILL)
     pipeline.wait()
