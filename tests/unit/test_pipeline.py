@@ -534,3 +534,10 @@ def test_committed_results_files_read_back_and_write_byte_for_byte(path, tmp_pat
     if '"source_model"' not in text:
         text = json.dumps({**json.loads(text), "source_model": None}, indent=2, sort_keys=True) + "\n"
     assert (tmp_path / "results.json").read_text() == text
+
+
+def test_every_shipped_pipeline_config_loads_and_writes_to_a_folder_of_its_own():
+    # A config a README or script names must load as the pipeline reads it; two writing the same out would collide.
+    configs = sorted((Path(__file__).resolve().parents[2] / "configs").glob("*.json"))
+    outs = [PipelineConfig.load(path).out for path in configs]
+    assert len(configs) >= 8 and len(set(outs)) == len(outs), outs
