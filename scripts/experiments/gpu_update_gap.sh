@@ -1,0 +1,66 @@
+#!/usr/bin/env bash
+# Issue 47: why an update inside a training job is slower than the bench's median at the same shapes. On the sixth
+# lease (H200) the reference run's jobs took 1.5-4.6 times the bench's seconds per update (BENCHMARKS.md, "Process
+# starts"). This times, at the GPU reference's shapes (preset reference_gpu, vocabulary 8,000, 256 x 128, bf16):
+#   bench       `bench one-stage step1` and `step2-bl_base` (synthetic batches; median of 10 after 3 warm-up)
+#   job         run_pretrain.py for STEPS updates, then run_adapt.py (BL_BASE's Step 2 over it, English as the
+#               "target": the same shapes), each job's own update_seconds / STEPS (summary.json)
+#   prefetch 0  the same jobs with batches built on demand (no background thread, no pinned copies)
+#   unchecked   the same jobs without DeepSpeed's bf16 gradient overflow check
+# Each row's figures go to $OUT/gap.jsonl, the whole output to $OUT/gap.log. For a lease (about 4 minutes):
+#     device run: bash scripts/experiments/gpu_update_gap.sh      carry [".gpu"]   (after scripts/gpu_prepare.py)
+# On a CPU at a size of seconds: PRESET=tiny MICRO=4 STEPS=6 PYTHON=.venv/bin/python bash scripts/experiments/gpu_update_gap.sh
+set -uo pipefail
+cd "$(dirname "$0")/../.."
+OUT=${OUT:-runs/gpu_update_gap}; mkdir -p "$OUT"
+source scripts/gpu_env.sh
+WORK=${WORK:-/tmp/ds_minimodel_gap}; rm -rf "$WORK"; mkdir -p "$WORK"
+PRESET=${PRESET:-reference_gpu} VOCAB=${VOCAB:-8000} MICRO=${MICRO:-256} STEPS=${STEPS:-200}
+log() { tee -a "$OUT/gap.log"; }
+"$PY" - "$WORK" "$MICRO" <<'PY'
+import json, lzma, sys
+from pathlib import Path
+import torch
+work, micro = Path(sys.argv[1]), int(sys.argv[2])
+text = lzma.decompress(Path("reference_data/corpus/en.txt.xz").read_bytes()).decode("utf-8")
+(work / "en.txt").write_text("".join(text.splitlines(keepends=True)[:40000]), encoding="utf-8")
+base = json.loads(Path("ds_configs/gpu_bf16_reference.json").read_text())
+base.update(train_batch_size=micro, train_micro_batch_size_per_gpu=micro)
+base["optimizer"]["params"]["torch_adam"] = not torch.cuda.is_available()
+if not torch.cuda.is_available():  # bf16 matmuls crawl on a CPU without native bf16: the check is of the plumbing
+    base.pop("bf16")
+(work / "ds.json").write_text(json.dumps(base))
+base["bf16"] = {"enabled": True, "check_grad_overflow": False}
+(work / "ds_unchecked.json").write_text(json.dumps(base))
+PY
+"$PY" -m ds_minimodel prepare --corpus "$WORK/en.txt" --out "$WORK/en" --vocab-size "$VOCAB" --no-progress 2>&1 | log
+echo "### bench" | log
+timeout 200 "$PY" -m ds_minimodel bench one-stage step1,step2-bl_base --preset "$PRESET" --vocab "$VOCAB" --seq-len 128 \
+  --micro-batch "$MICRO" --warmup 3 --updates 10 --ds-config "$WORK/ds.json" 2>&1 | log \
+  | grep '^{' | "$PY" -c "import json,sys; [print(json.dumps({'row': 'bench', **json.loads(l)})) for l in sys.stdin]" >> "$OUT/gap.jsonl"
+job() {  # row name, DeepSpeed JSON, extra arguments
+  local row=$1 ds=$2; shift 2
+  echo "### $row" | log
+  local common=(--ds-config "$ds" --steps "$STEPS" --save-every "$STEPS" --log-every "$STEPS" --seq-len 128 "$@")
+  timeout 200 "$PY" run_pretrain.py --variant base --preset "$PRESET" --data "$WORK/en" --out "$WORK/$row/step1" \
+    "${common[@]}" 2>&1 | log
+  timeout 200 "$PY" run_adapt.py --system bl_base --body "$WORK/$row/step1/checkpoints/step_$(printf %08d "$STEPS")" \
+    --data "$WORK/en" --out "$WORK/$row/step2" "${common[@]}" 2>&1 | log
+  "$PY" - "$row" "$WORK/$row" "$STEPS" >> "$OUT/gap.jsonl" <<'PY'
+import json, sys
+from pathlib import Path
+row, folder, steps = sys.argv[1], Path(sys.argv[2]), int(sys.argv[3])
+for stage in ("step1", "step2"):
+    summary = folder / stage / "summary.json"
+    seconds = json.loads(summary.read_text())["update_seconds"] if summary.is_file() else None
+    print(json.dumps({"row": row, "stage": stage, "updates": steps, "update_seconds": seconds,
+                      "s_per_update": seconds / steps if seconds else None}))
+PY
+}
+job job "$WORK/ds.json"
+job prefetch0 "$WORK/ds.json" --prefetch 0
+[ "$("$PY" -c 'import torch; print(torch.cuda.is_available())')" = True ] && job unchecked "$WORK/ds_unchecked.json"
+"$PY" -c "
+import json
+for l in open('$OUT/gap.jsonl'):
+    r = json.loads(l); print(r['row'], r['stage'], r.get('median_s') or r.get('s_per_update'))" | log
