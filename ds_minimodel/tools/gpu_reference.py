@@ -44,12 +44,12 @@ def time_reference_shapes(run: Run, end: float) -> dict[str, Any]:
     Step 3 in another), and with ``--body`` of the body's Step 1 (a third process, 16 s on the sixth lease): what
     ``plan_reference`` sizes the run from."""
     s, ref, sizing = run.sizes, reference_shape(run), {}
-    rows = [("reference", "step1,step1-dual,step1b,step2-bl_base,step2-bl_small,step2-minijoint,step2-minipost",
-             ref["preset"], s.sizing_micro or ref["micro"], ref["ds"]),
-            ("reference step3", "step3", ref["preset"], s.sizing_micro or 32, ref["ds3"])]
+    processes = [("reference", "step1,step1-dual,step1b,step2-bl_base,step2-bl_small,step2-minijoint,step2-minipost",
+                  ref["preset"], s.sizing_micro or ref["micro"], ref["ds"]),
+                 ("reference step3", "step3", ref["preset"], s.sizing_micro or 32, ref["ds3"])]
     if run.spec.body:
-        rows.append(("body", "step1", ref["body_preset"], s.sizing_micro or ref["body_micro"], ref["body_ds"]))
-    for name, stages, preset, micro_batch, ds in rows:
+        processes.append(("body", "step1", ref["body_preset"], s.sizing_micro or ref["body_micro"], ref["body_ds"]))
+    for name, stages, preset, micro_batch, ds in processes:
         rows, status = run.timed(f"sizing: {name}", [
             *bench_cmd(run, "one-stage", stages, preset=preset, vocab=ref["vocab"], seq_len=ref["seq_len"],
                        micro=micro_batch, ds=ds), "--layers", str(get_preset(preset).num_layers),
