@@ -48,6 +48,11 @@ def load_ds_config(path: str | os.PathLike) -> dict[str, Any]:
             f"{path}: fp16 needs ZeRO stage 1 or higher: under ZeRO stage 0 DeepSpeed's engine never applies the "
             "loss scale that its fp16 optimizer divides out, so training silently stalls. Set "
             '"zero_optimization": {"stage": 1} (on one GPU it costs the same as stage 0), or use bf16')
+    bf16 = config.get("bf16")
+    if isinstance(bf16, dict) and "check_grad_overflow" in bf16 and not isinstance(bf16["check_grad_overflow"], bool):
+        # DeepSpeed would read "false" or 0 as false too; the loop's save guard keys on the JSON boolean alone.
+        raise InputError(f"{path}: bf16.check_grad_overflow must be true or false, got "
+                         f"{bf16['check_grad_overflow']!r}")
     return config
 
 

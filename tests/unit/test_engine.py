@@ -58,6 +58,17 @@ def test_fp16_under_zero_stage_0_is_refused_with_the_reason(tmp_path):
     assert load_ds_config(path)["bf16"] == {"enabled": True}
 
 
+def test_bf16s_overflow_check_setting_must_be_a_json_boolean(tmp_path):
+    # The loop guards saves when the check is off (train.engine); a string DeepSpeed would read as false must not
+    # slip past that guard.
+    path = tmp_path / "bf16.json"
+    path.write_text(json.dumps({"train_batch_size": 4, "bf16": {"enabled": True, "check_grad_overflow": "false"}}))
+    with pytest.raises(InputError, match=rf"{path}: bf16.check_grad_overflow must be true or false, got 'false'"):
+        load_ds_config(path)
+    path.write_text(json.dumps({"train_batch_size": 4, "bf16": {"enabled": True, "check_grad_overflow": False}}))
+    assert load_ds_config(path)["bf16"]["check_grad_overflow"] is False
+
+
 DS_CONFIGS = Path(__file__).resolve().parents[2] / "ds_configs"
 
 
