@@ -7,7 +7,7 @@
 #               "target": the same shapes), each job's own update_seconds / STEPS (summary.json)
 #   prefetch 0  the same jobs with batches built on demand (no background thread, no pinned copies)
 #   unchecked   the same jobs without DeepSpeed's bf16 gradient overflow check
-# Each row's figures go to $OUT/gap.jsonl, the whole output to $OUT/gap.log. For a lease (about 4 minutes):
+# Each row's figures go to $OUT/gap.jsonl, the whole output to $OUT/gap.log. For a lease (about 5 minutes; after `gpu_run.sh --minutes 6` in the same lease):
 #     device run: bash scripts/experiments/gpu_update_gap.sh      carry [".gpu"]   (after scripts/gpu_prepare.py)
 # On a CPU at a size of seconds: PRESET=tiny MICRO=4 STEPS=6 PYTHON=.venv/bin/python bash scripts/experiments/gpu_update_gap.sh
 set -uo pipefail
