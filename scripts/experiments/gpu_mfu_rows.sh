@@ -9,16 +9,17 @@ cd "$(dirname "$0")/../.."
 OUT=${OUT:-runs/gpu_mfu}; mkdir -p "$OUT"
 source scripts/gpu_env.sh
 WORK=${WORK:-/tmp/ds_minimodel_mfu}; mkdir -p "$WORK"
-for check in true false; do
-  "$PY" - "$WORK/ds_$check.json" "$check" "${MICRO:-256}" <<'PY'
-import json, sys
-json.dump({"train_batch_size": int(sys.argv[3]), "train_micro_batch_size_per_gpu": int(sys.argv[3]), "steps_per_print": 1_000_000,
-           "bf16": {"enabled": True, "check_grad_overflow": sys.argv[2] == "true"},
-           "optimizer": {"type": "AdamW", "params": {"lr": 1e-4, "betas": [0.9, 0.98], "eps": 1e-6,
-                                                     "weight_decay": 0.01, "torch_adam": not __import__("torch").cuda.is_available()}},
-           "zero_optimization": {"stage": 1}}, open(sys.argv[1], "w"))
+# The bench's own DeepSpeed JSONs (tools.gpu_common.ds_config: ZeRO-1, bf16, FusedAdam on a GPU; bench sets the batch).
+"$PY" - "$WORK" <<'PY'
+import sys
+from pathlib import Path
+from types import SimpleNamespace
+import torch
+from ds_minimodel.tools.gpu_common import ds_config
+run = SimpleNamespace(work=Path(sys.argv[1]), cuda=torch.cuda.is_available())
+ds_config(run, "true")
+ds_config(run, "false", overflow_check=False)
 PY
-done
 row() {  # label, overflow check, extra arguments
   local label=$1 check=$2; shift 2
   echo "### $label" | tee -a "$OUT/mfu_rows.log"

@@ -20,23 +20,25 @@ log() { tee -a "$OUT/gap.log"; }
 "$PY" - "$WORK" "$MICRO" <<'PY'
 import json, lzma, sys
 from pathlib import Path
+from types import SimpleNamespace
 import torch
+from ds_minimodel.tools.gpu_common import ds_config
 work, micro = Path(sys.argv[1]), int(sys.argv[2])
 text = lzma.decompress(Path("reference_data/corpus/en.txt.xz").read_bytes()).decode("utf-8")
 (work / "en.txt").write_text("".join(text.splitlines(keepends=True)[:40000]), encoding="utf-8")
-base = json.loads(Path("ds_configs/gpu_bf16_reference.json").read_text())
-base.update(train_batch_size=micro, train_micro_batch_size_per_gpu=micro)
-base["optimizer"]["params"]["torch_adam"] = not torch.cuda.is_available()
-if not torch.cuda.is_available():  # bf16 matmuls crawl on a CPU without native bf16: the check is of the plumbing
-    base.pop("bf16")
-(work / "ds.json").write_text(json.dumps(base))
-base["bf16"] = {"enabled": True, "check_grad_overflow": False}
-(work / "ds_unchecked.json").write_text(json.dumps(base))
+# The reference's DeepSpeed JSON on one rank, FusedAdam on a GPU (tools.gpu_common.ds_config), and without the check.
+run = SimpleNamespace(work=work, cuda=torch.cuda.is_available())
+ds_config(run, "unchecked", base="ds_configs/gpu_bf16_reference.json", batch=micro, overflow_check=False)
+checked = ds_config(run, "checked", base="ds_configs/gpu_bf16_reference.json", batch=micro)
+if not run.cuda:  # bf16 matmuls crawl on a CPU without native bf16: the check is of the plumbing
+    config = json.loads(checked.read_text())
+    config.pop("bf16")
+    checked.write_text(json.dumps(config))
 PY
 "$PY" -m ds_minimodel prepare --corpus "$WORK/en.txt" --out "$WORK/en" --vocab-size "$VOCAB" --no-progress 2>&1 | log
 echo "### bench" | log
 timeout 200 "$PY" -m ds_minimodel bench one-stage step1,step2-bl_base --preset "$PRESET" --vocab "$VOCAB" --seq-len 128 \
-  --micro-batch "$MICRO" --warmup 3 --updates 10 --ds-config "$WORK/ds.json" 2>&1 | log \
+  --micro-batch "$MICRO" --warmup 3 --updates 10 --ds-config "$WORK/ds_checked.json" 2>&1 | log \
   | grep '^{' | "$PY" -c "import json,sys; [print(json.dumps({'row': 'bench', **json.loads(l)})) for l in sys.stdin]" >> "$OUT/gap.jsonl"
 job() {  # row name, DeepSpeed JSON, extra arguments
   local row=$1 ds=$2; shift 2
@@ -57,8 +59,8 @@ for stage in ("step1", "step2"):
                       "s_per_update": seconds / steps if seconds else None}))
 PY
 }
-job job "$WORK/ds.json"
-job prefetch0 "$WORK/ds.json" --prefetch 0
+job job "$WORK/ds_checked.json"
+job prefetch0 "$WORK/ds_checked.json" --prefetch 0
 [ "$("$PY" -c 'import torch; print(torch.cuda.is_available())')" = True ] && job unchecked "$WORK/ds_unchecked.json"
 "$PY" -c "
 import json
