@@ -10,7 +10,10 @@ lohelp task's dev and test splits** (``reference_data/tasks/lohelp/splits.tsv``;
 use count as train, as they do for the corpora), and a pair whose English or target text is a dev or test item is
 dropped too. The pairs' words are aligned in both directions by eflomal (Östling and Tiedemann, 2016;
 ``pip install eflomal``), and the word pairs both directions link often become ``<lang>-en.help.tsv``
-(``target_word<TAB>english_word``; ``data.bilingual.lexicon_from_links``).
+(``target_word<TAB>english_word``; ``data.bilingual.lexicon_from_links``). Words are split at spaces and
+punctuation, except in languages whose script puts no space between words (``UNSPACED``: Japanese, Chinese, Thai,
+Lao, Khmer, Burmese), which ICU's dictionary-based word breaker segments (``pip install icu4py``; without it such a
+"word" would be a whole phrase, and the list would keep only the phrases that recur).
 
 Any language Debian ships a help package for works (``--langs it``: ``libreoffice-help-it``; ``LANG=SUFFIX`` where
 the package's suffix is not the language's code). The packages the results used are checked against the SHA-256
@@ -32,6 +35,8 @@ import tarfile
 import tempfile
 from pathlib import Path
 
+import regex
+
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from make_dictionaries import deb_members, fetch_deb, language_packages  # noqa: E402
 
@@ -44,10 +49,32 @@ PACKAGES = {  # language: (package suffix, SHA-256 of the .deb)
     "de": ("de", "00490b63c509ac96f7f212d6a6e40452d3e0d1f97ccf4b824dd5ec4c01e8277f"),
     "fr": ("fr", "c796530d3e95af1ea4d054076682efc8aad2b569ae9513f3d4a776b2df3fd206"),
     "es": ("es", "9128a84d83d92c8b1c618d90469d16affddb7d1290b09d42a0c5109cb16f0480"),
+    "ja": ("ja", "7799ace9bfe0845771ed2499913e7f7e521318cf3727c007672e3b020f8eb7b9"),
+    "ko": ("ko", "7ef2d854e9ed58e6bf861cfa9fa2579555233f9df874baf327fcb07ccd190669"),
+    "km": ("km", "58700c6513c15d78e6dbbfda82b05f45fcb5a8acf0832f3dca50918d71e27f50"),
+    "pl": ("pl", "27441ce6d1303524b223aa94a17356bf7195f388d9b05a9e5e346866d7983694"),
+    "fi": ("fi", "47b0bf9820e7eef19de7d56400aae8139de26eca4f3d72f57d6769c751630f26"),
 }
 HELP_TEXT = re.compile(r"\./usr/share/libreoffice/help/([^/]+)/text/(.+\.html)")
 ARCHIVE = "https://deb.debian.org/debian/pool/main/libr/libreoffice"
-WORD = re.compile(r"\w+|[^\w\s]")
+WORD = regex.compile(r"[\w\p{M}]+|[^\w\p{M}\s]")
+"""A word (letters, digits and the combining marks that carry Indic and Southeast Asian vowels) or one mark of
+punctuation."""
+UNSPACED = {"ja", "zh", "th", "lo", "km", "my"}
+"""Languages written without spaces between words: ICU segments them with its dictionaries."""
+
+
+def words(text: str, lang: str) -> list[str]:
+    """``text``'s words and punctuation marks, one a token: ``WORD``'s split, or ICU's word breaker in a language
+    of ``UNSPACED`` (``lang`` a code as ``--langs`` names it; ``zh-cn`` is Chinese)."""
+    if lang.split("-")[0].lower() not in UNSPACED:
+        return WORD.findall(text)
+    try:
+        from icu4py.breakers import WordBreaker
+    except ImportError:
+        raise SystemExit(f"{lang} is written without spaces between words: segmenting it needs ICU's word breaker "
+                         "(pip install icu4py, or the package's [lexicons] extra)") from None
+    return [w for w in WordBreaker(text, lang) if not w.isspace()]
 
 
 def help_pages(suffix: str, sha256: str | None, debs: Path | None, *, cases: bool = False
@@ -120,8 +147,8 @@ def main() -> None:
         target_pages, target_sha256 = help_pages(suffix, sha256, args.debs)
         pairs = [(key, t, s) for key, t, s in parallel_paragraphs(target_pages, english)
                  if t not in texts and s not in texts]
-        target = [WORD.findall(t) for _, t, _ in pairs]
-        source = [WORD.findall(s) for _, _, s in pairs]
+        target = [words(t, lang) for _, t, _ in pairs]
+        source = [words(s, "en") for _, _, s in pairs]
         lexicon = lexicon_from_links(target, source, *align(target, source), min_count=args.min_count)
         path = args.out / f"{lang}-en.help.tsv"
         tmp = path.with_name(f".{path.name}.tmp")

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import hashlib
 import re
+import unicodedata
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Iterator
@@ -33,13 +34,20 @@ def dictd_number(text: str) -> int:
     return value
 
 
+def is_word(text: str) -> bool:
+    """A word of letters: a letter, then letters and combining marks. Not ``str.isalpha``, which refuses every word
+    that carries a vowel sign written as a mark (Khmer, Thai, Devanagari and the other Indic scripts)."""
+    return bool(text) and unicodedata.category(text[0])[0] == "L" and all(
+        unicodedata.category(c)[0] in "LM" for c in text)
+
+
 def _translations(line: str) -> Iterator[str]:
     """The single-word translations on one translation line of a FreeDict entry: domain tags (``[adm.]``),
     part-of-speech marks (``<n>``), parenthesised notes and numbering dropped, split at commas and semicolons."""
     line = re.sub(r"\[[^\]]*\]|<[^>]*>|\([^)]*\)|^\s*\d+\.\s", " ", line)
     for part in re.split(r"[,;]", line):
         word = part.strip()
-        if word.isalpha():
+        if is_word(word):
             yield word
 
 
@@ -58,7 +66,7 @@ def dictd_pairs(index_text: str, dict_text: str) -> list[tuple[str, str]]:
         lines = data[start:start + length].decode("utf-8", errors="replace").splitlines()
         # The entry's first line spells the headword as written (the index lower-cases it), then /IPA/ and <pos>.
         head = re.split(r"\s+[/<]", lines[0].strip(), maxsplit=1)[0] if lines else ""
-        if not head.isalpha():
+        if not is_word(head):
             continue
         for line in lines[1:]:
             if not line.strip() or line.startswith("  ") or re.match(r"\s*(\"|[A-Za-z]+:)", line):
@@ -77,8 +85,8 @@ def lexicon_from_links(target: list[list[str]], source: list[list[str]], forward
                        backward: list[list[tuple[int, int]]], *, min_count: int = 3, min_share: float = 0.3
                        ) -> list[tuple[str, str, int]]:
     """(target word, source word, links) from word-aligned parallel sentences: the links both alignment directions
-    agree on (their intersection, the high-precision symmetrisation), counted by word pair over alphabetic words of
-    two letters or more; a pair is kept when it is linked at least ``min_count`` times and carries at least
+    agree on (their intersection, the high-precision symmetrisation), counted by word pair over words (``is_word``) of
+    two characters or more; a pair is kept when it is linked at least ``min_count`` times and carries at least
     ``min_share`` of its target word's links. Both link lists index (target word, source word); most links first."""
     from collections import Counter
 
@@ -86,7 +94,7 @@ def lexicon_from_links(target: list[list[str]], source: list[list[str]], forward
     for t_words, s_words, fwd, bwd in zip(target, source, forward, backward, strict=True):
         for i, j in set(fwd) & set(bwd):
             t, s = t_words[i], s_words[j]
-            if len(t) > 1 and len(s) > 1 and t.isalpha() and s.isalpha():
+            if len(t) > 1 and len(s) > 1 and is_word(t) and is_word(s):
                 pairs[(t, s)] += 1
     per_word: Counter[str] = Counter()
     for (t, _), n in pairs.items():

@@ -11,6 +11,7 @@ from ds_minimodel.data.bilingual import (
     dictd_number,
     dictd_pairs,
     fit_alignment,
+    is_word,
     lexicon_from_links,
     parse_links,
 )
@@ -112,6 +113,24 @@ def test_a_lexicon_keeps_the_pairs_both_alignment_directions_link_often():
     english = [["the", "cell"]] * 12
     assert lexicon_from_links(words, english, noisy, noisy, min_count=3, min_share=0.3) == [("Zelle", "cell", 9)]
     assert ("Zelle", "the", 3) in lexicon_from_links(words, english, noisy, noisy, min_count=3, min_share=0.2)
+
+
+def test_words_whose_vowels_are_combining_marks_are_words():
+    # Khmer's and Devanagari's vowel signs are marks (Mn/Mc), which str.isalpha refuses: the Khmer help lexicon
+    # kept only vowel-less fragments of words until words were read this way.
+    for word in ("ឯកសារ", "ទិន្នន័យ", "किताब", "挿入", "ドキュメント", "Zelle", "été"):
+        assert is_word(word) and not (word.isalpha() and word in ("ឯកសារ", "किताब"))
+    for word in ("", "3", "x3", "\u0301a", "-", "don't", "ا\u064b1"):
+        assert not is_word(word), word
+    target = [["ចុច", "លើ", "ប៊ូតុង"]] * 3
+    source = [["click", "the", "button"]] * 3
+    links = [[(0, 0), (2, 2)]] * 3
+    assert lexicon_from_links(target, source, links, links) == [("ចុច", "click", 3), ("ប៊ូតុង", "button", 3)]
+    text, index = "", []
+    for head, entry in (("किताब", "किताब <n>\nbook\n"), ("ఇల్లు", "ఇల్లు <n>\nhouse, home\n")):
+        index.append(f"{head}\t{dictd_index_number(len(text.encode()))}\t{dictd_index_number(len(entry.encode()))}")
+        text += entry
+    assert dictd_pairs("\n".join(index), text) == [("किताब", "book"), ("ఇల్లు", "house"), ("ఇల్లు", "home")]
 
 
 def test_pharaoh_links_are_parsed_as_index_pairs():

@@ -107,3 +107,14 @@ def test_a_shipped_language_or_an_earlier_build_is_never_written_over(tmp_path):
     with pytest.raises(SystemExit, match="exists .an earlier build.; --force writes over it"):
         language_data.main(["--langs", "ja", "--out", str(out), "--task", str(TASK)])
     assert (out / "corpus" / "ja.txt").read_text() == "an earlier build"
+
+
+def test_words_are_split_at_spaces_or_by_icu_where_the_script_has_none():
+    # Words of spaced scripts keep their combining vowel signs (Python's \w alone splits a Devanagari word there).
+    assert lexicons.words("Choose Insert - Table, किताब पढ़ो", "en") == ["Choose", "Insert", "-", "Table", ",",
+                                                                         "किताब", "पढ़ो"]
+    assert lexicons.words("표를 삽입하려면", "ko") == ["표를", "삽입하려면"]
+    # Japanese and Khmer put no space between words: without a segmenter a paragraph would be one "word".
+    assert lexicons.words("挿入メニューから表を選択します。", "ja") == ["挿入", "メニュー", "から", "表", "を", "選択",
+                                                            "し", "ます", "。"]
+    assert lexicons.words("ចុចលើប៊ូតុងនេះ", "km") == ["ចុច", "លើ", "ប៊ូតុង", "នេះ"]
