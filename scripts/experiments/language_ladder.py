@@ -1,11 +1,14 @@
 """Issue 46's dev ladder: what each resource gives a new language, over a real pretrained English model.
 
-    python scripts/experiments/language_ladder.py [--from runs/reference-minilm-focus] [--out runs/language-ladder]
-        [--langs ja ko km pl fi fi-small] [--variants focus,focus-translit,focus-ngrams] [--steps N] [--list]
+    python scripts/experiments/language_ladder.py [--from runs/reference-minilm-continued] [--config CONFIG]
+        [--out runs/language-ladder] [--langs ja ko km pl fi fi-small] [--variants focus,focus-translit,...]
+        [--steps N] [--list]
 
-For each variant, one pipeline (``ds-minimodel pipeline``) adds the languages to the finished MiniLM FOCUS run
-(``configs/reference_minilm_focus.json``): its Step 1 (the given model and its trained head), its English data and
-its Step-3 classifiers (three seeds) are linked in, not retrained (the pipeline checks that their settings are the
+For each variant, one pipeline (``ds-minimodel pipeline``) adds the languages to a finished MiniLM run, by default
+the continued one (``configs/reference_minilm_continued.json``, ``scripts/experiments/minilm_continued_test.sh``:
+the English body README advises; ``--from runs/reference-minilm-focus --config configs/reference_minilm_focus.json``
+for the model as shipped): its Step 1 (the given model and its trained head), its English data and its Step-3
+classifiers (three seeds) are linked in, not retrained (the pipeline checks that their settings are the
 ones asked), and only each language's data, Step 2 over BL_BASE and Step 4 run. Step 4 scores the languages' *dev*
 files: the config's task names them as its test files, so that no test file is read while choosing (RESULTS.md
 reports test once, with the chosen recipe). ``fi-small`` is the 0.40 MB Finnish cut (issue 46 item 3), scored on
@@ -86,9 +89,9 @@ def link_finished(run: Path, out: Path) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--from", dest="run", type=Path, default=Path("runs/reference-minilm-focus"),
-                   help="the finished MiniLM FOCUS run")
-    p.add_argument("--config", type=Path, default=Path("configs/reference_minilm_focus.json"),
+    p.add_argument("--from", dest="run", type=Path, default=Path("runs/reference-minilm-continued"),
+                   help="the finished MiniLM run")
+    p.add_argument("--config", type=Path, default=Path("configs/reference_minilm_continued.json"),
                    help="its config")
     p.add_argument("--out", type=Path, default=Path("runs/language-ladder"))
     p.add_argument("--langs", nargs="+", default=["ja", "ko", "km", "pl", "fi", "fi-small"])
@@ -101,7 +104,7 @@ def main(argv: list[str] | None = None) -> int:
                + [REPO / f"reference_data/corpus/{lang}.txt" for lang in args.langs] if not path.exists()]
     if missing:
         raise SystemExit(f"language_ladder.py: missing {', '.join(map(str, missing))} (the finished run: "
-                         "scripts/reference_minilm.sh; the languages: scripts/make_language_data.py)")
+                         "scripts/experiments/minilm_continued_test.sh; the languages: scripts/make_language_data.py)")
     for variant in args.variants.split(","):
         if variant not in VARIANTS:
             raise SystemExit(f"language_ladder.py: unknown variant {variant!r}; known: {', '.join(VARIANTS)}")
