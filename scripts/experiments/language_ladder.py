@@ -21,7 +21,10 @@ help-page lexicons ``scripts/make_help_lexicons.py`` builds from the help outsid
 in-domain parallel text, every language). Each variant's output is ``<out>/<variant>/`` (results.json, analysis/);
 run it again to resume. ``--steps`` shortens Step 2 (the run's 600 by default; its schedule decays to 0 at its last
 update, so a shorter Step 2 is not the longer one's early checkpoints). ``--list`` prints each pipeline's jobs and
-what is done, and starts nothing.
+what is done, and starts nothing. ``--table`` prints, from the variants finished so far, each language's dev accuracy
+(macro-F1) at Step 2's last checkpoint, mean over the finetuning seeds, beside its majority class and bag of words,
+and how each variant's rows started (copied / mixed / drawn; WECHSEL's word pairs used of those listed); it starts
+nothing.
 """
 from __future__ import annotations
 
@@ -87,6 +90,42 @@ def link_finished(run: Path, out: Path) -> None:
             link.symlink_to((run / rel).resolve(), target_is_directory=True)
 
 
+def scores(results: dict, lang: str) -> str:
+    """BL_BASE's dev accuracy (macro-F1) at its last Step-2 checkpoint in one language, mean over seeds."""
+    rows = [r for r in results["zero_shot"] if r["lang"] == lang and r["system"] == "bl_base"]
+    if not rows:
+        return "-"
+    last = [r for r in rows if r["step2_update"] == max(r["step2_update"] for r in rows)]
+    accuracy, macro_f1 = (sum(r[key] for r in last) / len(last) for key in ("accuracy", "macro_f1"))
+    return f"{accuracy:.1f} ({macro_f1:.1f})"
+
+
+def start(out: Path, lang: str) -> str:
+    """How a variant's Step 2 started in one language: its rows copied / mixed / drawn, and WECHSEL's pairs."""
+    meta = out / "step2" / lang / "bl_base" / "checkpoints" / "step_00000000" / "meta.json"
+    if not meta.is_file():
+        return "-"
+    init = json.loads(meta.read_text(encoding="utf-8"))["initialisation"]
+    pairs = init.get("alignment")
+    return (f"{init['copied']:,} / {init['mixed']:,} / {init['drawn']:,}"
+            + (f"; pairs {pairs['pairs_used']:,} of {pairs['pairs']:,}" if pairs else ""))
+
+
+def table(out: Path, variants: list[str], langs: list[str]) -> list[str]:
+    """The ladder's Markdown tables: dev scores by language and variant, then how each variant's rows started."""
+    results = {v: json.loads((out / v / "results.json").read_text(encoding="utf-8")) for v in variants
+               if (out / v / "results.json").is_file()}
+    baselines = {b["lang"]: b for r in results.values() for b in r["baselines"] if b["split"] == "test"}
+    done = [v for v in variants if v in results]
+    if not done:
+        return [f"no variant of {', '.join(variants)} has finished in {out} yet (its results.json)"]
+    head = ["| lang | majority class | bag of words | " + " | ".join(done) + " |", "|---" * (3 + len(done)) + "|"]
+    lines = head + [f"| {lang} | {baselines[lang]['majority']:.1f} | {baselines[lang]['bag_of_words']:.1f} | "
+                    + " | ".join(scores(results[v], lang) for v in done) + " |" for lang in langs if lang in baselines]
+    lines += ["", "| lang | " + " | ".join(done) + " |", "|---" * (1 + len(done)) + "|"]
+    return lines + [f"| {lang} | " + " | ".join(start(out / v, lang) for v in done) + " |" for lang in langs]
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--from", dest="run", type=Path, default=Path("runs/reference-minilm-continued"),
@@ -98,7 +137,11 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--variants", default="focus,focus-translit,focus-ngrams,wechsel-freedict,wechsel-help")
     p.add_argument("--steps", type=int, help="Step 2's updates (default: the finished run's)")
     p.add_argument("--list", action="store_true", help="print each pipeline's jobs; start nothing")
+    p.add_argument("--table", action="store_true", help="print the finished variants' dev tables; start nothing")
     args = p.parse_args(argv)
+    if args.table:
+        print("\n".join(table(args.out, args.variants.split(","), args.langs)))
+        return 0
     base = json.loads(args.config.read_text(encoding="utf-8"))
     missing = [path for path in [args.run / rel for rel in SHARED] + [REPO / dev_file(lang) for lang in args.langs]
                + [REPO / f"reference_data/corpus/{lang}.txt" for lang in args.langs] if not path.exists()]

@@ -36,3 +36,26 @@ def test_a_shorter_step2_keeps_six_saved_checkpoints(tmp_path: Path) -> None:
     cfg = language_ladder.config(BASE, "focus", ["pl"], tmp_path, steps=300)
     assert (cfg["step2"]["steps"], cfg["step2"]["save_every"]) == (300, 50)
     assert language_ladder.config(BASE, "focus", ["pl"], tmp_path)["step2"]["steps"] == BASE["step2"]["steps"]
+
+
+def test_the_table_reads_each_finished_variants_last_checkpoint_and_how_its_rows_started(tmp_path: Path) -> None:
+    def score(update: int, seed: int, accuracy: float) -> dict:
+        return {"lang": "ja", "system": "bl_base", "step2_update": update, "seed": seed, "accuracy": accuracy,
+                "macro_f1": accuracy / 2}
+
+    results = {"zero_shot": [score(0, 1, 20.0), score(300, 1, 40.0), score(300, 2, 44.0), score(150, 2, 90.0)],
+               "baselines": [{"lang": "ja", "split": "test", "majority": 30.0, "bag_of_words": 35.5},
+                             {"lang": "ja", "split": "dev", "majority": 1.0, "bag_of_words": 1.0}]}
+    (tmp_path / "wechsel-help").mkdir()
+    (tmp_path / "wechsel-help" / "results.json").write_text(json.dumps(results))
+    meta = tmp_path / "wechsel-help/step2/ja/bl_base/checkpoints/step_00000000/meta.json"
+    meta.parent.mkdir(parents=True)
+    meta.write_text(json.dumps({"initialisation": {"copied": 5, "mixed": 6397, "drawn": 1598,
+                                                   "alignment": {"pairs": 1930, "pairs_used": 180}}}))
+    lines = language_ladder.table(tmp_path, ["focus", "wechsel-help"], ["ja", "km"])
+    # focus has no results.json yet: left out; km has no scores in any finished variant: no score row
+    assert lines[0] == "| lang | majority class | bag of words | wechsel-help |"
+    assert lines[2] == "| ja | 30.0 | 35.5 | 42.0 (21.0) |"
+    assert lines[-2:] == ["| ja | 5 / 6,397 / 1,598; pairs 180 of 1,930 |", "| km | - |"]
+    assert language_ladder.table(tmp_path, ["focus"], ["ja"]) == [
+        f"no variant of focus has finished in {tmp_path} yet (its results.json)"]
