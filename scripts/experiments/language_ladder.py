@@ -12,7 +12,9 @@ classifiers (three seeds) are linked in, not retrained (the pipeline checks that
 ones asked), and only each language's data, Step 2 over BL_BASE and Step 4 run. Step 4 scores the languages' *dev*
 files: the config's task names them as its test files, so that no test file is read while choosing (RESULTS.md
 reports test once, with the chosen recipe). ``fi-small`` is the 0.40 MB Finnish cut (issue 46 item 3), scored on
-Finnish dev.
+Finnish dev. ``--test --variants V`` is that one run on test, once the recipe V is chosen: BL_BASE and MiniPost
+(the finished run's Step 1b and the mini-model's classifiers linked too), the languages' test files, into
+``runs/language-test/V``; it refuses to start without ``--variants``.
 
 Variants (``step2`` settings over the run's own): ``focus`` (no resource), ``focus-translit`` (transliteration
 anchors), ``focus-ngrams`` (rare pieces' static vectors from character n-grams), ``wechsel-freedict`` (the FreeDict
@@ -51,39 +53,45 @@ WORD_LISTS = {"wechsel-freedict": ("reference_data/dictionaries/{lang}-en.tsv", 
 """Each WECHSEL variant's word list by language (a cut's ``-small`` left out: Finnish's list for fi-small), and the
 script in scripts/ that builds it."""
 SHARED = ("step1", "step3", "data/en")
-"""What each variant's pipeline takes from the finished run, linked."""
+"""What each variant's pipeline takes from the finished run, linked (``--test`` also its MiniPost: ``step1b``)."""
+DEFAULT_VARIANTS = "focus,focus-translit,focus-ngrams,wechsel-freedict,wechsel-help"
 
 
-def dev_file(lang: str) -> str:
-    return f"{TASK}/dev.{lang.split('-')[0]}.jsonl"
+def dev_file(lang: str, split: str = "dev") -> str:
+    return f"{TASK}/{split}.{lang.split('-')[0]}.jsonl"
 
 
-def config(base: dict, variant: str, langs: list[str], out: Path, steps: int | None = None) -> dict:
+def config(base: dict, variant: str, langs: list[str], out: Path, steps: int | None = None, *,
+           test: bool = False) -> dict:
     """The finished run's config with the languages as its targets, their dev files as the task's test files, and
-    the variant's Step-2 settings (``steps``: Step 2's length where not the run's); BL_BASE alone."""
+    the variant's Step-2 settings (``steps``: Step 2's length where not the run's); BL_BASE alone. ``test``: the
+    chosen recipe's run on the test files, BL_BASE and MiniPost (with its mini-model's classifiers)."""
     cfg = json.loads(json.dumps(base))
     cfg.update(out=str(out), systems=["bl_base"], source_minis=[], fit_vocab=True)
+    if test:
+        cfg.update(systems=["bl_base", "minipost"], source_minis=["minipost"])
     word_list = WORD_LISTS.get(variant, ("",))[0]
     cfg["targets"] = [{"lang": lang, "corpus": f"reference_data/corpus/{lang}.txt",
                        **({"word_list": word_list.format(lang=lang.split("-")[0])} if word_list else {})}
                       for lang in langs]
     task = cfg["tasks"][0]
     task["dev"] = {"en": task["dev"]["en"]}  # Step 3's English dev (its runs are linked, unchanged)
-    task["test"] = {"en": task["dev"]["en"], **{lang: dev_file(lang) for lang in langs}}
+    split = "test" if test else "dev"
+    task["test"] = {"en": f"{TASK}/{split}.en.jsonl", **{lang: dev_file(lang, split) for lang in langs}}
     cfg["step2"].update(VARIANTS[variant])
     if steps is not None:  # six saved checkpoints after update 0, as the run's 600 updates have
         cfg["step2"].update(steps=steps, save_every=max(1, steps // 6))
     return cfg
 
 
-def link_finished(run: Path, out: Path) -> None:
+def link_finished(run: Path, out: Path, shared: tuple[str, ...] = SHARED) -> None:
     """The finished run's Step 1, Step 3 and English data in ``out``, as links (made once), in a folder marked as a
     pipeline's own (``pipeline.ownership``) so that the pipeline takes it."""
     from ds_minimodel.pipeline.ownership import OWNER_MARK
 
     if not (out / OWNER_MARK).exists():
         (out / OWNER_MARK).write_text(f"a pipeline's folder: {run}'s Steps 1 and 3 linked by language_ladder.py\n")
-    for rel in SHARED:
+    for rel in shared:
         link = out / rel
         if not link.exists():
             link.parent.mkdir(parents=True, exist_ok=True)
@@ -132,18 +140,26 @@ def main(argv: list[str] | None = None) -> int:
                    help="the finished MiniLM run")
     p.add_argument("--config", type=Path, default=Path("configs/reference_minilm_continued.json"),
                    help="its config")
-    p.add_argument("--out", type=Path, default=Path("runs/language-ladder"))
+    p.add_argument("--out", type=Path, help="default runs/language-ladder, with --test runs/language-test")
     p.add_argument("--langs", nargs="+", default=["ja", "ko", "km", "pl", "fi", "fi-small"])
-    p.add_argument("--variants", default="focus,focus-translit,focus-ngrams,wechsel-freedict,wechsel-help")
+    p.add_argument("--variants", help=f"default {DEFAULT_VARIANTS}; with --test named, the recipe chosen on dev")
     p.add_argument("--steps", type=int, help="Step 2's updates (default: the finished run's)")
     p.add_argument("--list", action="store_true", help="print each pipeline's jobs; start nothing")
     p.add_argument("--table", action="store_true", help="print the finished variants' dev tables; start nothing")
+    p.add_argument("--test", action="store_true",
+                   help="score the test files (read once), BL_BASE and MiniPost, with the --variants chosen on dev")
     args = p.parse_args(argv)
+    if args.test and not args.variants:
+        p.error("--test scores the test files once: name the recipe chosen on dev with --variants")
+    args.variants = args.variants or DEFAULT_VARIANTS
+    args.out = args.out or Path("runs/language-test" if args.test else "runs/language-ladder")
+    shared = SHARED + ("step1b",) * args.test
     if args.table:
         print("\n".join(table(args.out, args.variants.split(","), args.langs)))
         return 0
     base = json.loads(args.config.read_text(encoding="utf-8"))
-    missing = [path for path in [args.run / rel for rel in SHARED] + [REPO / dev_file(lang) for lang in args.langs]
+    split = "test" if args.test else "dev"
+    missing = [path for path in [args.run / rel for rel in shared] + [REPO / dev_file(lang, split) for lang in args.langs]
                + [REPO / f"reference_data/corpus/{lang}.txt" for lang in args.langs] if not path.exists()]
     if missing:
         raise SystemExit(f"language_ladder.py: missing {', '.join(map(str, missing))} (the finished run: "
@@ -153,7 +169,7 @@ def main(argv: list[str] | None = None) -> int:
             raise SystemExit(f"language_ladder.py: unknown variant {variant!r}; known: {', '.join(VARIANTS)}")
         langs = [lang for lang in args.langs if variant != "wechsel-freedict" or lang in FREEDICT]
         out = args.out / variant
-        cfg = config(base, variant, langs, out, args.steps)
+        cfg = config(base, variant, langs, out, args.steps, test=args.test)
         lists = [REPO / t["word_list"] for t in cfg["targets"] if "word_list" in t]
         if any(not path.is_file() for path in lists):
             needed = ", ".join(sorted(set(map(str, lists))))
@@ -162,7 +178,7 @@ def main(argv: list[str] | None = None) -> int:
         out.mkdir(parents=True, exist_ok=True)
         path = args.out / f"{variant}.json"
         path.write_text(json.dumps(cfg, indent=1) + "\n", encoding="utf-8")
-        link_finished(args.run, out)
+        link_finished(args.run, out, shared)
         cmd = [sys.executable, "-m", "ds_minimodel", "pipeline", "--config", str(path), *(["--list"] * args.list)]
         print(f"$ {' '.join(cmd)}", flush=True)
         code = subprocess.run(cmd, cwd=REPO, check=False).returncode

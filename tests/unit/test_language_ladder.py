@@ -6,6 +6,8 @@ import importlib.util
 import json
 from pathlib import Path
 
+import pytest
+
 REPO = Path(__file__).resolve().parents[2]
 spec = importlib.util.spec_from_file_location("language_ladder", REPO / "scripts/experiments/language_ladder.py")
 language_ladder = importlib.util.module_from_spec(spec)
@@ -59,3 +61,15 @@ def test_the_table_reads_each_finished_variants_last_checkpoint_and_how_its_rows
     assert lines[-2:] == ["| ja | 5 / 6,397 / 1,598; pairs 180 of 1,930 |", "| km | - |"]
     assert language_ladder.table(tmp_path, ["focus"], ["ja"]) == [
         f"no variant of focus has finished in {tmp_path} yet (its results.json)"]
+
+
+def test_the_test_run_scores_the_test_files_with_minipost_and_needs_the_recipe_named(tmp_path: Path, capsys) -> None:
+    cfg = language_ladder.config(BASE, "wechsel-help", ["km", "fi-small"], tmp_path, test=True)
+    tests = cfg["tasks"][0]["test"]
+    assert tests == {"en": "reference_data/tasks/lohelp/test.en.jsonl", "km": "reference_data/tasks/lohelp/test.km.jsonl",
+                     "fi-small": "reference_data/tasks/lohelp/test.fi.jsonl"}
+    assert cfg["systems"] == ["bl_base", "minipost"] and cfg["source_minis"] == ["minipost"]
+    assert language_ladder.config(BASE, "focus", ["km"], tmp_path)["tasks"][0]["test"]["en"].endswith("dev.en.jsonl")
+    with pytest.raises(SystemExit):
+        language_ladder.main(["--test"])
+    assert "name the recipe chosen on dev with --variants" in capsys.readouterr().err
