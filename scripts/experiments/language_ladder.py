@@ -57,7 +57,8 @@ SHARED = ("step1", "step3", "data/en")
 DEFAULT_VARIANTS = "focus,focus-translit,focus-ngrams,wechsel-freedict,wechsel-help"
 
 
-def dev_file(lang: str, split: str = "dev") -> str:
+def task_file(lang: str, split: str) -> str:
+    """The lohelp file of a language's split (a cut such as fi-small reads its language's)."""
     return f"{TASK}/{split}.{lang.split('-')[0]}.jsonl"
 
 
@@ -77,7 +78,7 @@ def config(base: dict, variant: str, langs: list[str], out: Path, steps: int | N
     task = cfg["tasks"][0]
     task["dev"] = {"en": task["dev"]["en"]}  # Step 3's English dev (its runs are linked, unchanged)
     split = "test" if test else "dev"
-    task["test"] = {"en": f"{TASK}/{split}.en.jsonl", **{lang: dev_file(lang, split) for lang in langs}}
+    task["test"] = {lang: task_file(lang, split) for lang in ["en", *langs]}
     cfg["step2"].update(VARIANTS[variant])
     if steps is not None:  # six saved checkpoints after update 0, as the run's 600 updates have
         cfg["step2"].update(steps=steps, save_every=max(1, steps // 6))
@@ -85,12 +86,14 @@ def config(base: dict, variant: str, langs: list[str], out: Path, steps: int | N
 
 
 def link_finished(run: Path, out: Path, shared: tuple[str, ...] = SHARED) -> None:
-    """The finished run's Step 1, Step 3 and English data in ``out``, as links (made once), in a folder marked as a
-    pipeline's own (``pipeline.ownership``) so that the pipeline takes it."""
+    """The finished run's steps in ``shared`` (Step 1, Step 3 and English data; with ``--test`` Step 1b too) in
+    ``out``, as links (made once), in a folder marked as a pipeline's own (``pipeline.ownership``) so that the
+    pipeline takes it."""
     from ds_minimodel.pipeline.ownership import OWNER_MARK
 
     if not (out / OWNER_MARK).exists():
-        (out / OWNER_MARK).write_text(f"a pipeline's folder: {run}'s Steps 1 and 3 linked by language_ladder.py\n")
+        (out / OWNER_MARK).write_text(f"a pipeline's folder: {run}'s {', '.join(shared)} linked by "
+                                      "language_ladder.py\n")
     for rel in shared:
         link = out / rel
         if not link.exists():
@@ -159,7 +162,8 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     base = json.loads(args.config.read_text(encoding="utf-8"))
     split = "test" if args.test else "dev"
-    missing = [path for path in [args.run / rel for rel in shared] + [REPO / dev_file(lang, split) for lang in args.langs]
+    missing = [path for path in [args.run / rel for rel in shared]
+               + [REPO / task_file(lang, split) for lang in args.langs]
                + [REPO / f"reference_data/corpus/{lang}.txt" for lang in args.langs] if not path.exists()]
     if missing:
         raise SystemExit(f"language_ladder.py: missing {', '.join(map(str, missing))} (the finished run: "

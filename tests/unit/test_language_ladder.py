@@ -66,7 +66,8 @@ def test_the_table_reads_each_finished_variants_last_checkpoint_and_how_its_rows
 def test_the_test_run_scores_the_test_files_with_minipost_and_needs_the_recipe_named(tmp_path: Path, capsys) -> None:
     cfg = language_ladder.config(BASE, "wechsel-help", ["km", "fi-small"], tmp_path, test=True)
     tests = cfg["tasks"][0]["test"]
-    assert tests == {"en": "reference_data/tasks/lohelp/test.en.jsonl", "km": "reference_data/tasks/lohelp/test.km.jsonl",
+    assert tests == {"en": "reference_data/tasks/lohelp/test.en.jsonl",
+                     "km": "reference_data/tasks/lohelp/test.km.jsonl",
                      "fi-small": "reference_data/tasks/lohelp/test.fi.jsonl"}
     assert cfg["systems"] == ["bl_base", "minipost"] and cfg["source_minis"] == ["minipost"]
     assert language_ladder.config(BASE, "focus", ["km"], tmp_path)["tasks"][0]["test"]["en"].endswith("dev.en.jsonl")
