@@ -2,14 +2,15 @@
 
     python scripts/experiments/language_ladder.py [--from runs/reference-minilm-continued] [--config CONFIG]
         [--out runs/language-ladder] [--langs ja ko km pl fi fi-small] [--variants focus,focus-translit,...]
-        [--steps N] [--list]
+        [--steps N] [--seeds 1] [--list]
 
 For each variant, one pipeline (``ds-minimodel pipeline``) adds the languages to a finished MiniLM run, by default
 the continued one (``configs/reference_minilm_continued.json``, ``scripts/experiments/minilm_continued_test.sh``:
 the English body README advises; ``--from runs/reference-minilm-focus --config configs/reference_minilm_focus.json``
 for the model as shipped): its Step 1 (the given model and its trained head), its English data and its Step-3
-classifiers (three seeds) are linked in, not retrained (the pipeline checks that their settings are the
-ones asked), and only each language's data, Step 2 over BL_BASE and Step 4 run. Step 4 scores the languages' *dev*
+classifiers (its three seeds, or those ``--seeds`` names) are linked in, not retrained (the pipeline checks that
+their settings are the ones asked), and only each language's data (prepared by the first variant, linked by the
+others), Step 2 over BL_BASE and Step 4 run. Step 4 scores the languages' *dev*
 files: the config's task names them as its test files, so that no test file is read while choosing (RESULTS.md
 reports test once, with the chosen recipe). ``fi-small`` is the 0.40 MB Finnish cut (issue 46 item 3), scored on
 Finnish dev. ``--test --variants V`` is that one run on test, once the recipe V is chosen: BL_BASE and MiniPost
@@ -63,12 +64,15 @@ def task_file(lang: str, split: str) -> str:
 
 
 def config(base: dict, variant: str, langs: list[str], out: Path, steps: int | None = None, *,
-           test: bool = False) -> dict:
+           test: bool = False, seeds: list[int] | None = None) -> dict:
     """The finished run's config with the languages as its targets, their dev files as the task's test files, and
     the variant's Step-2 settings (``steps``: Step 2's length where not the run's); BL_BASE alone. ``test``: the
-    chosen recipe's run on the test files, BL_BASE and MiniPost (with its mini-model's classifiers)."""
+    chosen recipe's run on the test files, BL_BASE and MiniPost (with its mini-model's classifiers). ``seeds``: the
+    finetuning seeds whose classifiers score the rows, where not all of the run's."""
     cfg = json.loads(json.dumps(base))
     cfg.update(out=str(out), systems=["bl_base"], source_minis=[], fit_vocab=True)
+    if seeds is not None:
+        cfg["step3"]["seeds"] = seeds
     if test:
         cfg.update(systems=["bl_base", "minipost"], source_minis=["minipost"])
     word_list = WORD_LISTS.get(variant, ("",))[0]
@@ -99,6 +103,20 @@ def link_finished(run: Path, out: Path, shared: tuple[str, ...] = SHARED) -> Non
         if not link.exists():
             link.parent.mkdir(parents=True, exist_ok=True)
             link.symlink_to((run / rel).resolve(), target_is_directory=True)
+
+
+def share_data(root: Path, variant: str, langs: list[str]) -> None:
+    """Each language's prepared data (tokenizer, encoded corpus, cached static vectors) taken, as a link, from a
+    variant of the same ladder that prepared it (``meta.json``, written last, marks it done): the variants differ in
+    Step 2 only, so their data are the same and are prepared once."""
+    for lang in langs:
+        link = root / variant / "data" / lang
+        if link.exists() or link.is_symlink():
+            continue
+        done = sorted(p for p in root.glob(f"*/data/{lang}") if not p.is_symlink() and (p / "meta.json").is_file())
+        if done:
+            link.parent.mkdir(parents=True, exist_ok=True)
+            link.symlink_to(done[0].resolve(), target_is_directory=True)
 
 
 def scores(results: dict, lang: str) -> str:
@@ -147,6 +165,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--langs", nargs="+", default=["ja", "ko", "km", "pl", "fi", "fi-small"])
     p.add_argument("--variants", help=f"default {DEFAULT_VARIANTS}; with --test named, the recipe chosen on dev")
     p.add_argument("--steps", type=int, help="Step 2's updates (default: the finished run's)")
+    p.add_argument("--seeds", help="the finetuning seeds whose classifiers score the rows, e.g. 1 (default: the "
+                                   "run's; the run's Step 3 trains any it lacks)")
     p.add_argument("--list", action="store_true", help="print each pipeline's jobs; start nothing")
     p.add_argument("--table", action="store_true", help="print the finished variants' dev tables; start nothing")
     p.add_argument("--test", action="store_true",
@@ -173,7 +193,8 @@ def main(argv: list[str] | None = None) -> int:
             raise SystemExit(f"language_ladder.py: unknown variant {variant!r}; known: {', '.join(VARIANTS)}")
         langs = [lang for lang in args.langs if variant != "wechsel-freedict" or lang in FREEDICT]
         out = args.out / variant
-        cfg = config(base, variant, langs, out, args.steps, test=args.test)
+        seeds = None if args.seeds is None else [int(seed) for seed in args.seeds.split(",")]
+        cfg = config(base, variant, langs, out, args.steps, test=args.test, seeds=seeds)
         lists = [REPO / t["word_list"] for t in cfg["targets"] if "word_list" in t]
         if any(not path.is_file() for path in lists):
             needed = ", ".join(sorted(set(map(str, lists))))
@@ -183,6 +204,7 @@ def main(argv: list[str] | None = None) -> int:
         path = args.out / f"{variant}.json"
         path.write_text(json.dumps(cfg, indent=1) + "\n", encoding="utf-8")
         link_finished(args.run, out, shared)
+        share_data(args.out, variant, langs)
         cmd = [sys.executable, "-m", "ds_minimodel", "pipeline", "--config", str(path), *(["--list"] * args.list)]
         print(f"$ {' '.join(cmd)}", flush=True)
         code = subprocess.run(cmd, cwd=REPO, check=False).returncode

@@ -74,3 +74,22 @@ def test_the_test_run_scores_the_test_files_with_minipost_and_needs_the_recipe_n
     with pytest.raises(SystemExit):
         language_ladder.main(["--test"])
     assert "name the recipe chosen on dev with --variants" in capsys.readouterr().err
+
+
+def test_seeds_name_the_classifiers_that_score_the_rows(tmp_path: Path) -> None:
+    assert language_ladder.config(BASE, "focus", ["pl"], tmp_path, seeds=[1])["step3"]["seeds"] == [1]
+    assert language_ladder.config(BASE, "focus", ["pl"], tmp_path)["step3"]["seeds"] == BASE["step3"]["seeds"]
+
+
+def test_a_language_is_prepared_once_and_linked_by_the_other_variants(tmp_path: Path) -> None:
+    done = tmp_path / "focus" / "data" / "ja"
+    done.mkdir(parents=True)
+    (done / "meta.json").write_text("{}")
+    (tmp_path / "focus" / "data" / "km").mkdir()  # started, not finished: not shared
+    language_ladder.share_data(tmp_path, "wechsel-help", ["ja", "km"])
+    assert (tmp_path / "wechsel-help" / "data" / "ja").resolve() == done.resolve()
+    assert not (tmp_path / "wechsel-help" / "data" / "km").exists()
+    language_ladder.share_data(tmp_path, "focus-ngrams", ["ja"])  # never from another variant's link
+    assert (tmp_path / "focus-ngrams" / "data" / "ja").resolve() == done.resolve()
+    language_ladder.share_data(tmp_path, "focus", ["ja"])  # the variant that prepared it keeps its own
+    assert not (tmp_path / "focus" / "data" / "ja").is_symlink()
