@@ -107,13 +107,15 @@ def link_finished(run: Path, out: Path, shared: tuple[str, ...] = SHARED) -> Non
 
 def share_data(root: Path, variant: str, langs: list[str]) -> None:
     """Each language's prepared data (tokenizer, encoded corpus, cached static vectors) taken, as a link, from a
-    variant of the same ladder that prepared it (``meta.json``, written last, marks it done): the variants differ in
-    Step 2 only, so their data are the same and are prepared once."""
+    variant of the same ladder that prepared it (the data's meta file, written last, marks it done): the variants
+    differ in Step 2 only, so their data are the same and are prepared once."""
+    from ds_minimodel.data.shards import META_FILE
+
     for lang in langs:
         link = root / variant / "data" / lang
         if link.exists() or link.is_symlink():
             continue
-        done = sorted(p for p in root.glob(f"*/data/{lang}") if not p.is_symlink() and (p / "meta.json").is_file())
+        done = sorted(p for p in root.glob(f"*/data/{lang}") if not p.is_symlink() and (p / META_FILE).is_file())
         if done:
             link.parent.mkdir(parents=True, exist_ok=True)
             link.symlink_to(done[0].resolve(), target_is_directory=True)
@@ -188,12 +190,12 @@ def main(argv: list[str] | None = None) -> int:
     if missing:
         raise SystemExit(f"language_ladder.py: missing {', '.join(map(str, missing))} (the finished run: "
                          "scripts/experiments/minilm_continued_test.sh; the languages: scripts/make_language_data.py)")
+    seeds = None if args.seeds is None else [int(seed) for seed in args.seeds.split(",")]
     for variant in args.variants.split(","):
         if variant not in VARIANTS:
             raise SystemExit(f"language_ladder.py: unknown variant {variant!r}; known: {', '.join(VARIANTS)}")
         langs = [lang for lang in args.langs if variant != "wechsel-freedict" or lang in FREEDICT]
         out = args.out / variant
-        seeds = None if args.seeds is None else [int(seed) for seed in args.seeds.split(",")]
         cfg = config(base, variant, langs, out, args.steps, test=args.test, seeds=seeds)
         lists = [REPO / t["word_list"] for t in cfg["targets"] if "word_list" in t]
         if any(not path.is_file() for path in lists):
