@@ -6,7 +6,8 @@ packages (dictd format, parsed by ``dictd_pairs``), ``scripts/make_help_lexicons
 parallel help pages (``lexicon_from_links``); any other list in that shape works the same.
 
 The alignment itself: each word's vector is the mean of the static vectors of the pieces its own tokenizer splits it
-into (``data.static_vectors``: vectors of pieces, not words); an orthogonal map, fitted by scipy's
+into as the word stands in running text (``word_encoder``; ``data.static_vectors``: vectors of pieces, not words);
+an orthogonal map, fitted by scipy's
 ``orthogonal_procrustes`` on the unit-length word vectors of the pairs both tokenizers can embed, turns target
 vectors into source ones.
 """
@@ -155,6 +156,26 @@ def check_covered(words: WordList, source_corpus: Path, needed: int) -> None:
         raise InputError(f"{words.path}: only {found:,} of its {len(words.pairs):,} pairs have a source word found in "
                          f"{source_corpus} (its first {SAMPLE_BYTES >> 20} MB), fewer than the {needed} WECHSEL's "
                          "alignment needs: is it a word list of these languages, target word first?")
+
+
+WORD_START = "\u2581"
+"""SentencePiece's word-start mark; a piece that is the mark alone is the boundary before a word with no marked piece."""
+
+
+def word_encoder(encode: Callable[[str], list[int]], pieces: list[str]) -> Callable[[str], list[int]]:
+    """``encode`` for a word of a list, as the word's pieces stand in running text. SentencePiece marks the start of
+    its input as a word start, so a word whose vocabulary has no marked piece for it encodes as the bare mark and
+    then its pieces (``▁`` ``クリック``): inside text without spaces (Japanese, Khmer) the word never carries the
+    mark, and in spaced text the mark is a piece of its own before it. That leading bare mark says nothing of the word:
+    it is dropped, so that a word the vocabulary holds as a piece is one piece (``fit_alignment``'s single-piece
+    pairs), and a longer word's mean is of its own pieces."""
+    bare = {i for i, piece in enumerate(pieces) if piece == WORD_START}
+
+    def encode_word(word: str) -> list[int]:
+        ids = encode(word)
+        return ids[1:] if len(ids) > 1 and ids[0] in bare else ids
+
+    return encode_word
 
 
 def word_vectors(words: list[str], encode: Callable[[str], list[int]], vectors: np.ndarray, known: np.ndarray,

@@ -25,7 +25,7 @@ import torch
 from torch import nn
 
 from ds_minimodel import flops
-from ds_minimodel.data.bilingual import WordList, fit_alignment
+from ds_minimodel.data.bilingual import WordList, fit_alignment, word_encoder
 from ds_minimodel.data.prepare import tokenizer_path
 from ds_minimodel.data.static_vectors import StaticSettings, train_static_vectors
 from ds_minimodel.data.streams import MLMBatchStream, PackedDataset, TokenShards
@@ -107,7 +107,8 @@ def align_static_vectors(spec: AdaptSpec, words: WordList, target: AnyTokenizer,
     settings = StaticSettings(seed=spec.seed, rare=spec.rare_vectors)
     t_vec, t_known, t_record = train_static_vectors(spec.data, target.pieces(), settings, say=say)
     s_vec, s_known, s_record = train_static_vectors(spec.source_data, source.pieces(), settings, say=say)
-    alignment = fit_alignment(words, (target.encode, t_vec, t_known), (source.encode, s_vec, s_known))
+    alignment = fit_alignment(words, (word_encoder(target.encode, target.pieces()), t_vec, t_known),
+                              (word_encoder(source.encode, source.pieces()), s_vec, s_known))
     return AlignedVectors(alignment.target(t_vec), t_known, alignment.source(s_vec), s_known,
                           {**alignment.record, "target_vectors": t_record, "source_vectors": s_record})
 

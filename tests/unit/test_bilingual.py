@@ -2,6 +2,8 @@
 by line, and the orthogonal map that WECHSEL aligns static vectors with, on constructed data."""
 from __future__ import annotations
 
+from pathlib import Path
+
 import numpy as np
 import pytest
 
@@ -14,6 +16,7 @@ from ds_minimodel.data.bilingual import (
     is_word,
     lexicon_from_links,
     parse_links,
+    word_encoder,
 )
 from ds_minimodel.errors import InputError
 
@@ -95,6 +98,25 @@ def test_the_alignment_recovers_a_rotation_from_word_pairs(tmp_path):
         short.write_text("t0\ts0\nt1\ts1\n", encoding="utf-8")
         fit_alignment(WordList.read(short), (target_encode, target_vectors, target_known[:-1]), source,
                       max_pieces=2)
+
+
+def test_a_word_is_encoded_as_its_pieces_stand_in_running_text():
+    """SentencePiece encodes a word alone as the bare word-start mark, then the word's pieces, where its vocabulary has
+    no marked piece for it (a word inside unspaced text: Japanese, Khmer). ``word_encoder`` drops that leading mark,
+    so such a word is one piece for the alignment; a marked piece, a mark inside a word and a word that is the mark
+    alone are kept."""
+    pieces = ["<pad>", "\u2581", "クリック", "\u2581file", "s", "x"]
+    spelled = {"クリック": [1, 2], "file": [3], "files": [3, 4], "xs": [1, 5, 4], "x\u2581": [5, 1], "": [1]}
+    encode = word_encoder(spelled.__getitem__, pieces)
+    assert [encode(w) for w in spelled] == [[2], [3], [3, 4], [5, 4], [5, 1], [1]]
+    # In the alignment: the word counts as the single piece it is (the mark has a vector too, and would spoil it).
+    vectors, known = np.eye(len(pieces)), np.ones(len(pieces), dtype=bool)
+    words = WordList(path=Path("ja-en.tsv"), pairs=[("クリック", "click"), ("file", "file")], sha256="")
+    source = ({"click": [2], "file": [3]}.__getitem__, vectors, known)
+    with pytest.raises(InputError, match=r"only 1 of its 2 pairs"):
+        fit_alignment(words, (spelled.__getitem__, vectors, known), source)
+    with pytest.raises(InputError, match=r"only 2 of its 2 pairs"):  # both single pieces now (and too few to fit)
+        fit_alignment(words, (encode, vectors, known), source)
 
 
 def test_a_lexicon_keeps_the_pairs_both_alignment_directions_link_often():
