@@ -270,7 +270,8 @@ def target_init(step2: Step2Settings, target: CorpusSettings | None) -> tuple[st
         return step2.get("init"), "step2.init"
     if target is not None and target.word_list is not None:
         return "wechsel", f"auto: its word list {target.word_list}"
-    return "focus", "auto: no word list, FOCUS needs only the target corpus"
+    return "focus", ("auto: no word list, FOCUS needs only the target corpus; a word list (targets[].word_list) "
+                     "moved distant languages more on dev, RESULTS.md")
 
 
 def task_finetuning(step3: Step3Settings, task: TaskSettings) -> Step3Settings:

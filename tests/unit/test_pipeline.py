@@ -484,7 +484,7 @@ def test_init_auto_takes_wechsel_where_a_word_list_is_given_and_focus_elsewhere_
     assert (control.init, control.rare_vectors) == ("specials", "drawn")  # the plain control copies the specials
     out = capsys.readouterr().out
     assert "step2-bl_base de: init wechsel (auto: its word list reference_data/lexicons/de-en.help.tsv)" in out
-    assert "step2-bl_base xx: init focus (auto: no word list, FOCUS needs only the target corpus)" in out
+    assert "step2-bl_base xx: init focus (auto: no word list, FOCUS needs only the target corpus; a word list" in out
 
 
 def test_a_step1b_run_recorded_as_a_pretrain_variant_is_compared_by_its_settings(tmp_path):
