@@ -22,6 +22,7 @@ from typing import Any, Callable, Iterator
 
 import numpy as np
 
+from ds_minimodel.data.hf_tokenizer import WORD_START
 from ds_minimodel.errors import InputError
 
 DICTD_DIGITS = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/"
@@ -156,10 +157,6 @@ def check_covered(words: WordList, source_corpus: Path, needed: int) -> None:
         raise InputError(f"{words.path}: only {found:,} of its {len(words.pairs):,} pairs have a source word found in "
                          f"{source_corpus} (its first {SAMPLE_BYTES >> 20} MB), fewer than the {needed} WECHSEL's "
                          "alignment needs: is it a word list of these languages, target word first?")
-
-
-WORD_START = "\u2581"
-"""SentencePiece's word-start mark; a piece that is the mark alone is the boundary before a word with no marked piece."""
 
 
 def word_encoder(encode: Callable[[str], list[int]], pieces: list[str]) -> Callable[[str], list[int]]:
