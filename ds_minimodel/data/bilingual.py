@@ -7,9 +7,8 @@ parallel help pages (``lexicon_from_links``); any other list in that shape works
 
 The alignment itself: each word's vector is the mean of the static vectors of the pieces its own tokenizer splits it
 into as the word stands in running text (``word_encoder``; ``data.static_vectors``: vectors of pieces, not words);
-an orthogonal map, fitted by scipy's
-``orthogonal_procrustes`` on the unit-length word vectors of the pairs both tokenizers can embed, turns target
-vectors into source ones.
+an orthogonal map, fitted by scipy's ``orthogonal_procrustes`` on the unit-length word vectors of the pairs both
+tokenizers can embed, turns target vectors into source ones.
 """
 from __future__ import annotations
 
