@@ -8,7 +8,9 @@ parallel help pages (``lexicon_from_links``); any other list in that shape works
 The alignment itself: each word's vector is the mean of the static vectors of the pieces its own tokenizer splits it
 into as the word stands in running text (``word_encoder``; ``data.static_vectors``: vectors of pieces, not words);
 an orthogonal map, fitted by scipy's ``orthogonal_procrustes`` on the unit-length word vectors of the pairs both
-tokenizers can embed, turns target vectors into source ones.
+tokenizers can embed, turns target vectors into source ones. ``piece_anchors`` reads the same pairs without static
+vectors: the target pieces that are a listed word, each with the source piece of its translation (Step 2's word
+anchors).
 """
 from __future__ import annotations
 
@@ -172,6 +174,23 @@ def word_encoder(encode: Callable[[str], list[int]], pieces: list[str]) -> Calla
         return ids[1:] if len(ids) > 1 and ids[0] in bare else ids
 
     return encode_word
+
+
+def piece_anchors(words: WordList, target: Callable[[str], list[int]], source: Callable[[str], list[int]],
+                  first: int) -> dict[int, int]:
+    """Target piece id -> source piece id: a target word that is one piece of its vocabulary (as ``target``, a
+    ``word_encoder``, encodes it) anchored to the first listed translation that is one source piece; ids below
+    ``first`` (the special pieces: an unknown word is ``<unk>``) are never anchors. A word list's order is its
+    preference (the help lexicons list a word's most linked translation first)."""
+    anchors: dict[int, int] = {}
+    for t, s in words.pairs:
+        t_ids = target(t)
+        if len(t_ids) != 1 or t_ids[0] < first or t_ids[0] in anchors:
+            continue
+        s_ids = source(s)
+        if len(s_ids) == 1 and s_ids[0] >= first:
+            anchors[t_ids[0]] = s_ids[0]
+    return anchors
 
 
 def word_vectors(words: list[str], encode: Callable[[str], list[int]], vectors: np.ndarray, known: np.ndarray,

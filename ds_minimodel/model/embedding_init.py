@@ -24,6 +24,11 @@ Latin letters (``latin_spelling``: ICU-like romanisation by ``anyascii``): names
 script the source does not share ("▁Москва" -> "▁Moskva", "▁Łódź" -> "▁lodz" in an uncased vocabulary); a piece
 whose romanisation has fewer than ``MIN_LATIN_LETTERS`` letters is left alone (a kana particle "の" would be "no").
 
+``anchors`` (``overlap`` and ``focus``, given a bilingual word list: ``--word-anchors``) also copies, for a target
+piece still without a source row that is a listed word on its own, the source piece its listed translation is
+(``data.bilingual.piece_anchors``): a dictionary's words, not their spelling, and no static vectors between (FOCUS
+then mixes the other rows from these too).
+
 Which rows were copied is returned as a mask: ``--freeze-copied`` keeps exactly those rows (and their biases)
 unchanged while the others train (``anchor_copied_rows``).
 """
@@ -86,13 +91,14 @@ class InitialRows:
 
 
 def shared_source_ids(source_pieces: list[str], target_pieces: list[str], *, specials_only: bool = False,
-                      shared_with: set[str] | None = None, transliterate: bool = False) -> torch.Tensor:
+                      shared_with: set[str] | None = None, transliterate: bool = False,
+                      anchors: dict[int, int] | None = None) -> torch.Tensor:
     """For each target piece, the id of the same piece in the source vocabulary, or -1 (every id but the special
     ones' when ``specials_only``; every piece not in ``shared_with`` when that is given: the anchored relearn
     control copies only what a real target's vocabulary would). ``transliterate``: a piece with no such source piece
     takes the one its ``latin_spelling`` is (as it is, else lower-cased), where that has ``MIN_LATIN_LETTERS``
-    letters or more. Both vocabularies must start with the special pieces, and the source's pieces must be
-    distinct."""
+    letters or more. ``anchors`` (target id -> source id): a piece still with none takes its anchor's. Both
+    vocabularies must start with the special pieces, and the source's pieces must be distinct."""
     expected = [SPECIAL_PIECES[i] for i in range(NUM_SPECIAL)]
     for which, pieces in (("source", source_pieces), ("target", target_pieces)):
         if list(pieces[:NUM_SPECIAL]) != expected:
@@ -104,7 +110,12 @@ def shared_source_ids(source_pieces: list[str], target_pieces: list[str], *, spe
     def copies(i: int, piece: str) -> bool:
         return i < NUM_SPECIAL or not specials_only and (shared_with is None or piece in shared_with)
 
-    def source_id(piece: str) -> int:
+    if anchors and not all(NUM_SPECIAL <= t < len(target_pieces) and NUM_SPECIAL <= s < len(source_pieces)
+                           for t, s in anchors.items()):
+        raise ValueError("anchors pair a target piece with a source piece: ids beyond the special pieces and within "
+                         "both vocabularies")
+
+    def spelled(piece: str) -> int:
         if piece in source_index or not transliterate:
             return source_index.get(piece, -1)
         latin = latin_spelling(piece)
@@ -112,7 +123,11 @@ def shared_source_ids(source_pieces: list[str], target_pieces: list[str], *, spe
             return -1
         return source_index.get(latin, source_index.get(latin.lower(), -1))
 
-    return torch.tensor([source_id(piece) if copies(i, piece) else -1 for i, piece in enumerate(target_pieces)],
+    def source_id(i: int, piece: str) -> int:
+        found = spelled(piece)
+        return anchors.get(i, -1) if found < 0 and anchors else found
+
+    return torch.tensor([source_id(i, piece) if copies(i, piece) else -1 for i, piece in enumerate(target_pieces)],
                         dtype=torch.long)
 
 
@@ -295,13 +310,15 @@ class Initialiser:
 
     @property
     def transliterates(self) -> bool:
-        """``transliterate`` extends copied rows: only an initialiser that copies shared pieces has them."""
+        """``transliterate`` and word anchors extend copied rows: only an initialiser that copies shared pieces has
+        them."""
         return self.copies == "shared"
 
     @property
     def unused_options(self) -> tuple[str, ...]:
         """Step 2's options it does not take (the pipeline passes them only to an initialiser that does)."""
-        return ("transliterate",) * (not self.transliterates) + ("rare_vectors",) * (STATIC_VECTORS not in self.needs)
+        return (("transliterate", "word_anchors") * (not self.transliterates)
+                + ("rare_vectors",) * (STATIC_VECTORS not in self.needs))
 
 
 INITIALISERS: dict[str, Initialiser] = {}
@@ -378,27 +395,33 @@ def initial_rows(init: str, source_pieces: list[str], source_embeddings: torch.T
                  target_pieces: list[str], *, std: float, generator: torch.Generator, new_rows: str = "normal",
                  static: tuple[np.ndarray, np.ndarray, dict[str, Any]] | None = None,
                  aligned: AlignedVectors | None = None, shared_with: set[str] | None = None,
-                 transliterate: bool = False) -> InitialRows:
+                 transliterate: bool = False, anchors: dict[int, int] | None = None) -> InitialRows:
     """The rows ``init`` builds (see the module's table). ``static`` = (vectors, known, record) from
     ``data.static_vectors.train_static_vectors`` on the target data, for ``focus``; ``aligned`` both languages'
     vectors and their map, for ``wechsel``. ``shared_with``: copy (and mix from) only the pieces of this vocabulary
-    too (``shared_source_ids``). Every initialiser draws its new rows from
+    too (``shared_source_ids``; ``transliterate`` and ``anchors`` there as well). Every initialiser draws its new
+    rows from
     ``generator`` first, in the same order, so the rows no mixture replaces equal ``overlap``'s."""
     entry = get_initialiser(init)
-    if transliterate and not entry.transliterates:
-        raise ValueError(f"transliterate extends the copied rows of {', '.join(initialisers_that(transliterate=True))}"
-                         f"; {init} copies only the special pieces")
+    if (transliterate or anchors is not None) and not entry.transliterates:
+        raise ValueError(f"transliterate and word anchors extend the copied rows of "
+                         f"{', '.join(initialisers_that(transliterate=True))}; {init} copies only the special pieces")
     src_ids = source_ids_checked(source_pieces, source_embeddings, source_bias, target_pieces,
                                  specials_only=entry.copies == "specials", shared_with=shared_with,
-                                 transliterate=transliterate)
+                                 transliterate=transliterate, anchors=anchors)
     embeddings, bias, stats = copy_or_draw(src_ids, source_embeddings, source_bias, std=std, generator=generator,
                                            new_rows=new_rows)
     copied = src_ids >= 0
     record: dict[str, Any] = {"init": init, "new_rows": new_rows, "copied": int(copied.sum())}
-    if transliterate:
-        exact = source_ids_checked(source_pieces, source_embeddings, source_bias, target_pieces,
-                                   shared_with=shared_with)
-        record["transliterated"] = int(copied.sum() - (exact >= 0).sum())
+    if transliterate or anchors is not None:  # what each extension added, in the order applied: spelling first
+        spelled = int((source_ids_checked(source_pieces, source_embeddings, source_bias, target_pieces,
+                                          shared_with=shared_with, transliterate=transliterate) >= 0).sum())
+        if transliterate:
+            exact = source_ids_checked(source_pieces, source_embeddings, source_bias, target_pieces,
+                                       shared_with=shared_with)
+            record["transliterated"] = spelled - int((exact >= 0).sum())
+        if anchors is not None:
+            record["word_anchored"] = int(copied.sum()) - spelled
     if entry.mix is not None:
         record.update(entry.mix(RowInputs(embeddings, bias, src_ids, source_pieces, target_pieces, source_embeddings,
                                           source_bias, shared_with, static, aligned)))

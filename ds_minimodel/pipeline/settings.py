@@ -394,14 +394,21 @@ def check(cfg: PipelineConfig, source: str, *, world_size: int | None) -> GivenM
                          "align the source language with itself; run it with an initialiser that needs no word list "
                          "(or auto)")
     for target in cfg.targets:
-        if inits[target.lang] in listed and target.word_list is None:
-            raise InputError(f"{source}: step2.init {inits[target.lang]} needs a bilingual word list for every target "
-                             f"language; {target.lang} has none (targets[].word_list)")
+        anchored = step2.word_anchors and inits[target.lang] in translit
+        if step2.word_anchors and not anchored:
+            raise InputError(f"{source}: step2.word_anchors extends the copied rows of init {' or '.join(translit)}; "
+                             f"{target.lang}'s init is {inits[target.lang]}")
+        if (inits[target.lang] in listed or anchored) and target.word_list is None:
+            needs = f"step2.init {inits[target.lang]}" if not anchored else "step2.word_anchors"
+            raise InputError(f"{source}: {needs} needs a bilingual word list for every target language; "
+                             f"{target.lang} has none (targets[].word_list)")
         if target.word_list is not None:
-            if inits[target.lang] not in listed:
+            if inits[target.lang] not in listed and not anchored:
                 raise InputError(f"{source}: {target.lang}'s word_list is used by step2.init {' or '.join(listed)} "
-                                 f"(or auto) only, not {init}")
-            check_covered(WordList.read(target.word_list), Path(cfg.source.corpus), StaticSettings.dim)
+                                 f"(or auto) or step2.word_anchors only, not {init}")
+            words = WordList.read(target.word_list)
+            if inits[target.lang] in listed:
+                check_covered(words, Path(cfg.source.corpus), StaticSettings.dim)
     for task in cfg.tasks:
         own = task_finetuning(cfg.step3, task)
         where = f"{source}: task {task.name}'s finetuning"

@@ -25,11 +25,11 @@ import torch
 from torch import nn
 
 from ds_minimodel import flops
-from ds_minimodel.data.bilingual import WordList, fit_alignment, word_encoder
+from ds_minimodel.data.bilingual import WordList, fit_alignment, piece_anchors, word_encoder
 from ds_minimodel.data.prepare import tokenizer_path
 from ds_minimodel.data.static_vectors import StaticSettings, train_static_vectors
 from ds_minimodel.data.streams import MLMBatchStream, PackedDataset, TokenShards
-from ds_minimodel.data.tokenizer import AnyTokenizer, load_tokenizer, open_tokenizer
+from ds_minimodel.data.tokenizer import NUM_SPECIAL, AnyTokenizer, load_tokenizer, open_tokenizer
 from ds_minimodel.errors import InputError
 from ds_minimodel.model import hf
 from ds_minimodel.model.bodies import body_of
@@ -81,15 +81,18 @@ def disable_dropout(model: nn.Module) -> None:
             module.attention_dropout = 0.0
 
 
-def check_wechsel_inputs(spec: AdaptSpec, source_sha256: str) -> WordList | None:
-    """WECHSEL's two extra inputs exist and fit: a word list (returned, read), and source text prepared with the
-    body's tokenizer. None for the other initialisers, which refuse those options."""
+def check_word_list_inputs(spec: AdaptSpec, source_sha256: str) -> WordList | None:
+    """A word list's inputs exist and fit: the list (returned, read) for WECHSEL or --word-anchors, and WECHSEL's
+    source text prepared with the body's tokenizer. None where neither is asked; an option no one uses is refused."""
     if WORD_LIST not in get_initialiser(spec.init).needs:
-        for name in ("word_list", "source_data"):
-            if getattr(spec, name) is not None:
-                users = " or ".join(initialisers_that(need=WORD_LIST))
-                raise InputError(f"{option_name(name)} is used by --init {users} only, not {spec.init}")
-        return None
+        users = " or ".join(initialisers_that(need=WORD_LIST))
+        if spec.source_data is not None:
+            raise InputError(f"{option_name('source_data')} is used by --init {users} only, not {spec.init}")
+        if spec.word_list is not None and not spec.word_anchors:
+            raise InputError(f"{option_name('word_list')} is used by --init {users} or --word-anchors only")
+        if spec.word_anchors and spec.word_list is None:
+            raise InputError("--word-anchors needs --word-list (a bilingual word list)")
+        return WordList.read(spec.word_list) if spec.word_anchors else None
     if spec.word_list is None or spec.source_data is None:
         raise InputError(f"--init {spec.init} needs --word-list (a bilingual word list) and --source-data (the source "
                          "corpus prepared with the body's tokenizer)")
@@ -121,10 +124,11 @@ def build(spec: AdaptSpec, ctx: Context) -> Built:
     if spec.rare_vectors != "drawn" and STATIC_VECTORS not in entry.needs:
         raise InputError(f"--rare-vectors {spec.rare_vectors} is for the static vectors of --init "
                          f"{' or '.join(initialisers_that(need=STATIC_VECTORS))}, not {spec.init}")
-    if spec.transliterate and not entry.transliterates:
-        raise InputError(f"--transliterate extends the copied rows of --init "
-                         f"{' or '.join(initialisers_that(transliterate=True))}; --init {spec.init} copies only the "
-                         "special pieces")
+    for option in ("transliterate", "word_anchors"):
+        if getattr(spec, option) and not entry.transliterates:
+            raise InputError(f"{option_name(option)} extends the copied rows of --init "
+                             f"{' or '.join(initialisers_that(transliterate=True))}; --init {spec.init} copies only "
+                             "the special pieces")
     ds_config = ctx.ds_config
     train_cfg = ctx.train_cfg
     info, batch = ctx.info, ctx.batch
@@ -133,7 +137,7 @@ def build(spec: AdaptSpec, ctx: Context) -> Built:
     target = load_tokenizer({"path": str(tokenizer_path(spec.data)), "sha256": shards.tokenizer_sha256}, spec.data)
     model, body_meta = load_body(spec.system, spec.body)
     source = load_tokenizer(body_meta.tokenizer_dict, spec.body)
-    words = check_wechsel_inputs(spec, source.sha256)
+    words = check_word_list_inputs(spec, source.sha256)
     if train_cfg.seq_len > model.cfg.max_positions:
         raise InputError(f"--seq-len {train_cfg.seq_len} exceeds the body's max_positions {model.cfg.max_positions}")
 
@@ -151,8 +155,12 @@ def build(spec: AdaptSpec, ctx: Context) -> Built:
     if entry.needs == {STATIC_VECTORS}:  # the target's alone (with a word list: both languages', aligned below)
         static = train_static_vectors(spec.data, target.pieces(), StaticSettings(seed=spec.seed,
                                                                                  rare=spec.rare_vectors), say=say)
-    if words is not None:
+    anchors = None
+    if words is not None and WORD_LIST in entry.needs:
         aligned = align_static_vectors(spec, words, target, source, say)
+    elif words is not None:  # --word-anchors
+        anchors = piece_anchors(words, word_encoder(target.encode, target.pieces()),
+                                word_encoder(source.encode, source.pieces()), NUM_SPECIAL)
     shared_with = None
     if spec.shared_with is not None:
         anchor = open_tokenizer(spec.shared_with)
@@ -160,7 +168,8 @@ def build(spec: AdaptSpec, ctx: Context) -> Built:
     try:
         rows = initial_rows(spec.init, source.pieces(), source_embeddings, source_bias, target.pieces(),
                             std=model.cfg.init_std, generator=generator, new_rows=spec.new_rows, static=static,
-                            aligned=aligned, shared_with=shared_with, transliterate=spec.transliterate)
+                            aligned=aligned, shared_with=shared_with, transliterate=spec.transliterate,
+                            anchors=anchors)
     except ImportError as err:  # anyascii missing
         raise InputError(f"--transliterate: {err}") from None
     overlap = rows.stats
@@ -177,6 +186,9 @@ def build(spec: AdaptSpec, ctx: Context) -> Built:
     if aligned is not None:  # a resume with another word list or source text is another initialisation
         init_options["word_list"] = {"path": aligned.record["word_list"], "sha256": aligned.record["word_list_sha256"]}
         init_options["source_data"] = aligned.record["source_vectors"]["data"]
+    if anchors is not None:
+        init_options.update(word_anchored=rows.record["word_anchored"],
+                            word_list={"path": str(words.path.resolve()), "sha256": words.sha256})
     frozen = {k: v for k, v in model.state_dict().items() if k not in trainable}
     body_sha256 = checkpoint.weights_sha256(frozen)
     if spec.body_dropout == "off":

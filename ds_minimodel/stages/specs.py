@@ -260,8 +260,8 @@ class AdaptSpec(MLMSpec):
     corpus as --data, the anchored source-relearn control (English relearned with the rows German's initialisation
     would take from English)"""
     word_list: Path | None = None
-    """wechsel: a bilingual word list, one 'target_word<TAB>source_word' pair a line
-    (scripts/make_dictionaries.py builds them from FreeDict)"""
+    """wechsel and --word-anchors: a bilingual word list, one 'target_word<TAB>source_word' pair a line
+    (scripts/make_dictionaries.py builds them from FreeDict, scripts/make_help_lexicons.py from parallel text)"""
     source_data: Path | None = None
     """wechsel: the source corpus prepared with the body's tokenizer (ds-minimodel prepare --tokenizer), for its
     static vectors"""
@@ -274,6 +274,9 @@ class AdaptSpec(MLMSpec):
     transliterate: bool = False
     """overlap and focus: a target piece that no source piece spells the same also copies the row of the source
     piece its romanisation is (anyascii; names, loanwords, product terms in another script)"""
+    word_anchors: bool = False
+    """overlap and focus, with --word-list: a target piece that is a listed word also copies the row of the source
+    piece its translation is (focus mixes the other rows from these too)"""
     train_positions: bool = False
     """also train the position embeddings"""
     train_embedding_norm: bool = False

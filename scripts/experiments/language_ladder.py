@@ -21,7 +21,8 @@ Variants (``step2`` settings over the run's own): ``focus`` (no resource), ``foc
 anchors), ``focus-ngrams`` (rare pieces' static vectors from character n-grams), ``wechsel-freedict`` (the FreeDict
 lists ``scripts/make_dictionaries.py`` builds, for the languages that have one: ja, pl, fi), ``wechsel-help`` (the
 help-page lexicons ``scripts/make_help_lexicons.py`` builds from the help outside the task's dev and test pages:
-in-domain parallel text, every language). Each variant's output is ``<out>/<variant>/`` (results.json, analysis/);
+in-domain parallel text, every language), ``focus-freedict-anchors`` and ``focus-help-anchors`` (FOCUS with word
+anchors from either list: a piece that is a listed word copies its translation's row). Each variant's output is ``<out>/<variant>/`` (results.json, analysis/);
 run it again to resume. ``--steps`` shortens Step 2 (the run's 600 by default; its schedule decays to 0 at its last
 update, so a shorter Step 2 is not the longer one's early checkpoints). ``--list`` prints each pipeline's jobs and
 what is done, and starts nothing. ``--table`` prints, from the variants finished so far, each language's dev accuracy
@@ -46,13 +47,17 @@ VARIANTS = {
     "focus-ngrams": {"init": "focus", "rare_vectors": "ngrams"},
     "wechsel-freedict": {"init": "wechsel"},
     "wechsel-help": {"init": "wechsel"},
+    "focus-freedict-anchors": {"init": "focus", "word_anchors": True},
+    "focus-help-anchors": {"init": "focus", "word_anchors": True},
 }
 FREEDICT = {"ja", "pl", "fi", "fi-small"}
 """The languages with a FreeDict dictionary to English (scripts/make_language_data.py's table; fi-small is Finnish)."""
-WORD_LISTS = {"wechsel-freedict": ("reference_data/dictionaries/{lang}-en.tsv", "make_dictionaries.py"),
-              "wechsel-help": ("reference_data/lexicons/{lang}-en.help.tsv", "make_help_lexicons.py")}
-"""Each WECHSEL variant's word list by language (a cut's ``-small`` left out: Finnish's list for fi-small), and the
-script in scripts/ that builds it."""
+FREEDICT_LIST = ("reference_data/dictionaries/{lang}-en.tsv", "make_dictionaries.py")
+HELP_LIST = ("reference_data/lexicons/{lang}-en.help.tsv", "make_help_lexicons.py")
+WORD_LISTS = {"wechsel-freedict": FREEDICT_LIST, "wechsel-help": HELP_LIST, "focus-freedict-anchors": FREEDICT_LIST,
+              "focus-help-anchors": HELP_LIST}
+"""Each variant's word list by language (a cut's ``-small`` left out: Finnish's list for fi-small), and the script
+in scripts/ that builds it."""
 SHARED = ("step1", "step3", "data/en")
 """What each variant's pipeline takes from the finished run, linked (``--test`` also its MiniPost: ``step1b``)."""
 DEFAULT_VARIANTS = "focus,focus-translit,focus-ngrams,wechsel-freedict,wechsel-help"
@@ -194,7 +199,7 @@ def main(argv: list[str] | None = None) -> int:
     for variant in args.variants.split(","):
         if variant not in VARIANTS:
             raise SystemExit(f"language_ladder.py: unknown variant {variant!r}; known: {', '.join(VARIANTS)}")
-        langs = [lang for lang in args.langs if variant != "wechsel-freedict" or lang in FREEDICT]
+        langs = [lang for lang in args.langs if WORD_LISTS.get(variant) != FREEDICT_LIST or lang in FREEDICT]
         out = args.out / variant
         cfg = config(base, variant, langs, out, args.steps, test=args.test, seeds=seeds)
         lists = [REPO / t["word_list"] for t in cfg["targets"] if "word_list" in t]

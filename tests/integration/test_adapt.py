@@ -207,24 +207,31 @@ def test_focus_with_anchored_copies_over_two_bf16_zero2_ranks(primaries, de_data
     assert other.returncode != 0 and "init_options" in other.stderr
 
 
-def test_wechsel_inputs_are_checked_before_any_work(en_data, de_data, tmp_path):
+def test_word_list_inputs_are_checked_before_any_work(en_data, de_data, tmp_path):
     """--init wechsel needs a readable word list and source text prepared with the body's own tokenizer; the other
-    initialisers refuse WECHSEL's options rather than ignore them. (The mixtures themselves: test_embedding_init.)"""
+    initialisers refuse WECHSEL's options rather than ignore them, but take the list for --word-anchors. (The
+    mixtures and anchors themselves: test_embedding_init.)"""
     from ds_minimodel.data.tokenizer import Tokenizer
-    from ds_minimodel.stages.adapt import check_wechsel_inputs
+    from ds_minimodel.stages.adapt import check_word_list_inputs
 
     words = tmp_path / "de-en.tsv"
     words.write_text("Haus\thouse\n", encoding="utf-8")
     english = Tokenizer.load(en_data / "spm.model").sha256
     spec = AdaptSpec(system="bl_base", body=tmp_path, data=de_data, out=tmp_path / "a", ds_config=tmp_path,
                      init="wechsel", word_list=words, source_data=en_data)
-    check_wechsel_inputs(spec, english)
+    check_word_list_inputs(spec, english)
     for changes, message in (({"word_list": None}, "needs --word-list"),
                              ({"word_list": tmp_path / "none.tsv"}, "cannot read"),
                              ({"source_data": de_data}, "must be the body's own language and tokenizer"),
-                             ({"init": "focus"}, "--word-list is used by --init wechsel only, not focus")):
+                             ({"init": "focus"}, "--source-data is used by --init wechsel only, not focus"),
+                             ({"init": "focus", "source_data": None},
+                              "--word-list is used by --init wechsel or --word-anchors only"),
+                             ({"init": "focus", "source_data": None, "word_list": None, "word_anchors": True},
+                              "--word-anchors needs --word-list")):
         with pytest.raises(InputError, match=message):
-            check_wechsel_inputs(dataclasses.replace(spec, **changes), english)
+            check_word_list_inputs(dataclasses.replace(spec, **changes), english)
+    anchored = dataclasses.replace(spec, init="focus", source_data=None, word_anchors=True)
+    assert check_word_list_inputs(anchored, english).pairs == [("Haus", "house")]
 
 
 def test_wechsel_from_its_spec_starts_from_the_aligned_mixtures(primaries, de_data, tmp_path, monkeypatch):
@@ -273,3 +280,37 @@ def test_wechsel_from_its_spec_starts_from_the_aligned_mixtures(primaries, de_da
     assert torch.equal(start["embeddings.tokens.weight"], want.embeddings)
     assert torch.equal(start["heads.main.bias"], want.bias)
     assert not torch.equal(start["embeddings.tokens.weight"][5:], end["embeddings.tokens.weight"][5:])
+
+
+def test_word_anchors_from_their_spec_copy_the_translations_rows(primaries, de_data, tmp_path, monkeypatch):
+    """In process (1 rank), --init overlap --word-anchors over the shipped German help lexicon: the update-0 row of
+    every anchored piece is its translation's source row, the pieces the source spells the same keep their own, and
+    the run records how many rows the list anchored and the list's hash."""
+    from ds_minimodel.config import file_sha256
+    from ds_minimodel.data.bilingual import WordList, piece_anchors, word_encoder
+    from ds_minimodel.data.tokenizer import NUM_SPECIAL, Tokenizer
+    from ds_minimodel.model.transforms import extract_embeddings
+    from ds_minimodel.stages import adapt
+    from ds_minimodel.stages.runner import run_stage
+
+    monkeypatch.chdir(REPO)
+    word_list = REPO / "reference_data/lexicons/de-en.help.tsv"
+    spec = AdaptSpec(system="bl_base", body=primaries["base"], data=de_data, out=tmp_path / "a",
+                     ds_config=Path("ds_configs/cpu_fp32.json"), init="overlap", word_anchors=True,
+                     word_list=word_list, seq_len=64, steps=2, save_every=2, log_every=1)
+    assert run_stage(spec, adapt.build).summary["step"] == 2
+    first = checkpoint.complete_checkpoints(spec.out)[0]
+    details = checkpoint.load_meta(first).details
+    english = Tokenizer.load(checkpoint.load_meta(primaries["base"]).tokenizer.path)
+    german = Tokenizer.load(de_data / "spm.model")
+    anchors = piece_anchors(WordList.read(word_list), word_encoder(german.encode, german.pieces()),
+                            word_encoder(english.encode, english.pieces()), NUM_SPECIAL)
+    spelled = {i for i, piece in enumerate(german.pieces()) if piece in set(english.pieces())}
+    anchored = {t: s for t, s in anchors.items() if t not in spelled}
+    assert len(anchored) > 100 and details["initialisation"]["word_anchored"] == len(anchored)
+    assert details["init_options"]["word_list"]["sha256"] == file_sha256(word_list)
+    assert details["init_options"]["word_anchored"] == len(anchored)
+    source_rows, _ = extract_embeddings(load_mlm(primaries["base"])[0])
+    rows = checkpoint.load_weights(first)["embeddings.tokens.weight"]
+    targets, sources = torch.tensor(list(anchored)), torch.tensor(list(anchored.values()))
+    assert torch.equal(rows[targets], source_rows[sources])

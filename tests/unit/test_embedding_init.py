@@ -3,6 +3,8 @@ drawn at the source's scale, anchored rows. Constructed vocabularies and vectors
 the whole Step 2 with these options run in tests/integration/test_adapt.py."""
 from __future__ import annotations
 
+from pathlib import Path
+
 import numpy as np
 import pytest
 import torch
@@ -183,9 +185,44 @@ def test_transliteration_anchors_a_piece_in_another_script_to_the_source_piece_i
                         generator=torch.Generator().manual_seed(0), transliterate=True)
     assert torch.equal(rows.embeddings[5], embeddings[5]) and torch.equal(rows.bias[6], bias[6])
     assert rows.record["transliterated"] == 2 and rows.record["copied"] == 8
-    with pytest.raises(ValueError, match="transliterate extends the copied rows of overlap, focus; wechsel copies"):
+    with pytest.raises(ValueError, match="transliterate and word anchors extend the copied rows of overlap, focus; "
+                                         "wechsel copies"):
         initial_rows("wechsel", source, embeddings, bias, target, std=0.02, generator=torch.Generator(),
                      transliterate=True)
+
+
+def test_word_anchors_copy_the_row_of_a_listed_words_translation():
+    """A target piece that is a listed word, as it stands in running text (here inside unspaced text: no word-start
+    mark), copies the row of the source piece its first one-piece translation is; a word of two pieces, a translation
+    of two, a word already spelled as a source piece and an unknown word anchor nothing, and FOCUS mixes from the
+    anchored rows as from shared ones."""
+    from ds_minimodel.data.bilingual import WordList, piece_anchors, word_encoder
+
+    source = [*SPECIALS, "▁file", "▁open", "▁the", "▁document", "▁new", "▁save", "▁as"]
+    target = [*SPECIALS, "▁", "ファイル", "開く", "▁file", "ドキュ", "メント", "保存"]
+    pairs = [("ファイル", "file"), ("ファイル", "open"), ("開く", "open"), ("ドキュメント", "document"),
+             ("保存", "save as"), ("file", "open"), ("未知", "new")]
+
+    # What SentencePiece gives each word alone: inside unspaced text a word starts with the bare mark (id 5).
+    target_ids = {"ファイル": [5, 6], "開く": [5, 7], "ドキュメント": [5, 9, 10], "保存": [5, 11], "file": [8],
+                  "未知": [5, 1]}
+    source_ids = {"file": [5], "open": [6], "document": [8], "save as": [10, 11], "new": [9]}
+    words = WordList(Path("x.tsv"), pairs, "0")
+    anchors = piece_anchors(words, word_encoder(target_ids.get, target), word_encoder(source_ids.get, source),
+                            NUM_SPECIAL)
+    assert anchors == {6: 5, 7: 6, 8: 6}  # ファイル→file (the first listed), 開く→open, ▁file→open (see below)
+    ids = shared_source_ids(source, target, anchors=anchors)
+    assert ids.tolist() == [0, 1, 2, 3, 4, -1, 5, 6, 5, -1, -1, -1]  # ▁file is spelled as a source piece: kept
+    embeddings, bias = torch.randn(len(source), 8), torch.randn(len(source))
+    vectors = np.random.default_rng(0).normal(size=(len(target), 4))
+    rows = initial_rows("focus", source, embeddings, bias, target, std=0.02, generator=torch.Generator(),
+                        static=(vectors, np.ones(len(target), dtype=bool), {}), anchors=anchors)
+    assert torch.equal(rows.embeddings[6], embeddings[5]) and torch.equal(rows.bias[7], bias[6])
+    assert rows.record["word_anchored"] == 2 and rows.record["copied"] == 8 and rows.record["candidates"] == 3
+    with pytest.raises(ValueError, match="anchors pair a target piece with a source piece"):
+        shared_source_ids(source, target, anchors={6: 99})
+    with pytest.raises(ValueError, match="word anchors extend the copied rows"):
+        initial_rows("wechsel", source, embeddings, bias, target, std=0.02, generator=torch.Generator(), anchors={})
 
 
 

@@ -23,6 +23,9 @@ def test_each_variant_names_its_word_lists_and_the_dev_files_as_the_test_files(t
     freedict = language_ladder.config(BASE, "wechsel-freedict", langs, tmp_path)
     assert [t["word_list"] for t in freedict["targets"]] == ["reference_data/dictionaries/ja-en.tsv",
                                                              "reference_data/dictionaries/fi-en.tsv"]
+    anchors = language_ladder.config(BASE, "focus-freedict-anchors", langs, tmp_path)
+    assert [t["word_list"] for t in anchors["targets"]] == [t["word_list"] for t in freedict["targets"]]
+    assert anchors["step2"]["word_anchors"] is True and anchors["step2"]["init"] == "focus"
     focus = language_ladder.config(BASE, "focus-translit", langs, tmp_path)
     assert all("word_list" not in t for t in focus["targets"])
     assert focus["step2"]["transliterate"] is True and focus["step2"]["init"] == "focus"

@@ -332,7 +332,7 @@ def test_wechsel_takes_each_targets_word_list_and_the_source_data_and_refuses_wh
     for changes, message in (
             ({"step2": wechsel}, "step2.init wechsel needs a bilingual word list for every target language; de"),
             ({"step2": {**base["step2"], "init": "overlap"}, "targets": [target]},
-             "de's word_list is used by step2.init wechsel \\(or auto\\) only, not overlap"),
+             "de's word_list is used by step2.init wechsel \\(or auto\\) or step2.word_anchors only, not overlap"),
             ({"step2": wechsel, "targets": [target], "source_relearn": ["bl_base"]}, "would align the source"),
             ({"step2": wechsel, "targets": [{**target, "word_list": str(tmp_path / "none.tsv")}]}, "cannot read")):
         path = tmp_path / "bad.json"
@@ -460,6 +460,31 @@ def test_step2_transliterate_reaches_the_launch_and_is_refused_where_nothing_is_
     with pytest.raises(InputError, match=r"step2.transliterate works with init overlap or focus .*'wechsel'"):
         demo_pipeline(tmp_path, step2={**base["step2"], "init": "wechsel", "transliterate": True},
                       targets=[{**base["targets"][0], "word_list": "reference_data/lexicons/de-en.help.tsv"}])
+
+
+def test_step2_word_anchors_take_the_targets_word_list_and_are_refused_without_one(tmp_path, monkeypatch):
+    from ds_minimodel.pipeline import plan
+
+    base = json.loads((Path(__file__).resolve().parents[2] / "configs/demo.json").read_text())
+    listed = [{**base["targets"][0], "word_list": "reference_data/lexicons/de-en.help.tsv"}]
+    step2 = {**base["step2"], "init": "focus", "word_anchors": True}
+    pipeline = demo_pipeline(tmp_path, step2=step2, targets=listed, source_relearn=["bl_base"], relearn_anchor="de")
+    launched = {}
+    monkeypatch.setattr(pipeline, "_finished", lambda *a: Path("body"))
+    monkeypatch.setattr(pipeline, "_data", lambda lang, *a: Path(f"data/{lang}"))
+    monkeypatch.setattr(plan, "train_step", lambda spec, spec_file, *a, **k: launched.update({spec_file.stem: spec}))
+    for lang in ("de", "en-relearn"):
+        pipeline._step2("bl_base", lang)
+    de, control = launched["step2-de-bl_base"], launched["step2-en-relearn-bl_base"]
+    assert (de.init, de.word_anchors, str(de.word_list), de.source_data) == (
+        "focus", True, "reference_data/lexicons/de-en.help.tsv", None)
+    assert (control.init, control.word_anchors, control.word_list) == ("focus", False, None)
+    with pytest.raises(InputError, match="step2.word_anchors needs a bilingual word list for every target language; "
+                                         "de has none"):
+        demo_pipeline(tmp_path, step2=step2)
+    with pytest.raises(InputError, match="step2.word_anchors extends the copied rows of init overlap or focus; de's "
+                                         "init is wechsel"):
+        demo_pipeline(tmp_path, step2={**step2, "init": "auto"}, targets=listed)
 
 
 def test_init_auto_takes_wechsel_where_a_word_list_is_given_and_focus_elsewhere_and_says_so(tmp_path, monkeypatch,
