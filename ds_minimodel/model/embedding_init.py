@@ -24,10 +24,10 @@ Latin letters (``latin_spelling``: ICU-like romanisation by ``anyascii``): names
 script the source does not share ("▁Москва" -> "▁Moskva", "▁Łódź" -> "▁lodz" in an uncased vocabulary); a piece
 whose romanisation has fewer than ``MIN_LATIN_LETTERS`` letters is left alone (a kana particle "の" would be "no").
 
-``anchors`` (``overlap`` and ``focus``, given a bilingual word list: ``--word-anchors``) also copies, for a target
-piece still without a source row that is a listed word on its own, the source piece its listed translation is
-(``data.bilingual.piece_anchors``): a dictionary's words, not their spelling, and no static vectors between (FOCUS
-then mixes the other rows from these too).
+``anchors`` (every initialiser but ``specials``, given a bilingual word list: ``--word-anchors``) also copies, for
+a target piece still without a source row that is a listed word on its own, the row of the source piece its listed
+translation is (``data.bilingual.piece_anchors``): a dictionary's words, not their spelling, and no static vectors
+between. FOCUS then mixes the other rows from these too; WECHSEL's mixtures fill only the rows not copied.
 
 Which rows were copied is returned as a mask: ``--freeze-copied`` keeps exactly those rows (and their biases)
 unchanged while the others train (``anchor_copied_rows``).
@@ -123,12 +123,11 @@ def shared_source_ids(source_pieces: list[str], target_pieces: list[str], *, spe
             return -1
         return source_index.get(latin, source_index.get(latin.lower(), -1))
 
-    def source_id(i: int, piece: str) -> int:
-        found = spelled(piece)
+    def source_id(i: int, piece: str) -> int:  # (anchors hold no special piece: checked above)
+        found = spelled(piece) if copies(i, piece) else -1
         return anchors.get(i, -1) if found < 0 and anchors else found
 
-    return torch.tensor([source_id(i, piece) if copies(i, piece) else -1 for i, piece in enumerate(target_pieces)],
-                        dtype=torch.long)
+    return torch.tensor([source_id(i, piece) for i, piece in enumerate(target_pieces)], dtype=torch.long)
 
 
 def draw_rows(count: int, source_embeddings: torch.Tensor, *, std: float, generator: torch.Generator,
@@ -231,12 +230,14 @@ def focus_weights(vectors: np.ndarray, known: np.ndarray, src_ids: torch.Tensor
     return targets, candidates, weights
 
 
-def wechsel_weights(aligned: AlignedVectors, candidates: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+def wechsel_weights(aligned: AlignedVectors, candidates: np.ndarray, copied: np.ndarray | None = None
+                    ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """WECHSEL's mixtures: (targets, neighbours (len(targets), k) source ids, weights (len(targets), k)). Targets
-    are the non-special target pieces with a static vector; each row's weights are the softmax, at the aligned
-    vectors' temperature, of its cosine to its k most similar ``candidates`` (source ids) in the common space."""
+    are the non-special target pieces with a static vector (and not ``copied``, a mask: word anchors); each row's
+    weights are the softmax, at the aligned vectors' temperature, of its cosine to its k most similar ``candidates``
+    (source ids) in the common space."""
     is_special = np.arange(len(aligned.target)) < NUM_SPECIAL
-    targets = np.flatnonzero(aligned.target_known & ~is_special)
+    targets = np.flatnonzero(aligned.target_known & ~is_special & ~(copied if copied is not None else is_special))
     k = min(aligned.neighbours, len(candidates))
     if not len(targets) or not k:
         return targets, np.zeros((len(targets), 0), dtype=np.int64), np.zeros((len(targets), 0))
@@ -310,14 +311,19 @@ class Initialiser:
 
     @property
     def transliterates(self) -> bool:
-        """``transliterate`` and word anchors extend copied rows: only an initialiser that copies shared pieces has
-        them."""
+        """``transliterate`` extends copied rows: only an initialiser that copies shared pieces has them."""
         return self.copies == "shared"
+
+    @property
+    def takes_word_anchors(self) -> bool:
+        """Word anchors: copied rows from a word list, for an initialiser that copies shared pieces or reads a list
+        (not the source-relearn control's ``specials``)."""
+        return self.transliterates or WORD_LIST in self.needs
 
     @property
     def unused_options(self) -> tuple[str, ...]:
         """Step 2's options it does not take (the pipeline passes them only to an initialiser that does)."""
-        return (("transliterate", "word_anchors") * (not self.transliterates)
+        return (("transliterate",) * (not self.transliterates) + ("word_anchors",) * (not self.takes_word_anchors)
                 + ("rare_vectors",) * (STATIC_VECTORS not in self.needs))
 
 
@@ -371,7 +377,7 @@ def _wechsel_rows(inp: RowInputs) -> dict[str, Any]:
     usable = aligned.source_known & (np.arange(len(inp.source_pieces)) >= NUM_SPECIAL)
     if inp.shared_with is not None:
         usable &= np.array([piece in inp.shared_with for piece in inp.source_pieces])
-    targets, neighbours, weights = wechsel_weights(aligned, np.flatnonzero(usable))
+    targets, neighbours, weights = wechsel_weights(aligned, np.flatnonzero(usable), inp.src_ids.numpy() >= 0)
     mix_rows(inp.embeddings, inp.bias, targets, neighbours, weights, inp.source_embeddings, inp.source_bias)
     return {"mixed": len(targets) if neighbours.size else 0, "candidates": int(usable.sum()),
             "sources_per_row": int(neighbours.shape[1]), "temperature": aligned.temperature,
@@ -384,11 +390,14 @@ register(Initialiser("focus", copies="shared", needs=frozenset({STATIC_VECTORS})
 register(Initialiser("wechsel", copies="specials", needs=frozenset({STATIC_VECTORS, WORD_LIST}), mix=_wechsel_rows))
 
 
-def initialisers_that(*, need: str | None = None, transliterate: bool = False) -> tuple[str, ...]:
-    """The registered names that need ``need`` / that ``transliterate`` extends (for messages and checks)."""
+def initialisers_that(*, need: str | None = None, transliterate: bool = False, word_anchors: bool = False
+                      ) -> tuple[str, ...]:
+    """The registered names that need ``need`` / that ``transliterate`` / ``word_anchors`` extend (for messages and
+    checks)."""
     load_plugins()
     return tuple(name for name, entry in INITIALISERS.items()
-                 if (need is None or need in entry.needs) and (not transliterate or entry.transliterates))
+                 if (need is None or need in entry.needs) and (not transliterate or entry.transliterates)
+                 and (not word_anchors or entry.takes_word_anchors))
 
 
 def initial_rows(init: str, source_pieces: list[str], source_embeddings: torch.Tensor, source_bias: torch.Tensor,
@@ -403,9 +412,11 @@ def initial_rows(init: str, source_pieces: list[str], source_embeddings: torch.T
     rows from
     ``generator`` first, in the same order, so the rows no mixture replaces equal ``overlap``'s."""
     entry = get_initialiser(init)
-    if (transliterate or anchors is not None) and not entry.transliterates:
-        raise ValueError(f"transliterate and word anchors extend the copied rows of "
-                         f"{', '.join(initialisers_that(transliterate=True))}; {init} copies only the special pieces")
+    if transliterate and not entry.transliterates:
+        raise ValueError(f"transliterate extends the copied rows of {', '.join(initialisers_that(transliterate=True))}"
+                         f"; {init} copies only the special pieces")
+    if anchors is not None and not entry.takes_word_anchors:
+        raise ValueError(f"word anchors are for init {', '.join(initialisers_that(word_anchors=True))}, not {init}")
     src_ids = source_ids_checked(source_pieces, source_embeddings, source_bias, target_pieces,
                                  specials_only=entry.copies == "specials", shared_with=shared_with,
                                  transliterate=transliterate, anchors=anchors)
@@ -415,7 +426,8 @@ def initial_rows(init: str, source_pieces: list[str], source_embeddings: torch.T
     record: dict[str, Any] = {"init": init, "new_rows": new_rows, "copied": int(copied.sum())}
     if transliterate or anchors is not None:  # what each extension added, in the order applied: spelling first
         spelled = int((source_ids_checked(source_pieces, source_embeddings, source_bias, target_pieces,
-                                          shared_with=shared_with, transliterate=transliterate) >= 0).sum())
+                                          specials_only=entry.copies == "specials", shared_with=shared_with,
+                                          transliterate=transliterate) >= 0).sum())
         if transliterate:
             exact = source_ids_checked(source_pieces, source_embeddings, source_bias, target_pieces,
                                        shared_with=shared_with)

@@ -322,14 +322,15 @@ class Pipeline:
         entry = get_initialiser(init)
         if WORD_LIST in entry.needs:  # (no source-relearn control with such an init: PipelineConfig.check refuses it)
             anchored = {"word_list": target.word_list, "source_data": str(self._data(self.cfg.source.lang, needed_by))}
-        elif self.cfg.step2.get("word_anchors") and not relearn:
+        elif self.cfg.step2.get("word_anchors") and not relearn and target.word_list is not None:
             anchored = {"word_list": target.word_list}
+        unanchored = relearn or target.word_list is None  # (under init auto: the check refuses it elsewhere)
         if self.cfg.step2.get("init") == AUTO_INIT:
             print(f"[pipeline] {self._name(Step.ADAPT, system)} {lang}: init {init} ({why})", flush=True)
         self._train(self.cfg.step2, self.step2_dir(lang, system), f"{Step.ADAPT}-{lang}-{system}",
                     {"system": system, "body": body, "data": data, **anchored, "init": init, "lang": lang,
                      "seq_len": self.cfg.seq_len, "seed": self.seed},
-                    leave_out=("init", *entry.unused_options, *("word_anchors",) * relearn))  # no list for English
+                    leave_out=("init", *entry.unused_options, *("word_anchors",) * unanchored))
 
     def _mini_model(self, system: str) -> Path:
         """The model a ``source_minis`` system's Step 2 trains over: Step 1b's output, or (a ``mini`` body) the layers

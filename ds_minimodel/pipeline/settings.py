@@ -59,7 +59,7 @@ Step2Settings = section(AdaptSpec, "Step2Settings", required=STAGE_LENGTH, owned
     *OWN_MLM, "system", "body", "lang", "shared_with", "word_list", "source_data", "keep_checkpoints"))
 """Step 2 (``AdaptSpec``; every checkpoint is scored in Step 4, so none is dropped). ``init`` may also be auto:
 per target, wechsel where it has a ``word_list``, else focus (``target_init``; chosen on dev, RESULTS.md), said
-before its Step 2 starts. The source-relearn control uses specials, or ``init`` with ``relearn_anchor`` (focus under
+before its Step 2 starts; ``word_anchors`` then anchors the targets that have a list. The source-relearn control uses specials, or ``init`` with ``relearn_anchor`` (focus under
 auto)."""
 OWN_FINETUNE = ("model", "task", "format", "train", "dev", "dev_format", "language", "seed")
 """Step 3's fields the plan sets for each job from the task and the finetuning seed."""
@@ -369,7 +369,7 @@ def check(cfg: PipelineConfig, source: str, *, world_size: int | None) -> GivenM
                          f"{', '.join(NEW_ROWS)}; got {init!r}, {step2.get('new_rows')!r}")
     inits = {target.lang: target_init(step2, target)[0] for target in cfg.targets}
     static, listed = initialisers_that(need=STATIC_VECTORS), initialisers_that(need=WORD_LIST)
-    translit = initialisers_that(transliterate=True)
+    translit, anchoring = initialisers_that(transliterate=True), initialisers_that(word_anchors=True)
     if step2.rare_vectors == "ngrams" and not set(inits.values()) <= set(static):
         raise InputError(f"{source}: step2.rare_vectors is drawn or ngrams, and ngrams works with init "
                          f"{' or '.join(static)} (their static vectors); got {step2.rare_vectors!r} with init "
@@ -394,14 +394,15 @@ def check(cfg: PipelineConfig, source: str, *, world_size: int | None) -> GivenM
                          "align the source language with itself; run it with an initialiser that needs no word list "
                          "(or auto)")
     for target in cfg.targets:
-        anchored = step2.word_anchors and inits[target.lang] in translit
-        if step2.word_anchors and not anchored:
-            raise InputError(f"{source}: step2.word_anchors extends the copied rows of init {' or '.join(translit)}; "
+        anchored = step2.word_anchors and (target.word_list is not None or init != AUTO_INIT)
+        if anchored and inits[target.lang] not in anchoring:
+            raise InputError(f"{source}: step2.word_anchors works with init {' or '.join(anchoring)}; "
                              f"{target.lang}'s init is {inits[target.lang]}")
         if (inits[target.lang] in listed or anchored) and target.word_list is None:
-            needs = f"step2.init {inits[target.lang]}" if not anchored else "step2.word_anchors"
-            raise InputError(f"{source}: {needs} needs a bilingual word list for every target language; "
-                             f"{target.lang} has none (targets[].word_list)")
+            needs = (f"step2.init {inits[target.lang]} needs a bilingual word list for every target language"
+                     if not anchored else "step2.word_anchors needs a bilingual word list for every target language "
+                     "(under init auto, only where it has one)")
+            raise InputError(f"{source}: {needs}; {target.lang} has none (targets[].word_list)")
         if target.word_list is not None:
             if inits[target.lang] not in listed and not anchored:
                 raise InputError(f"{source}: {target.lang}'s word_list is used by step2.init {' or '.join(listed)} "

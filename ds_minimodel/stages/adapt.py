@@ -124,11 +124,13 @@ def build(spec: AdaptSpec, ctx: Context) -> Built:
     if spec.rare_vectors != "drawn" and STATIC_VECTORS not in entry.needs:
         raise InputError(f"--rare-vectors {spec.rare_vectors} is for the static vectors of --init "
                          f"{' or '.join(initialisers_that(need=STATIC_VECTORS))}, not {spec.init}")
-    for option in ("transliterate", "word_anchors"):
-        if getattr(spec, option) and not entry.transliterates:
-            raise InputError(f"{option_name(option)} extends the copied rows of --init "
-                             f"{' or '.join(initialisers_that(transliterate=True))}; --init {spec.init} copies only "
-                             "the special pieces")
+    if spec.transliterate and not entry.transliterates:
+        raise InputError(f"--transliterate extends the copied rows of --init "
+                         f"{' or '.join(initialisers_that(transliterate=True))}; --init {spec.init} copies only the "
+                         "special pieces")
+    if spec.word_anchors and not entry.takes_word_anchors:
+        raise InputError(f"--word-anchors works with --init {' or '.join(initialisers_that(word_anchors=True))}, "
+                         f"not {spec.init}")
     ds_config = ctx.ds_config
     train_cfg = ctx.train_cfg
     info, batch = ctx.info, ctx.batch
@@ -158,7 +160,7 @@ def build(spec: AdaptSpec, ctx: Context) -> Built:
     anchors = None
     if words is not None and WORD_LIST in entry.needs:
         aligned = align_static_vectors(spec, words, target, source, say)
-    elif words is not None:  # --word-anchors
+    if words is not None and spec.word_anchors:
         anchors = piece_anchors(words, word_encoder(target.encode, target.pieces()),
                                 word_encoder(source.encode, source.pieces()), NUM_SPECIAL)
     shared_with = None

@@ -275,8 +275,8 @@ class AdaptSpec(MLMSpec):
     """overlap and focus: a target piece that no source piece spells the same also copies the row of the source
     piece its romanisation is (anyascii; names, loanwords, product terms in another script)"""
     word_anchors: bool = False
-    """overlap and focus, with --word-list: a target piece that is a listed word also copies the row of the source
-    piece its translation is (focus mixes the other rows from these too)"""
+    """overlap, focus and wechsel, with --word-list: a target piece that is a listed word also copies the row of the
+    source piece its translation is (focus mixes the other rows from these too, wechsel fills only the others)"""
     train_positions: bool = False
     """also train the position embeddings"""
     train_embedding_norm: bool = False

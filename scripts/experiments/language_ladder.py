@@ -22,7 +22,8 @@ anchors), ``focus-ngrams`` (rare pieces' static vectors from character n-grams),
 lists ``scripts/make_dictionaries.py`` builds, for the languages that have one: ja, pl, fi), ``wechsel-help`` (the
 help-page lexicons ``scripts/make_help_lexicons.py`` builds from the help outside the task's dev and test pages:
 in-domain parallel text, every language), ``focus-freedict-anchors`` and ``focus-help-anchors`` (FOCUS with word
-anchors from either list: a piece that is a listed word copies its translation's row). Each variant's output is ``<out>/<variant>/`` (results.json, analysis/);
+anchors from either list: a piece that is a listed word copies its translation's row), ``wechsel-freedict-anchors``
+and ``wechsel-help-anchors`` (WECHSEL with them). Each variant's output is ``<out>/<variant>/`` (results.json, analysis/);
 run it again to resume. ``--steps`` shortens Step 2 (the run's 600 by default; its schedule decays to 0 at its last
 update, so a shorter Step 2 is not the longer one's early checkpoints). ``--list`` prints each pipeline's jobs and
 what is done, and starts nothing. ``--table`` prints, from the variants finished so far, each language's dev accuracy
@@ -49,13 +50,15 @@ VARIANTS = {
     "wechsel-help": {"init": "wechsel"},
     "focus-freedict-anchors": {"init": "focus", "word_anchors": True},
     "focus-help-anchors": {"init": "focus", "word_anchors": True},
+    "wechsel-freedict-anchors": {"init": "wechsel", "word_anchors": True},
+    "wechsel-help-anchors": {"init": "wechsel", "word_anchors": True},
 }
 FREEDICT = {"ja", "pl", "fi", "fi-small"}
 """The languages with a FreeDict dictionary to English (scripts/make_language_data.py's table; fi-small is Finnish)."""
 FREEDICT_LIST = ("reference_data/dictionaries/{lang}-en.tsv", "make_dictionaries.py")
 HELP_LIST = ("reference_data/lexicons/{lang}-en.help.tsv", "make_help_lexicons.py")
-WORD_LISTS = {"wechsel-freedict": FREEDICT_LIST, "wechsel-help": HELP_LIST, "focus-freedict-anchors": FREEDICT_LIST,
-              "focus-help-anchors": HELP_LIST}
+WORD_LISTS = {name: FREEDICT_LIST if "freedict" in name else HELP_LIST
+              for name in VARIANTS if "freedict" in name or "help" in name}
 """Each variant's word list by language (a cut's ``-small`` left out: Finnish's list for fi-small), and the script
 in scripts/ that builds it."""
 SHARED = ("step1", "step3", "data/en")

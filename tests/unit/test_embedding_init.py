@@ -168,6 +168,15 @@ def test_wechsel_mixes_the_k_nearest_source_rows_after_the_map_with_softmax_weig
     assert rows.record["mixed"] == 12 and rows.record["drawn"] == 1 and rows.record["candidates"] == 11
     with pytest.raises(ValueError, match="alignment"):
         initial_rows("wechsel", source, src_emb, src_bias, target, std=0.02, generator=torch.Generator())
+    # Word anchors: ▁t2 (and ▁rare, which has no vector) copy the rows they are anchored to; the other mixtures stay.
+    anchored = initial_rows("wechsel", source, src_emb, src_bias, target, std=0.02,
+                            generator=torch.Generator().manual_seed(0), aligned=aligned,
+                            anchors={NUM_SPECIAL + 2: NUM_SPECIAL + 7, NUM_SPECIAL + 12: NUM_SPECIAL + 1})
+    assert torch.equal(anchored.embeddings[NUM_SPECIAL + 2], src_emb[NUM_SPECIAL + 7])
+    assert torch.equal(anchored.bias[-1], src_bias[NUM_SPECIAL + 1])
+    others = [t for t in targets if t != NUM_SPECIAL + 2]
+    assert torch.equal(anchored.embeddings[others], rows.embeddings[others])
+    assert (anchored.record["word_anchored"], anchored.record["mixed"], anchored.record["drawn"]) == (2, 11, 0)
 
 
 def test_transliteration_anchors_a_piece_in_another_script_to_the_source_piece_it_spells():
@@ -185,8 +194,7 @@ def test_transliteration_anchors_a_piece_in_another_script_to_the_source_piece_i
                         generator=torch.Generator().manual_seed(0), transliterate=True)
     assert torch.equal(rows.embeddings[5], embeddings[5]) and torch.equal(rows.bias[6], bias[6])
     assert rows.record["transliterated"] == 2 and rows.record["copied"] == 8
-    with pytest.raises(ValueError, match="transliterate and word anchors extend the copied rows of overlap, focus; "
-                                         "wechsel copies"):
+    with pytest.raises(ValueError, match="transliterate extends the copied rows of overlap, focus; wechsel copies"):
         initial_rows("wechsel", source, embeddings, bias, target, std=0.02, generator=torch.Generator(),
                      transliterate=True)
 
@@ -221,8 +229,8 @@ def test_word_anchors_copy_the_row_of_a_listed_words_translation():
     assert rows.record["word_anchored"] == 2 and rows.record["copied"] == 8 and rows.record["candidates"] == 3
     with pytest.raises(ValueError, match="anchors pair a target piece with a source piece"):
         shared_source_ids(source, target, anchors={6: 99})
-    with pytest.raises(ValueError, match="word anchors extend the copied rows"):
-        initial_rows("wechsel", source, embeddings, bias, target, std=0.02, generator=torch.Generator(), anchors={})
+    with pytest.raises(ValueError, match="word anchors are for init overlap, focus, wechsel, not specials"):
+        initial_rows("specials", source, embeddings, bias, target, std=0.02, generator=torch.Generator(), anchors={})
 
 
 

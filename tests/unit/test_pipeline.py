@@ -479,12 +479,19 @@ def test_step2_word_anchors_take_the_targets_word_list_and_are_refused_without_o
     assert (de.init, de.word_anchors, str(de.word_list), de.source_data) == (
         "focus", True, "reference_data/lexicons/de-en.help.tsv", None)
     assert (control.init, control.word_anchors, control.word_list) == ("focus", False, None)
-    with pytest.raises(InputError, match="step2.word_anchors needs a bilingual word list for every target language; "
-                                         "de has none"):
+    with pytest.raises(InputError, match="step2.word_anchors needs a bilingual word list for every target language "
+                                         r"\(under init auto, only where it has one\); de has none"):
         demo_pipeline(tmp_path, step2=step2)
-    with pytest.raises(InputError, match="step2.word_anchors extends the copied rows of init overlap or focus; de's "
-                                         "init is wechsel"):
-        demo_pipeline(tmp_path, step2={**step2, "init": "auto"}, targets=listed)
+    # Under init auto: WECHSEL anchored where a target has a list, FOCUS unanchored where it has none.
+    unlisted = {"lang": "xx", "corpus": base["targets"][0]["corpus"]}
+    auto = demo_pipeline(tmp_path, step2={**step2, "init": "auto"}, targets=[*listed, unlisted])
+    monkeypatch.setattr(auto, "_finished", lambda *a: Path("body"))
+    monkeypatch.setattr(auto, "_data", lambda lang, *a: Path(f"data/{lang}"))
+    for lang in ("de", "xx"):
+        auto._step2("bl_base", lang)
+    de, xx = launched["step2-de-bl_base"], launched["step2-xx-bl_base"]
+    assert (de.init, de.word_anchors, str(de.source_data)) == ("wechsel", True, "data/en")
+    assert (xx.init, xx.word_anchors, xx.word_list) == ("focus", False, None)
 
 
 def test_init_auto_takes_wechsel_where_a_word_list_is_given_and_focus_elsewhere_and_says_so(tmp_path, monkeypatch,
