@@ -320,17 +320,17 @@ class Pipeline:
         elif relearn:
             init = "specials"
         entry = get_initialiser(init)
+        listed = not relearn and target.word_list is not None  # (under init auto a target may have none: no anchors)
         if WORD_LIST in entry.needs:  # (no source-relearn control with such an init: PipelineConfig.check refuses it)
             anchored = {"word_list": target.word_list, "source_data": str(self._data(self.cfg.source.lang, needed_by))}
-        elif self.cfg.step2.get("word_anchors") and not relearn and target.word_list is not None:
+        elif listed and self.cfg.step2.get("word_anchors"):
             anchored = {"word_list": target.word_list}
-        unanchored = relearn or target.word_list is None  # (under init auto: the check refuses it elsewhere)
         if self.cfg.step2.get("init") == AUTO_INIT:
             print(f"[pipeline] {self._name(Step.ADAPT, system)} {lang}: init {init} ({why})", flush=True)
         self._train(self.cfg.step2, self.step2_dir(lang, system), f"{Step.ADAPT}-{lang}-{system}",
                     {"system": system, "body": body, "data": data, **anchored, "init": init, "lang": lang,
                      "seq_len": self.cfg.seq_len, "seed": self.seed},
-                    leave_out=("init", *entry.unused_options, *("word_anchors",) * unanchored))
+                    leave_out=("init", *entry.unused_options, *("word_anchors",) * (not listed)))
 
     def _mini_model(self, system: str) -> Path:
         """The model a ``source_minis`` system's Step 2 trains over: Step 1b's output, or (a ``mini`` body) the layers
@@ -345,8 +345,7 @@ class Pipeline:
         return folder
 
     def _step3(self, variant: str) -> None:
-        """Step 3 for one primary (or, ``mini-<system>``, for a system's mini-model): every task and seed, English
-        embeddings frozen."""
+        """Step 3 for a primary (or ``mini-<system>``, a system's mini-model): each task and seed, embeddings frozen."""
         source = self.cfg.source.lang
         if (system := mini_system(variant)) is not None:
             primary = self._mini_model(system)
@@ -362,9 +361,8 @@ class Pipeline:
                              "seed": seed})
 
     def _step4(self) -> dict[str, Any]:
-        """Zero-shot: every Step-2 checkpoint of every system, with every seed's task model; the controls (each
-        primary with its own embeddings and the source-relearn runs on the source test files) and the trivial
-        baselines of every test file; then the results."""
+        """Zero-shot: each Step-2 checkpoint of each system with each seed's task model; the controls (a primary
+        with its own embeddings, source-relearn runs on source test files), trivial baselines; then the results."""
         source = self.cfg.source.lang
         task_models, dev_scores = {}, []
         for task in self.cfg.tasks:
