@@ -236,8 +236,10 @@ def wechsel_weights(aligned: AlignedVectors, candidates: np.ndarray, copied: np.
     are the non-special target pieces with a static vector (and not ``copied``, a mask: word anchors); each row's
     weights are the softmax, at the aligned vectors' temperature, of its cosine to its k most similar ``candidates``
     (source ids) in the common space."""
-    is_special = np.arange(len(aligned.target)) < NUM_SPECIAL
-    targets = np.flatnonzero(aligned.target_known & ~is_special & ~(copied if copied is not None else is_special))
+    skip = np.arange(len(aligned.target)) < NUM_SPECIAL
+    if copied is not None:
+        skip |= copied
+    targets = np.flatnonzero(aligned.target_known & ~skip)
     k = min(aligned.neighbours, len(candidates))
     if not len(targets) or not k:
         return targets, np.zeros((len(targets), 0), dtype=np.int64), np.zeros((len(targets), 0))
@@ -409,8 +411,7 @@ def initial_rows(init: str, source_pieces: list[str], source_embeddings: torch.T
     ``data.static_vectors.train_static_vectors`` on the target data, for ``focus``; ``aligned`` both languages'
     vectors and their map, for ``wechsel``. ``shared_with``: copy (and mix from) only the pieces of this vocabulary
     too (``shared_source_ids``; ``transliterate`` and ``anchors`` there as well). Every initialiser draws its new
-    rows from
-    ``generator`` first, in the same order, so the rows no mixture replaces equal ``overlap``'s."""
+    rows from ``generator`` first, in the same order, so the rows no mixture replaces equal ``overlap``'s."""
     entry = get_initialiser(init)
     if transliterate and not entry.transliterates:
         raise ValueError(f"transliterate extends the copied rows of {', '.join(initialisers_that(transliterate=True))}"

@@ -59,8 +59,8 @@ Step2Settings = section(AdaptSpec, "Step2Settings", required=STAGE_LENGTH, owned
     *OWN_MLM, "system", "body", "lang", "shared_with", "word_list", "source_data", "keep_checkpoints"))
 """Step 2 (``AdaptSpec``; every checkpoint is scored in Step 4, so none is dropped). ``init`` may also be auto:
 per target, wechsel where it has a ``word_list``, else focus (``target_init``; chosen on dev, RESULTS.md), said
-before its Step 2 starts; ``word_anchors`` then anchors the targets that have a list. The source-relearn control uses specials, or ``init`` with ``relearn_anchor`` (focus under
-auto)."""
+before its Step 2 starts; ``word_anchors`` then anchors the targets that have a list. The source-relearn control
+uses specials, or ``init`` with ``relearn_anchor`` (focus under auto)."""
 OWN_FINETUNE = ("model", "task", "format", "train", "dev", "dev_format", "language", "seed")
 """Step 3's fields the plan sets for each job from the task and the finetuning seed."""
 Step3Settings = section(FinetuneSpec, "Step3Settings", required={"ds_config": str}, owned=OWN_FINETUNE,
