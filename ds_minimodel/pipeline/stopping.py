@@ -2,12 +2,13 @@
 
 A training job runs in a session of its own (``start``), so a signal meant for the pipeline (a terminal's Ctrl-C, a
 ``kill`` of the pipeline's process group, a scheduler signalling only the top process) reaches the pipeline alone,
-which passes it on once, as SIGTERM, to the job's ranks on this machine (``ranks_of``): each finishes its update,
-saves a checkpoint and exits, with no launcher's kill timer running against the save. The pipeline waits for every
-process of the job, then stops with one line naming the run folder to resume and exit status 128 + the signal's
-number (a shell's convention). A second signal stops the job at once (SIGKILL; the newest complete checkpoint is kept:
-checkpoints are written whole or not at all). Work the pipeline does in its own process (preparing data, scoring)
-stops where it is; its files are written whole or not at all.
+which passes it on once, as SIGTERM, to the job's ranks on this machine (``ranks_of``): each finishes its update, saves
+a checkpoint and exits, with no launcher's kill timer running against the save (a ``deepspeed`` job with no rank
+started yet gets it in every process: its runner would not pass it on). The pipeline waits for every process of the
+job, then stops with one line naming the run folder to resume and exit status 128 + the signal's number (a shell's
+convention). A second signal stops the job at once (SIGKILL; the newest complete checkpoint is kept: checkpoints are
+written whole or not at all). Work the pipeline does in its own process (preparing data, scoring) stops where it is;
+its files are written whole or not at all.
 
 Signals sent to a job's launcher or to one of its ranks stop the whole job the same way (``train.faults``: ranks watch
 their launchers and agree on a stop at each update); a pipeline killed outright (SIGKILL) is watched by its job's ranks
@@ -91,8 +92,16 @@ class Stop:
         name = signal.Signals(signum).name
         print(f"[pipeline] {name}: the job saves a checkpoint at the end of its update and stops; "
               f"{name} again stops it at once", flush=True)
-        for proc in ranks_of(job) or [job]:
-            _send(proc, signal.SIGTERM)
+        ranks = ranks_of(job)
+        if ranks:
+            for proc in ranks:
+                _send(proc, signal.SIGTERM)
+        elif _is_deepspeed_runner(job):
+            # No rank started yet, and the runner does not pass SIGTERM on: the per-node launcher it may already
+            # have started would start them and train on, orphaned. Nothing in the job's session has trained yet.
+            _kill_job(job, signal.SIGTERM)
+        else:
+            _send(job, signal.SIGTERM)
 
     def start(self, cmd: list[str], env: dict[str, str], **popen: Any) -> subprocess.Popen:
         """``start``, the job registered at once; a signal that arrives while it starts is passed on as soon as it
@@ -147,6 +156,16 @@ def _is_python_script(proc: psutil.Process) -> bool:
         return False
     return len(args) > 1 and args[1].endswith(".py") and not any(
         word in " ".join(args) for word in ("deepspeed", "torchrun", "torch.distributed.run", "srun"))
+
+
+def _is_deepspeed_runner(job: subprocess.Popen) -> bool:
+    """The job is DeepSpeed's ``deepspeed`` runner (``python .../deepspeed ...``), which on one node ends on SIGTERM
+    without passing it on (deepspeed/launcher/runner.py installs its handler only for multi-node pdsh)."""
+    try:
+        args = psutil.Process(job.pid).cmdline()
+    except psutil.Error:
+        return False
+    return any(os.path.basename(arg) == "deepspeed" for arg in args[:2])
 
 
 def descendants(job: subprocess.Popen) -> list[psutil.Process]:

@@ -9,6 +9,7 @@ import subprocess
 import sys
 import time
 
+import psutil
 import pytest
 
 from ds_minimodel.pipeline.stopping import Stop, Stopped
@@ -65,6 +66,26 @@ def test_a_signal_while_the_job_starts_is_passed_on_once_it_exists():
         stop.starting = False
         job = stop.start([sys.executable, "-c", "import time\ntime.sleep(60)"], dict(os.environ))
         assert job.wait(timeout=20) == -signal.SIGTERM  # at once, before it could set up a handler
+
+
+def test_a_signal_before_a_deepspeed_jobs_ranks_start_ends_the_launcher_it_already_started(tmp_path):
+    """The ``deepspeed`` runner ends on SIGTERM without passing it on; a per-node launcher it had started then starts
+    its ranks and trains on, orphaned, with the pipeline waiting on it (seen once with a real launch, 2.8 s after it
+    started). A stand-in runner and launcher: the signal must reach the launcher too."""
+    runner = tmp_path / "deepspeed"
+    launch = "import time\nprint('launcher up', flush=True)\ntime.sleep(60)"
+    runner.write_text("import subprocess, sys, time\n"
+                      f"subprocess.Popen([sys.executable, '-c', {launch!r}])\n"
+                      "time.sleep(60)\n")
+    with Stop() as stop:
+        job = stop.start([sys.executable, str(runner), "--num_gpus", "2"], dict(os.environ), stdout=subprocess.PIPE,
+                         text=True)
+        assert job.stdout.readline().strip() == "launcher up"
+        launcher = psutil.Process(job.pid).children()[0]
+        os.kill(os.getpid(), signal.SIGTERM)
+        assert job.wait(timeout=20) == -signal.SIGTERM
+        assert not psutil.wait_procs([launcher], timeout=20)[1], "the launcher was left running"
+        stop.finished()
 
 
 def test_a_job_notices_the_pipeline_that_started_it_is_gone(monkeypatch):
