@@ -43,12 +43,12 @@ import torch
 from torch import nn
 
 from ds_minimodel.data.bilingual import unit_rows
+from ds_minimodel.data.hf_tokenizer import WORD_START  # every tokenizer's pieces are spelled in SentencePiece's style
 from ds_minimodel.data.tokenizer import NUM_SPECIAL, SPECIAL_PIECES
 from ds_minimodel.systems import load_plugins
 
 NEW_ROWS = ("normal", "source")
 MIN_LATIN_LETTERS = 3
-WORD_START = "\u2581"  # SentencePiece's word-start mark; every tokenizer's pieces are spelled in its style
 
 
 def latin_spelling(piece: str) -> str:
