@@ -23,8 +23,9 @@ lists ``scripts/make_dictionaries.py`` builds, for the languages that have one: 
 help-page lexicons ``scripts/make_help_lexicons.py`` builds from the help outside the task's dev and test pages:
 in-domain parallel text, every language), ``focus-freedict-anchors`` and ``focus-help-anchors`` (FOCUS with word
 anchors from either list: a piece that is a listed word copies its translation's row), ``wechsel-freedict-anchors``
-and ``wechsel-help-anchors`` (WECHSEL with them). Each variant's output is ``<out>/<variant>/`` (results.json,
-analysis/); run it again to resume. ``--steps`` shortens Step 2 (the run's 600 by default; its schedule decays to 0 at its last
+and ``wechsel-help-anchors`` (WECHSEL with them), and each of these four with ``-fixed`` (the copied and anchored rows
+kept as they start: ``freeze_copied``). Each variant's output is ``<out>/<variant>/`` (results.json, analysis/); run
+it again to resume. ``--steps`` shortens Step 2 (the run's 600 by default; its schedule decays to 0 at its last
 update, so a shorter Step 2 is not the longer one's early checkpoints). ``--list`` prints each pipeline's jobs and
 what is done, and starts nothing. ``--table`` prints, from the variants finished so far, each language's dev accuracy
 (macro-F1) at Step 2's last checkpoint, mean over the finetuning seeds, beside its majority class and bag of words,
@@ -53,6 +54,8 @@ VARIANTS = {
     "wechsel-freedict-anchors": {"init": "wechsel", "word_anchors": True},
     "wechsel-help-anchors": {"init": "wechsel", "word_anchors": True},
 }
+VARIANTS.update({f"{name}-fixed": {**settings, "freeze_copied": True}
+                 for name, settings in list(VARIANTS.items()) if name.endswith("-anchors")})
 FREEDICT = {"ja", "pl", "fi", "fi-small"}
 """The languages with a FreeDict dictionary to English (scripts/make_language_data.py's table; fi-small is Finnish)."""
 FREEDICT_LIST = ("reference_data/dictionaries/{lang}-en.tsv", "make_dictionaries.py")

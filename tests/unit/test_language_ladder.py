@@ -26,6 +26,8 @@ def test_each_variant_names_its_word_lists_and_the_dev_files_as_the_test_files(t
     anchors = language_ladder.config(BASE, "focus-freedict-anchors", langs, tmp_path)
     assert [t["word_list"] for t in anchors["targets"]] == [t["word_list"] for t in freedict["targets"]]
     assert anchors["step2"]["word_anchors"] is True and anchors["step2"]["init"] == "focus"
+    fixed = language_ladder.config(BASE, "focus-freedict-anchors-fixed", langs, tmp_path)
+    assert fixed["targets"] == anchors["targets"] and fixed["step2"] == {**anchors["step2"], "freeze_copied": True}
     focus = language_ladder.config(BASE, "focus-translit", langs, tmp_path)
     assert all("word_list" not in t for t in focus["targets"])
     assert focus["step2"]["transliterate"] is True and focus["step2"]["init"] == "focus"
