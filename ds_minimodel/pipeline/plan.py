@@ -313,24 +313,23 @@ class Pipeline:
         relearn = lang == self.relearn_lang
         data = self._data(self.cfg.source.lang if relearn else lang, needed_by)
         target = None if relearn else next(t for t in self.cfg.targets if t.lang == lang)
-        init, why = target_init(self.cfg.step2, target)
+        init, anchors, why = target_init(self.cfg.step2, target)
         anchored: dict[str, Any] = {}
         if relearn and self.cfg.relearn_anchor is not None:  # copies what the anchor language would copy
             anchored = {"shared_with": str(tokenizer_path(self._data(self.cfg.relearn_anchor, needed_by)))}
         elif relearn:
             init = "specials"
         entry = get_initialiser(init)
-        listed = not relearn and target.word_list is not None  # (under init auto a target may have none: no anchors)
         if WORD_LIST in entry.needs:  # (no source-relearn control with such an init: PipelineConfig.check refuses it)
             anchored = {"word_list": target.word_list, "source_data": str(self._data(self.cfg.source.lang, needed_by))}
-        elif listed and self.cfg.step2.get("word_anchors"):
-            anchored = {"word_list": target.word_list}
+        if anchors:  # (a target without a list is refused at load, but under init auto, which anchors none there)
+            anchored.update(word_list=target.word_list, word_anchors=True)
         if self.cfg.step2.get("init") == AUTO_INIT:
             print(f"[pipeline] {self._name(Step.ADAPT, system)} {lang}: init {init} ({why})", flush=True)
         self._train(self.cfg.step2, self.step2_dir(lang, system), f"{Step.ADAPT}-{lang}-{system}",
                     {"system": system, "body": body, "data": data, **anchored, "init": init, "lang": lang,
                      "seq_len": self.cfg.seq_len, "seed": self.seed},
-                    leave_out=("init", *entry.unused_options, *("word_anchors",) * (not listed)))
+                    leave_out=("init", *entry.unused_options, *("word_anchors",) * (not anchors)))
 
     def _mini_model(self, system: str) -> Path:
         """The model a ``source_minis`` system's Step 2 trains over: Step 1b's output, or (a ``mini`` body) the layers

@@ -482,7 +482,7 @@ def test_step2_word_anchors_take_the_targets_word_list_and_are_refused_without_o
     with pytest.raises(InputError, match="step2.word_anchors needs a bilingual word list for every target language "
                                          r"\(under init auto, only where it has one\); de has none"):
         demo_pipeline(tmp_path, step2=step2)
-    # Under init auto: WECHSEL anchored where a target has a list, FOCUS unanchored where it has none.
+    # Under init auto: FOCUS anchored where a target has a list, unanchored where it has none.
     unlisted = {"lang": "xx", "corpus": base["targets"][0]["corpus"]}
     auto = demo_pipeline(tmp_path, step2={**step2, "init": "auto"}, targets=[*listed, unlisted])
     monkeypatch.setattr(auto, "_finished", lambda *a: Path("body"))
@@ -490,12 +490,13 @@ def test_step2_word_anchors_take_the_targets_word_list_and_are_refused_without_o
     for lang in ("de", "xx"):
         auto._step2("bl_base", lang)
     de, xx = launched["step2-de-bl_base"], launched["step2-xx-bl_base"]
-    assert (de.init, de.word_anchors, str(de.source_data)) == ("wechsel", True, "data/en")
+    assert (de.init, de.word_anchors, str(de.word_list), de.source_data) == (
+        "focus", True, "reference_data/lexicons/de-en.help.tsv", None)
     assert (xx.init, xx.word_anchors, xx.word_list) == ("focus", False, None)
 
 
-def test_init_auto_takes_wechsel_where_a_word_list_is_given_and_focus_elsewhere_and_says_so(tmp_path, monkeypatch,
-                                                                                          capsys):
+def test_init_auto_anchors_focus_where_a_word_list_is_given_and_takes_focus_alone_elsewhere(tmp_path, monkeypatch,
+                                                                                            capsys):
     from ds_minimodel.pipeline import plan
 
     base = json.loads((Path(__file__).resolve().parents[2] / "configs/demo.json").read_text())
@@ -510,12 +511,14 @@ def test_init_auto_takes_wechsel_where_a_word_list_is_given_and_focus_elsewhere_
     for lang in ("de", "xx", "en-relearn"):
         pipeline._step2("bl_base", lang)
     de, xx, control = (launched[f"step2-{lang}-bl_base"] for lang in ("de", "xx", "en-relearn"))
-    assert (de.init, str(de.word_list), de.transliterate, de.rare_vectors) == (
-        "wechsel", "reference_data/lexicons/de-en.help.tsv", False, "ngrams")  # transliteration is not WECHSEL's
-    assert (xx.init, xx.word_list, xx.transliterate, xx.rare_vectors) == ("focus", None, True, "ngrams")
+    assert (de.init, de.word_anchors, str(de.word_list), de.transliterate, de.rare_vectors) == (
+        "focus", True, "reference_data/lexicons/de-en.help.tsv", True, "ngrams")
+    assert (xx.init, xx.word_anchors, xx.word_list, xx.transliterate, xx.rare_vectors) == (
+        "focus", False, None, True, "ngrams")
     assert (control.init, control.rare_vectors) == ("specials", "drawn")  # the plain control copies the specials
     out = capsys.readouterr().out
-    assert "step2-bl_base de: init wechsel (auto: its word list reference_data/lexicons/de-en.help.tsv)" in out
+    assert ("step2-bl_base de: init focus (auto: FOCUS with word anchors from its word list "
+            "reference_data/lexicons/de-en.help.tsv)") in out
     assert "step2-bl_base xx: init focus (auto: no word list, FOCUS needs only the target corpus; a word list" in out
 
 
