@@ -59,8 +59,8 @@ Step2Settings = section(AdaptSpec, "Step2Settings", required=STAGE_LENGTH, owned
     *OWN_MLM, "system", "body", "lang", "shared_with", "word_list", "source_data", "keep_checkpoints"))
 """Step 2 (``AdaptSpec``; every checkpoint is scored in Step 4, so none is dropped). ``init`` may also be auto:
 per target, focus with ``word_anchors`` from its ``word_list`` where it has one, else focus alone (``target_init``;
-chosen on dev, RESULTS.md), said before its Step 2 starts. The source-relearn control
-uses specials, or ``init`` with ``relearn_anchor`` (focus under auto)."""
+chosen on dev, RESULTS.md), said before its Step 2 starts. The source-relearn control uses specials, or ``init``
+with ``relearn_anchor`` (focus under auto)."""
 OWN_FINETUNE = ("model", "task", "format", "train", "dev", "dev_format", "language", "seed")
 """Step 3's fields the plan sets for each job from the task and the finetuning seed."""
 Step3Settings = section(FinetuneSpec, "Step3Settings", required={"ds_config": str}, owned=OWN_FINETUNE,
@@ -368,7 +368,8 @@ def check(cfg: PipelineConfig, source: str, *, world_size: int | None) -> GivenM
     if init not in choices or step2.get("new_rows") not in NEW_ROWS:
         raise InputError(f"{source}: step2.init must be one of {', '.join(choices)} and step2.new_rows one of "
                          f"{', '.join(NEW_ROWS)}; got {init!r}, {step2.get('new_rows')!r}")
-    inits = {target.lang: target_init(step2, target)[0] for target in cfg.targets}
+    recipes = {target.lang: target_init(step2, target) for target in cfg.targets}
+    inits = {lang: init for lang, (init, _, _) in recipes.items()}
     static, listed = initialisers_that(need=STATIC_VECTORS), initialisers_that(need=WORD_LIST)
     translit, anchoring = initialisers_that(transliterate=True), initialisers_that(word_anchors=True)
     if step2.rare_vectors == "ngrams" and not set(inits.values()) <= set(static):
@@ -395,7 +396,7 @@ def check(cfg: PipelineConfig, source: str, *, world_size: int | None) -> GivenM
                          "align the source language with itself; run it with an initialiser that needs no word list "
                          "(or auto)")
     for target in cfg.targets:
-        anchored = target_init(step2, target)[1]
+        anchored = recipes[target.lang][1]
         if anchored and inits[target.lang] not in anchoring:
             raise InputError(f"{source}: step2.word_anchors works with init {' or '.join(anchoring)}; "
                              f"{target.lang}'s init is {inits[target.lang]}")
