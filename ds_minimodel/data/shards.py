@@ -19,12 +19,8 @@ import contextlib
 import hashlib
 import json
 import logging
-import multiprocessing
 import os
 import shutil
-import signal
-import sys
-from collections import deque
 from collections.abc import Iterator
 from pathlib import Path
 from typing import BinaryIO
@@ -33,6 +29,7 @@ import numpy as np
 from tqdm import tqdm
 
 from ds_minimodel.config import file_sha256, write_json
+from ds_minimodel.data.pool import ordered_map
 from ds_minimodel.data.tokenizer import EOS_ID, AnyTokenizer, open_tokenizer
 from ds_minimodel.errors import InputError, require_file
 
@@ -144,68 +141,30 @@ _worker_tokenizer: AnyTokenizer | None = None
 _worker_dtype: np.dtype | None = None
 
 
-# Held while the pool forks its workers, so that each starts with them pending rather than caught by the parent's
-# handlers (which the pipeline's raise where they arrive): a signal the parent's handler caught before the worker
-# replaced it would be dropped (Python skips a pending signal whose handler is now the default), and a worker that
-# misses the pool's terminate() keeps the pool's join waiting for ever (seen: 1 of 24 Ctrl-Cs mid-encoding).
-_STOPS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
-
-
 def _init_worker(tokenizer_path: str, dtype: str) -> None:
     global _worker_tokenizer, _worker_dtype
-    # Ctrl-C is the parent's to handle, which then ends the pool; SIGTERM and SIGHUP (the pool's own terminate())
-    # end the worker quietly. Then the signals held since the fork are taken, with these handlers.
-    signal.signal(signal.SIGINT, signal.SIG_IGN)
-    for sig in (signal.SIGTERM, signal.SIGHUP):
-        signal.signal(sig, signal.SIG_DFL)
-    signal.pthread_sigmask(signal.SIG_UNBLOCK, _STOPS)
     _worker_tokenizer = open_tokenizer(tokenizer_path)
     _worker_dtype = np.dtype(dtype)
 
 
-def _encode_in_worker(block: bytes) -> tuple[np.ndarray, np.ndarray]:
+def _encode_in_worker(block: bytes) -> tuple[np.ndarray, np.ndarray, int]:
     assert _worker_tokenizer is not None and _worker_dtype is not None
-    return _encode_block(_worker_tokenizer, block, _worker_dtype)
+    return *_encode_block(_worker_tokenizer, block, _worker_dtype), len(block)
 
 
 def _encoded_blocks(
     blocks: Iterator[bytes], tokenizer_path: Path, dtype: np.dtype, workers: int
 ) -> Iterator[tuple[np.ndarray, np.ndarray, int]]:
-    """Encode blocks in a process pool, yielding (ids, codes, bytes of the block) in input order.
-
-    Submits at most 2 x workers blocks ahead of the consumer: Pool.imap would read the whole corpus into its task
-    queue whenever reading outpaces encoding."""
+    """Encode blocks in worker processes (``pool.ordered_map``), yielding (ids, codes, bytes of the block) in input
+    order. The workers load the tokenizer themselves: SentencePiece, or a Hugging Face tokenizer whose Rust thread
+    pool this process has not started (it loaded the tokenizer but encoded nothing), so forking them is safe."""
     if workers == 1:
         tokenizer = open_tokenizer(tokenizer_path)
         for block in blocks:
             yield *_encode_block(tokenizer, block, dtype), len(block)
         return
-    # fork starts workers in milliseconds and they touch nothing but the tokenizer (SentencePiece, or a Hugging Face
-    # tokenizer whose Rust thread pool this process has not started: it loaded the tokenizer but encoded nothing);
-    # elsewhere fork is unsafe.
-    context = multiprocessing.get_context("fork" if sys.platform == "linux" else "spawn")
-    signal.pthread_sigmask(signal.SIG_BLOCK, _STOPS)
-    try:
-        pool = context.Pool(workers, initializer=_init_worker, initargs=(str(tokenizer_path), dtype.str))
-    finally:
-        signal.pthread_sigmask(signal.SIG_UNBLOCK, _STOPS)  # one that came meanwhile is taken here
-    # Ended by close() and join(), also when a signal or an error stops the consumer: the workers finish the few
-    # blocks in flight and exit. Pool.terminate() (what leaving a `with Pool` does) kills them, and one killed while
-    # writing its result holds the result queue's lock, on which the pool's own cleanup then waits for ever (1 of 24
-    # Ctrl-Cs mid-encoding hung so).
-    try:
-        pending: deque = deque()
-        for block in blocks:
-            pending.append((pool.apply_async(_encode_in_worker, (block,)), len(block)))
-            if len(pending) >= 2 * workers:
-                result, size = pending.popleft()
-                yield *result.get(), size
-        while pending:
-            result, size = pending.popleft()
-            yield *result.get(), size
-    finally:
-        pool.close()
-        pool.join()
+    yield from ordered_map(_encode_in_worker, blocks, workers, initializer=_init_worker,
+                           initargs=(str(tokenizer_path), dtype.str))
 
 
 class _ShardWriter:
