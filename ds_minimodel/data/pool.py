@@ -39,7 +39,8 @@ def ordered_map(func: Callable[[Any], Any], items: Iterable[Any], workers: int, 
     At most 2 x workers items are in flight: ``Pool.imap`` would read the whole input into its task queue whenever
     reading outpaces the workers. ``func``, ``initializer`` and their arguments must be picklable where processes
     are spawned (not on Linux, where they are forked: in milliseconds, and safe for workers that touch nothing but
-    what ``initializer`` opens)."""
+    what ``initializer`` opens). A caller that may stop reading early closes it (``contextlib.closing``): the pool
+    and the held signals end then, not whenever the generator is collected."""
     context = multiprocessing.get_context("fork" if sys.platform == "linux" else "spawn")
     held = _HeldStops()
     try:
