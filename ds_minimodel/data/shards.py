@@ -21,11 +21,13 @@ import json
 import logging
 import os
 import shutil
+import socket
 from collections.abc import Iterator
 from pathlib import Path
 from typing import BinaryIO
 
 import numpy as np
+import psutil
 from tqdm import tqdm
 
 from ds_minimodel.config import file_sha256, write_json
@@ -387,8 +389,8 @@ def prepare_corpus(
     out_dir.parent.mkdir(parents=True, exist_ok=True)
     # A sibling on the same file system, so that the final renames are atomic. Not tempfile.mkdtemp: its 0700
     # mode would become the prepared folder's when the staging folder is renamed into place.
-    staging = out_dir.parent / f".{out_dir.name}.tmp-{os.getpid()}"
-    shutil.rmtree(staging, ignore_errors=True)  # left by a killed run that had the same process id
+    staging = out_dir.parent / f".{out_dir.name}.tmp-{socket.gethostname()}-{os.getpid()}"
+    _remove_stale_staging(out_dir)
     staging.mkdir()
     try:
         binariser = _Binariser(staging, shard_tokens)
@@ -432,6 +434,20 @@ def prepare_corpus(
         shutil.rmtree(staging, ignore_errors=True)
     _print_summary(meta, out_dir, skipped=False)
     return meta
+
+
+def _remove_stale_staging(out_dir: Path) -> None:
+    """Remove the staging folders that runs killed outright (SIGKILL, a lost node: their cleanup never ran) left
+    beside `out_dir`: at CC-100's size each holds gigabytes. One is stale when the process named in it, on this host,
+    is gone or is this one (a reused process id); another host's, or a live process's, is left alone."""
+    host = socket.gethostname()
+    for folder in out_dir.parent.glob(f".{out_dir.name}.tmp-*"):
+        owner, _, pid = folder.name.split(".tmp-", 1)[1].rpartition("-")
+        if owner not in (host, "") or not pid.isdigit():  # "": named by a version that gave no host
+            continue
+        if int(pid) == os.getpid() or not psutil.pid_exists(int(pid)):
+            logger.info("%s: removing what a killed run left (process %s is gone)", folder, pid)
+            shutil.rmtree(folder, ignore_errors=True)
 
 
 # ----------------------------------------------------------------------------------------------------------------

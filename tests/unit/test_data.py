@@ -4,8 +4,12 @@ prepare CLI. One small synthetic corpus and one real SentencePiece model per mod
 from __future__ import annotations
 
 import hashlib
+import os
 import random
 import shutil
+import socket
+import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -120,6 +124,23 @@ def test_prepared_layout_reproduces_the_corpus(corpus: Path, model: Path, prepar
     assert sorted(p.name for p in prepared.iterdir()) == sorted(
         [s["file"] for s in meta["shards"]] + ["lines.npy", "docs.npy", "meta.json"])
     assert not list(prepared.parent.glob(".prepared.tmp-*"))  # the staging folder is gone
+
+
+def test_staging_folders_of_killed_runs_on_this_host_are_removed_and_no_other(tmp_path: Path, corpus: Path,
+                                                                              model: Path) -> None:
+    """A run killed outright leaves its staging folder (gigabytes at scale); the next run removes it, but not one of a
+    process still running, another host's, or a stray folder named alike."""
+    gone = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True,
+                          check=True).stdout.strip()
+    host = socket.gethostname()
+    stale = [tmp_path / f".out.tmp-{host}-{gone}", tmp_path / f".out.tmp-{gone}"]  # the second: no host in its name
+    kept = [tmp_path / f".out.tmp-{host}-{os.getppid()}", tmp_path / f".out.tmp-elsewhere-{gone}",
+            tmp_path / ".out.tmp-notes"]
+    for folder in stale + kept:
+        folder.mkdir()
+        (folder / "tokens_00000.bin").write_bytes(b"\0" * 64)
+    prepare_corpus(corpus, tmp_path / "out", model, workers=1, progress=False)
+    assert [f.exists() for f in stale] == [False, False] and all(f.exists() for f in kept)
 
 
 def test_layout_edge_cases(tmp_path: Path, model: Path) -> None:
