@@ -74,16 +74,14 @@ class _HeldStops:
 
     def __init__(self) -> None:
         self.signum: int | None = None
-        self._pid = os.getpid()
         self._previous: dict[int, Any] = {}
         if threading.current_thread() is threading.main_thread():
             for sig in STOPS:
                 if signal.getsignal(sig) not in (signal.SIG_IGN, None):  # None: a handler not set from Python
                     self._previous[sig] = signal.signal(sig, self._note)
 
-    def _note(self, signum: int, frame: Any) -> None:
-        if os.getpid() == self._pid:  # not a worker before ``_start_worker`` replaced the handlers
-            self.signum = self.signum or signum
+    def _note(self, signum: int, frame: Any) -> None:  # never in a worker: blocked there until replaced
+        self.signum = self.signum or signum
 
     def release(self) -> None:
         for sig, handler in self._previous.items():
