@@ -28,7 +28,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "baselines": ("ds_minimodel.tasks.baselines", "majority class and bag-of-words scores of a task"),
     "surgery": ("ds_minimodel.model.surgery", "extract a mini-model, plug embeddings into a model"),
     "hf": ("ds_minimodel.model.hf_command", "import a Hugging Face BERT/RoBERTa folder, export ours"),
-    "pipeline": ("ds_minimodel.pipeline.plan", "the whole method from one config file, resumable"),
+    "pipeline": ("ds_minimodel.pipeline.command", "the whole method from one config file, resumable"),
     "submit": ("ds_minimodel.pipeline.submit", "a pipeline as one Slurm batch job per step"),
     "analysis": ("ds_minimodel.pipeline.report", "the paper's tables, speedups and plots from results.json"),
     "flops": ("ds_minimodel.tools.flops_check", "the paper's FLOP formulas, figures and a measured cross-check"),

@@ -147,3 +147,38 @@ def test_ctrl_c_while_the_pipeline_prepares_data_is_one_line_and_exit_130(tmp_pa
     said = ("pipeline: stopped by SIGINT while no job was training; what it wrote is whole: run the pipeline again "
             "to continue")
     assert [line for line in err.splitlines() if "stopped" in line] == [said], err[-3000:]
+
+
+@pytest.mark.filterwarnings("ignore::pytest.PytestUnraisableExceptionWarning")  # the drop itself
+def test_a_stop_python_drops_in_a_finalizer_still_stops_the_pipeline_after_that_corpus(tmp_path, monkeypatch):
+    """The handler raises ``Stopped`` where the signal lands; inside a finalizer (a pool's, a generator's) Python
+    prints "Exception ignored" and goes on. The pipeline notices it once that corpus is written, before the next."""
+    import gc
+    import json
+    from pathlib import Path
+
+    from ds_minimodel.pipeline import plan
+    from ds_minimodel.pipeline.settings import PipelineConfig
+
+    class SignalledInFinalizer:
+        def __del__(self):
+            signal.raise_signal(signal.SIGINT)
+            for _ in range(1000):  # the handler runs here, between bytecodes: its Stopped is dropped
+                pass
+
+    def prepare(corpus, out, **settings):
+        prepared.append(out.name)
+        SignalledInFinalizer()  # gone at once: its finalizer runs inside this call
+        gc.collect()
+
+    repo = Path(__file__).resolve().parents[2]
+    path = tmp_path / "p.json"
+    path.write_text(json.dumps({**json.loads((repo / "configs/demo.json").read_text()), "out": str(tmp_path / "out")}))
+    pipeline = plan.Pipeline(PipelineConfig.load(path), str(path))
+    prepared = []
+    monkeypatch.setattr(plan, "prepare_tokenizer", lambda *a, **k: None)
+    monkeypatch.setattr(plan, "prepare", prepare)
+    monkeypatch.chdir(repo)  # the demo's corpora are relative paths
+    with Stop(), pytest.raises(Stopped, match="stopped by SIGINT; en's data is whole") as stopped:
+        pipeline._prepare()
+    assert prepared == ["en"] and stopped.value.exit_code == 130

@@ -1,0 +1,87 @@
+"""The whole method from one config: prepare data, Step 1 (and 1b), Step 2 per target language, Step 3 per task and
+seed, Step 4 for every saved Step-2 checkpoint; then results.json and .csv, and analysis/ with the paper's tables and
+figures (table2.txt, table3.txt, figure1_speedup.png, figure3_<task>_<lang>.png, ...), also printed at the end.
+
+    python -m ds_minimodel pipeline --config configs/demo.json
+
+Steps whose outputs exist are skipped (if they were trained with the settings the config asks now: otherwise an
+error says which differ); a step whose run folder exists but did not finish is resumed. The training jobs run on
+``ranks`` processes started once for them all (``workers``) by the ``deepspeed`` launcher (``--launcher torchrun``;
+``srun``: a launch per job); Step 4 runs in process. Relative paths in the config are from the current directory.
+"""
+
+from __future__ import annotations
+
+import argparse
+import subprocess
+import sys
+from pathlib import Path
+
+from ds_minimodel.errors import InputError, report
+from ds_minimodel.folders import claim
+from ds_minimodel.pipeline.launching import LAUNCHERS, StoppedEarly
+from ds_minimodel.pipeline.ownership import own_output
+from ds_minimodel.pipeline.plan import Pipeline
+from ds_minimodel.pipeline.settings import PipelineConfig, only_systems
+from ds_minimodel.pipeline.stopping import Stop, Stopped
+from ds_minimodel.pipeline.workers import Workers
+from ds_minimodel.systems import Step
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--config", type=Path, required=True, help="the pipeline's JSON config: corpora, systems, step "
+                   "lengths, tasks, out folder (see configs/demo.json and configs/reference_focus.json)")
+    p.add_argument("--only", metavar="JOB", help="run one job of the plan (see --list), e.g. step2-minijoint")
+    p.add_argument("--lang", help="with --only step2-*: just this target language")
+    p.add_argument("--launcher", choices=LAUNCHERS, default="deepspeed",
+                   help="how training ranks start on this machine: the deepspeed launcher or PyTorch's torchrun; "
+                        "or srun inside a batch job")
+    p.add_argument("--list", action="store_true", help="print the jobs, what each needs and whether it is done "
+                   "(a Step-2 job: for which languages), then exit")
+    p.add_argument("--verbose", action="store_true", help="the deepspeed launcher's own INFO and warning lines "
+                   "too (by default it logs errors only: on one machine the rest repeats itself at every launch)")
+    p.add_argument("--launch-per-job", action="store_true", help="start the ranks anew for each training job")
+    p.add_argument("--systems", metavar="A,B", help="only these of the config's systems (and the primaries, controls "
+                   "and results they need): e.g. score the systems whose steps are done while the others train")
+    args = p.parse_args(argv)
+    with Stop():  # to the end: SIGINT, SIGTERM, SIGHUP stop a running job first, then the pipeline (stopping.py)
+        try:
+            return _run(args)
+        except InputError as err:
+            return report(err)
+        except (StoppedEarly, Stopped) as stop:  # saved and stopped: exit 75 (requeue a batch job), 128 + a signal
+            print(stop, file=sys.stderr, flush=True)
+            return stop.exit_code
+
+
+def _run(args: argparse.Namespace) -> int:
+    cfg = PipelineConfig.load(args.config)
+    if args.systems is not None:
+        cfg = only_systems(cfg, args.systems.split(","), str(args.config))
+    pipeline = Pipeline(cfg, str(args.config), launcher=args.launcher, verbose=args.verbose)
+    if args.list:  # and what of it is done: nothing is started
+        from ds_minimodel.pipeline.status import print_jobs
+
+        return print_jobs(pipeline)
+    if args.lang is not None and not (args.only or "").startswith(f"{Step.ADAPT}-"):
+        raise InputError("--lang goes with --only step2-<system>")
+    own_output(pipeline.out, args.config)
+    with Workers(pipeline.root, cfg.ranks, args.launcher, verbose=args.verbose, off=args.launch_per_job):
+        if args.only is None:  # one pipeline per folder; single jobs (batch jobs, Step-2 arrays) claim their runs
+            claim(pipeline.out, f"pipeline {args.config}")
+            summary = pipeline.run_all()
+        else:
+            summary = pipeline.run(args.only, args.lang)
+    if args.only not in (None, Step.TRANSFER):
+        return 0
+    if not summary["has_results"]:  # the analysis (the paper's Tables 2-3, Figures 1 and 3) reads only results.json
+        print("no zero-shot results (no task has a test file in a target language): nothing to analyse")
+    else:
+        print(flush=True)
+        proc = subprocess.run([sys.executable, "-m", "ds_minimodel", "analysis", "--results", summary["results"]])
+        if proc.returncode:
+            return proc.returncode
+    print(f"\nresults: {summary['results']} and {summary['csv']}")
+    print(f"TensorBoard: tensorboard --logdir {pipeline.log_root}")
+    return 0
