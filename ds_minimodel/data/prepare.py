@@ -16,6 +16,7 @@ import contextlib
 import logging
 import os
 import shutil
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -267,4 +268,8 @@ def main(argv: list[str] | None = None) -> int:
                 **{name: value for name, value in training.items() if value is not None})
     except InputError as err:
         return report(err)
+    except KeyboardInterrupt:  # Ctrl-C (the pool's workers ignore it): one line, no traceback
+        print(f"ds-minimodel prepare: interrupted; what it finished in {args.out} is kept, the shards it was writing "
+              "are removed: run the same command again to finish", file=sys.stderr, flush=True)
+        return 130
     return 0

@@ -366,8 +366,8 @@ def test_a_folder_of_a_users_own_files_is_never_a_pipelines_and_its_files_surviv
     """Issue 30's data loss: a pipeline given a folder holding the user's own results.json used to run and replace
     it. Now it is refused before any work, and the file is untouched; the folders a pipeline made are marked as its
     own before anything else is written, and continued later."""
-    from ds_minimodel.pipeline.ownership import OWNER_MARK, is_pipeline_output
     from ds_minimodel.pipeline.command import main as pipeline_main
+    from ds_minimodel.pipeline.ownership import OWNER_MARK, is_pipeline_output
 
     repo = Path(__file__).resolve().parents[2]
     out = tmp_path / "mine"
