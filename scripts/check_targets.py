@@ -17,6 +17,11 @@ Step-2 checkpoint unless said otherwise:
   BL_BASE's final score (the paper's time to target) and, where BL_BASE's update 0 already meets that, to 95% of
   BL_BASE's gain from update 0 (ours), each by linear interpolation between checkpoints, and the speedup over BL_BASE.
 
+With ``--per-language`` (issue 46's targets, for languages tried one by one): in every language, BL_BASE's accuracy
+at least 10 points above the majority class and above the bag of words, its macro-F1 at least half the English
+classifier's on English test (``--english`` names a results.json with that score when the run has none); MiniPost
+reaching 95% of BL_BASE's final score at least 1.4x sooner in every language where BL_BASE meets the first target.
+
 A run that started from a given English model (results.json's ``source_model``, issue 45) is also checked for: the
 English classifier above the bag of words on English test; BL_BASE's mean accuracy above the one of the run given as
 ``--compare`` (the CPU-trained body's, same recipe); MiniPost's final mean score within 1 point of BL_BASE's and its
@@ -118,7 +123,33 @@ def given_model_targets(results, task, say, final, langs, systems, en_acc, base_
                 row is not None and row["speedup"] is not None and row["speedup"] >= 1.5)
 
 
-def check(results, task, compare=None):
+def per_language_targets(say, langs, systems, final, final_f1, test, en_f1, acc):
+    """Issue 46's targets, language by language."""
+    transfers = {}
+    for lang in langs:
+        value, majority, bow = final[(lang, "bl_base")], test[lang]["majority"], test[lang]["bag_of_words"]
+        transfers[lang] = value - majority >= 10
+        say(f"BL_BASE {lang} accuracy - majority class >= 10", f"{value:.1f} - {majority:.1f} = {value - majority:.1f}",
+            transfers[lang])
+        f1 = final_f1[(lang, "bl_base")]
+        say(f"BL_BASE {lang} macro-F1 >= half the English classifier's (test)",
+            f"{f1:.1f} against {en_f1 / 2:.1f}" if en_f1 is not None else "no English test score",
+            en_f1 is not None and f1 >= en_f1 / 2)
+    if "minipost" not in systems:
+        return
+    rows = speedups(acc, langs, ["minipost"], False, transfers)
+    for lang in langs:
+        row = rows.get((lang, "minipost"))
+        if row is None:
+            say(f"MiniPost {lang} reaches 95% of BL_BASE's final score >= 1.4x sooner",
+                "no target (BL_BASE does not transfer)", None)
+            continue
+        value = "never" if row["speedup"] is None else f"{row['speedup']:.2f}x"
+        say(f"MiniPost {lang} reaches 95% of BL_BASE's final score >= 1.4x sooner", value,
+            row["speedup"] is not None and row["speedup"] >= 1.4)
+
+
+def check(results, task, compare=None, per_language=False, english=None):
     zero = [r for r in results.zero_shot if r.task == task]
     langs = sorted({r.lang for r in zero})
     systems = sorted({r.system for r in zero})
@@ -126,16 +157,16 @@ def check(results, task, compare=None):
     final = {key: points[-1][2] for key, points in acc.items()}
     final_f1 = {key: points[-1][2] for key, points in f1.items()}
     test = {b.lang: b.scores for b in results.baselines if b.task == task and b.split == "test"}
-    english = [r for r in results.source_test if r.task == task and r.primary == "base"]
+    english = [r for r in (english or results).source_test if r.task == task and r.primary == "base"]
     en_acc, en_f1 = mean(r.metrics["accuracy"] for r in english), mean(r.metrics["macro_f1"] for r in english)
     base_acc = mean(final[(lang, "bl_base")] for lang in langs)
     base_f1 = mean(final_f1[(lang, "bl_base")] for lang in langs)
     majority = mean(test[lang]["majority"] for lang in langs)
     lines, report = [], {"langs": langs, "systems": systems}
 
-    def say(name, value, ok):
+    def say(name, value, ok):  # ok None: the target does not apply
         report[name] = {"value": value, "met": ok}
-        lines.append(f"{'met   ' if ok else 'MISSED'} {name}: {value}")
+        lines.append(f"{'n/a   ' if ok is None else 'met   ' if ok else 'MISSED'} {name}: {value}")
 
     say("BL_BASE mean accuracy - mean majority class >= 10",
         f"{base_acc:.1f} - {majority:.1f} = {base_acc - majority:.1f}", base_acc - majority >= 10)
@@ -176,6 +207,8 @@ def check(results, task, compare=None):
             speed = "" if row["speedup"] is None else f", speedup {row['speedup']:.2f}"
             lines.append(f"  {lang} {system}: target {row['target']:.1f}, {days}{speed}")
         report["gain" if gain else "paper"] = {f"{lang} {system}": row for (lang, system), row in rows.items()}
+    if per_language:
+        per_language_targets(say, langs, systems, final, final_f1, test, en_f1, acc)
     if results.source_model:
         given_model_targets(results, task, say, final, langs, systems, en_acc, base_acc, compare, clear, acc)
     lines.append("final accuracy (macro-F1) per system, mean over languages: " + "; ".join(
@@ -191,13 +224,18 @@ def main(argv=None) -> int:
     parser.add_argument("--json", type=Path, help="also write the checks here")
     parser.add_argument("--compare", type=Path, help="another run's results.json whose BL_BASE this run's must beat "
                         "(issue 45: a given model's run against the CPU-trained body's, same Step-2 recipe)")
+    parser.add_argument("--per-language", action="store_true", help="issue 46's targets, in every language")
+    parser.add_argument("--english", type=Path, help="a results.json whose English classifier's test score the "
+                        "per-language targets compare with (default: this run's)")
     args = parser.parse_args(argv)
     try:  # each file parsed once, every record checked (ds_minimodel.pipeline.records): the reading is this script's
-        loaded = [Results.load(path) for path in filter(None, (args.results, args.compare))]
+        loaded = {name: Results.load(path) for name, path in
+                  (("results", args.results), ("compare", args.compare), ("english", args.english)) if path}
     except InputError as err:
         print(f"check_targets.py: {err}", file=sys.stderr)
         return 2
-    lines, report = check(loaded[0], args.task, loaded[1] if args.compare else None)
+    lines, report = check(loaded["results"], args.task, loaded.get("compare"), args.per_language,
+                          loaded.get("english"))
     print("\n".join(lines))
     if args.json:
         args.json.write_text(json.dumps(report, indent=1) + "\n")

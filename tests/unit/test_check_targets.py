@@ -137,3 +137,37 @@ def test_a_run_from_a_given_model_is_also_checked_for_issue_45s_targets(tmp_path
     other.write_text(json.dumps(typed(compare).to_dict()))
     assert check_targets.main([str(path), "--task", "t", "--compare", str(other)]) == 0
     assert "MISSED English classifier" in capsys.readouterr().out
+
+
+def test_issue_46s_targets_are_checked_language_by_language(tmp_path, capsys):
+    """Each language on its own: 10 points above its majority class, above its bag of words, half the English
+    classifier's macro-F1 (here 25, or another run's with --english); MiniPost's 1.4x only where BL_BASE transfers."""
+    data = results()
+    data["zero_shot"] = [{**r, "system": "minipost" if r["system"] == "minijoint" else r["system"]}
+                         for r in data["zero_shot"]]
+    _, report = check_targets.check(typed(data), "t", per_language=True)
+    # final BL_BASE accuracy de 61, fr 63, es 40 against the majority class 30; macro-F1 half of it
+    assert [report[f"BL_BASE {lang} accuracy - majority class >= 10"]["met"] for lang in ("de", "fr", "es")] == [
+        True, True, True]
+    assert report["BL_BASE de macro-F1 >= half the English classifier's (test)"] == {
+        "value": "30.5 against 25.0", "met": True}
+    assert report["BL_BASE es macro-F1 >= half the English classifier's (test)"]["met"] is False  # 20 of 25
+    # de: BL_BASE reaches 57.95 at 1.695 V100-days, MiniPost at 26.95/30: 1.89x; fr: MiniPost never before BL_BASE
+    assert report["MiniPost de reaches 95% of BL_BASE's final score >= 1.4x sooner"] == {"value": "1.89x", "met": True}
+    assert report["MiniPost fr reaches 95% of BL_BASE's final score >= 1.4x sooner"]["met"] is False
+    for r in data["zero_shot"]:  # de's final BL_BASE accuracy 35: no transfer
+        if (r["lang"], r["system"], r["step2_update"]) == ("de", "bl_base", 200):
+            r["accuracy"] = 35.0
+    _, report = check_targets.check(typed(data), "t", per_language=True)
+    assert report["BL_BASE de accuracy - majority class >= 10"]["met"] is False
+    assert report["MiniPost de reaches 95% of BL_BASE's final score >= 1.4x sooner"] == {
+        "value": "no target (BL_BASE does not transfer)", "met": None}
+    other = results()
+    other["source_test"] = [{**r, "macro_f1": 90.0} for r in other["source_test"]]
+    (tmp_path / "run.json").write_text(json.dumps(typed(data).to_dict()))
+    (tmp_path / "english.json").write_text(json.dumps(typed(other).to_dict()))
+    assert check_targets.main([str(tmp_path / "run.json"), "--task", "t", "--per-language", "--english",
+                               str(tmp_path / "english.json")]) == 0
+    out = capsys.readouterr().out
+    assert "MISSED BL_BASE fr macro-F1 >= half the English classifier's (test): 31.5 against 45.0" in out
+    assert "n/a    MiniPost de reaches" in out
