@@ -9,7 +9,6 @@ error says which differ); a step whose run folder exists but did not finish is r
 ``ranks`` processes started once for them all (``workers``) by the ``deepspeed`` launcher (``--launcher torchrun``;
 ``srun``: a launch per job); Step 4 runs in process. Relative paths in the config are from the current directory.
 """
-
 from __future__ import annotations
 
 import argparse
