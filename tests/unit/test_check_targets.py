@@ -171,3 +171,8 @@ def test_issue_46s_targets_are_checked_language_by_language(tmp_path, capsys):
     out = capsys.readouterr().out
     assert "MISSED BL_BASE fr macro-F1 >= half the English classifier's (test): 31.5 against 45.0" in out
     assert "n/a    MiniPost de reaches" in out
+    data["source_test"] = []  # no English test in the run, none given: the targets that need it do not apply
+    _, report = check_targets.check(typed(data), "t", per_language=True)
+    assert report["BL_BASE mean macro-F1 >= 60% of English test's"]["met"] is None
+    assert report["BL_BASE fr macro-F1 >= half the English classifier's (test)"] == {
+        "value": "no English test score", "met": None}
