@@ -96,6 +96,20 @@ def speedups(all_curves, langs, systems, gain, clear):
     return rows
 
 
+def minipost_sooner(say, acc, langs, where, at_least, no_target):
+    """MiniPost reaching 95% of BL_BASE's final score ``at_least`` times sooner in each language; a language not in
+    ``where`` has no target: ``no_target`` is what is said there (the value, and met or not)."""
+    rows = speedups(acc, langs, ["minipost"], False, where)
+    for lang in langs:
+        row = rows.get((lang, "minipost"))
+        if row is None:
+            value, ok = no_target
+        else:
+            value = "never" if row["speedup"] is None else f"{row['speedup']:.2f}x"
+            ok = row["speedup"] is not None and row["speedup"] >= at_least
+        say(f"MiniPost {lang} reaches 95% of BL_BASE's final score >= {at_least}x sooner", value, ok)
+
+
 def given_model_targets(results, task, say, final, langs, systems, en_acc, base_acc, compare, clear, acc):
     """Issue 45's targets for a run from a given English model."""
     source = {b.lang: b for b in results.baselines
@@ -114,13 +128,7 @@ def given_model_targets(results, task, say, final, langs, systems, en_acc, base_
         post = mean(final[(lang, "minipost")] for lang in langs)
         say("MiniPost final mean accuracy within 1 point of BL_BASE's", f"{post:.1f} against {base_acc:.1f}",
             post >= base_acc - 1)
-        rows = speedups(acc, langs, ["minipost"], False, clear)
-        for lang in langs:
-            row = rows.get((lang, "minipost"))
-            value = "no target (BL_BASE does not clearly transfer)" if row is None else (
-                "never" if row["speedup"] is None else f"{row['speedup']:.2f}x")
-            say(f"MiniPost {lang} reaches 95% of BL_BASE's final score >= 1.5x sooner", value,
-                row is not None and row["speedup"] is not None and row["speedup"] >= 1.5)
+        minipost_sooner(say, acc, langs, clear, 1.5, ("no target (BL_BASE does not clearly transfer)", False))
 
 
 def per_language_targets(say, langs, systems, final, final_f1, test, en_f1, acc):
@@ -135,18 +143,8 @@ def per_language_targets(say, langs, systems, final, final_f1, test, en_f1, acc)
         say(f"BL_BASE {lang} macro-F1 >= half the English classifier's (test)",
             f"{f1:.1f} against {en_f1 / 2:.1f}" if en_f1 is not None else "no English test score",
             None if en_f1 is None else f1 >= en_f1 / 2)
-    if "minipost" not in systems:
-        return
-    rows = speedups(acc, langs, ["minipost"], False, transfers)
-    for lang in langs:
-        row = rows.get((lang, "minipost"))
-        if row is None:
-            say(f"MiniPost {lang} reaches 95% of BL_BASE's final score >= 1.4x sooner",
-                "no target (BL_BASE does not transfer)", None)
-            continue
-        value = "never" if row["speedup"] is None else f"{row['speedup']:.2f}x"
-        say(f"MiniPost {lang} reaches 95% of BL_BASE's final score >= 1.4x sooner", value,
-            row["speedup"] is not None and row["speedup"] >= 1.4)
+    if "minipost" in systems:
+        minipost_sooner(say, acc, langs, transfers, 1.4, ("no target (BL_BASE does not transfer)", None))
 
 
 def check(results, task, compare=None, per_language=False, english=None):

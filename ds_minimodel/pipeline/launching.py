@@ -14,7 +14,7 @@ from typing import Any
 from ds_minimodel.cluster.slurm import EXIT_REQUEUE
 from ds_minimodel.config import read_json
 from ds_minimodel.errors import InputError
-from ds_minimodel.pipeline.stopping import Stop, descendants, running
+from ds_minimodel.pipeline.stopping import Stop, descendants, raise_if_stopped, running
 from ds_minimodel.pipeline.workers import Workers, job_env, launch_command
 from ds_minimodel.stages.specs import RunSpec
 from ds_minimodel.train import checkpoint
@@ -147,8 +147,7 @@ def train_step(spec: RunSpec, spec_file: Path, ranks: int, launcher: str = "deep
     else:
         code = launch(spec.ENTRY, ["--config", str(spec_file)], ranks, launcher, verbose=verbose, log=log)
     resume = f"{saved_at(run_dir)}; run the pipeline again to resume"
-    if Stop.active is not None:
-        Stop.active.raise_if_stopped(resume)
+    raise_if_stopped(resume)
     if code < 0:  # the launcher was killed by a signal; its ranks noticed, saved and stopped (train.faults)
         raise StoppedEarly(f"pipeline: {spec.ENTRY}'s launcher ended by {signal.Signals(-code).name}; {resume}")
     if not finished(run_dir):

@@ -36,7 +36,7 @@ from ds_minimodel.pipeline.source_model import (
     given_primary,
     trained_here,
 )
-from ds_minimodel.pipeline.stopping import Stop
+from ds_minimodel.pipeline.stopping import raise_if_stopped
 from ds_minimodel.pipeline.workers import end_shared_launch
 from ds_minimodel.systems import Depths, Step, get_primary, get_system, mini_name, mini_system
 from ds_minimodel.train import checkpoint
@@ -259,8 +259,7 @@ class Pipeline:
             prepare_tokenizer(Path(corpus.corpus), self.data_dir(corpus.lang), **settings[corpus.lang])
         for corpus in [self.cfg.source, *self.cfg.targets]:
             prepare(Path(corpus.corpus), self.data_dir(corpus.lang), **settings[corpus.lang])
-            if Stop.active is not None:  # a stop whose Stopped was raised where Python drops it (a finalizer)
-                Stop.active.raise_if_stopped(f"{corpus.lang}'s data is whole: run the pipeline again to continue")
+            raise_if_stopped(f"{corpus.lang}'s data is whole: run the pipeline again to continue")
         return {}
 
     def _common(self, job: str) -> dict[str, Any]:

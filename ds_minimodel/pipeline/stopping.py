@@ -124,6 +124,13 @@ class Stop:
             raise Stopped(self.received, f"pipeline: stopped by {signal.Signals(self.received).name}; {where}")
 
 
+def raise_if_stopped(where: str) -> None:
+    """``Stopped`` if the pipeline's handlers (when installed) have received a signal: after a job, or after work
+    during which the handler's own ``Stopped`` may have been dropped (raised inside a finalizer)."""
+    if Stop.active is not None:
+        Stop.active.raise_if_stopped(where)
+
+
 def start(cmd: list[str], env: dict[str, str], **popen: Any) -> subprocess.Popen:
     """Start a job in a session of its own, told which pipeline process started it (the ranks watch it)."""
     return subprocess.Popen(cmd, env={**env, OWNER_ENV: owner_mark()}, start_new_session=True, **popen)
