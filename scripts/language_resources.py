@@ -1,6 +1,6 @@
 """What each target language has to transfer with (issue 46; RESULTS.md "What each language has"): its corpus, its
-lohelp dev and test items, a FreeDict dictionary to English or none, and how many of its SentencePiece pieces it
-shares with English, the overlap every initialiser starts from.
+lohelp dev and test items, a FreeDict dictionary with English (to English, from it, or none), and how many of its
+SentencePiece pieces it shares with English, the overlap every initialiser starts from.
 
     python scripts/language_resources.py [--langs de fr es ja ko km pl fi] [--data reference_data] [--vocab 8000]
 
@@ -102,8 +102,10 @@ def main(argv: list[str] | None = None) -> int:
             if args.static:
                 cells.append(static_rows(corpus, Path(tmp, f"data-{lang}"), args.vocab))
             freedict = FREEDICT_TO_ENGLISH.get(lang.split("-")[0], "unknown")
+            freedict = "?" if freedict == "unknown" else "no" if freedict is None else (
+                "from en" if freedict.startswith("eng-") else "yes")
             print(f"{lang:<5} {corpus.stat().st_size / 1e6:9.2f} {paragraphs:10,} {counts[0]:6,} {counts[1]:6,} "
-                  f"{'yes' if freedict else 'no':>9} {len(cased):6,} {cells[0]:>18} {cells[1]:>9} {cells[2]:>9} "
+                  f"{freedict:>9} {len(cased):6,} {cells[0]:>18} {cells[1]:>9} {cells[2]:>9} "
                   f"{cells[3] if minilm is not None else '-':>16}" + (f"  static vectors: {cells[-1]}" if args.static
                                                                       else ""),
                   flush=True)

@@ -14,6 +14,12 @@ Any language FreeDict pairs with English works: ``LANG=XXX`` names the package b
 (``fi=fin@2022.12.07-2 pl=pol@2022.12.07-2``), in another folder of the archive, which this machine's apt index
 (``apt-cache show``) gives with the package's SHA-256. The packages the results used are checked against the SHA-256 pinned below; another language's is
 written into its list's first line, so a result names the exact package it came from.
+
+Where FreeDict has no dictionary from a language to English it may have one the other way: of Debian 12's 30
+``dict-freedict-eng-<xxx>`` packages, those for Bulgarian, Hindi, Indonesian, Norwegian, Romanian and Russian have no
+twin to English. ``LANG=eng-XXX`` reads such a dictionary backwards (``ru=eng-rus``, ``hi=eng-hin``): each English
+headword's translations become the target words, and a target word's English words are listed first where it was
+its headword's first translation (``reversed_pairs``), the order word anchors take as preference.
 """
 from __future__ import annotations
 
@@ -132,25 +138,45 @@ def versioned_packages(specs: list[str], pinned: dict[str, tuple[str, str]]
     return packages
 
 
+def dictionary_name(code: str) -> tuple[str, bool]:
+    """(FreeDict's dictionary name, whether it runs from English to the target) for a ``--langs`` code: ``XXX`` is
+    ``XXX-eng``, whose headwords are the target's words; ``eng-XXX`` the English-to-target dictionary."""
+    return (code, True) if code.startswith("eng-") else (f"{code}-eng", False)
+
+
+def reversed_pairs(pairs: list[tuple[str, str]]) -> list[tuple[str, str]]:
+    """(target word, English word) pairs from an English-to-target dictionary's (headword, translation) pairs, in
+    the order of each translation's place in its entry: an English word whose entry lists the target word first
+    comes before one whose entry lists it third, so a target word's first English word is its likeliest."""
+    place: dict[str, int] = {}
+    ranked = []
+    for head, word in pairs:
+        place[head] = place.get(head, -1) + 1
+        ranked.append((place[head], word, head))
+    return [(word, head) for _, word, head in sorted(ranked, key=lambda r: r[0])]
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--langs", nargs="+", default=list(PACKAGES),
                         help="LANG, LANG=FREEDICT_CODE or LANG=FREEDICT_CODE@VERSION, e.g. de fr es it=ita "
-                             "fi=fin@2022.12.07-2 (default: de fr es)")
+                             "fi=fin@2022.12.07-2 ru=eng-rus (an English-to-target dictionary read backwards; "
+                             "default: de fr es)")
     parser.add_argument("--debs", type=Path, help="folder holding the .deb files already (no download)")
     parser.add_argument("--out", type=Path, default=Path("reference_data/dictionaries"))
     args = parser.parse_args()
     args.out.mkdir(parents=True, exist_ok=True)
     for lang, (code, sha256, version) in versioned_packages(args.langs, PACKAGES).items():
-        name = f"{code}-eng"
+        name, from_english = dictionary_name(code)
         archive, index_sha256 = indexed(f"dict-freedict-{name}", version) or (ARCHIVE, None)
         deb, digest = fetch_deb(archive, f"dict-freedict-{name}_{version}_all.deb", sha256 or index_sha256,
                                 args.debs)
         pairs = dictd_pairs(*dictd_files(deb, name))
+        pairs = reversed_pairs(pairs) if from_english else pairs
         path = args.out / f"{lang}-en.tsv"
         tmp = path.with_name(f".{path.name}.tmp")
-        tmp.write_text(f"# FreeDict {name} {version} (GPL, .deb SHA-256 {digest}), single-word pairs; "
-                       "scripts/make_dictionaries.py\n"
+        tmp.write_text(f"# FreeDict {name} {version} (GPL, .deb SHA-256 {digest}), single-word pairs"
+                       f"{', read backwards' if from_english else ''}; scripts/make_dictionaries.py\n"
                        + "".join(f"{t}\t{s}\n" for t, s in pairs), encoding="utf-8")
         os.replace(tmp, path)
         print(f"{path}: {len(pairs):,} pairs, {len({t for t, _ in pairs}):,} {lang} words")

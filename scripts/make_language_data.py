@@ -20,7 +20,7 @@ read from ``--debs``, unpacked in memory) and the English help the task was buil
   ``--max-bytes`` cuts it after the first pages that fit (a low-resource language, issue 46 item 3).
 
 It prints, per language, what it kept (pages, paragraphs, MB, items per split) and whether FreeDict has a
-dictionary from the language to English (``scripts/make_dictionaries.py``). The outputs are git-ignored, as the
+dictionary between the language and English (``scripts/make_dictionaries.py``). The outputs are git-ignored, as the
 unpacked reference data are; rebuilding gives the same files (nothing here samples).
 """
 from __future__ import annotations
@@ -42,10 +42,20 @@ from make_help_lexicons import PACKAGES, help_pages  # noqa: E402
 from ds_minimodel.data.help_pages import is_translation, letters  # noqa: E402
 
 FREEDICT_TO_ENGLISH = {"ja": "jpn-eng", "de": "deu-eng", "fr": "fra-eng", "es": "spa-eng", "it": "ita-eng",
-                       "pl": "pol-eng", "fi": "fin-eng", "ko": None, "km": None}
-"""FreeDict's dictionary from the language to English in Debian 12 (``dict-freedict-<code>``), None where it has
-none (Korean and Khmer); checked with ``apt-cache search
-freedict``."""
+                       "pl": "pol-eng", "fi": "fin-eng", "ru": "eng-rus", "hi": "eng-hin", "ko": None, "km": None,
+                       "zh": None}
+"""FreeDict's dictionary between the language and English in Debian 12 (``dict-freedict-<code>``): to English, or
+from English where it has none the other way (``eng-<xxx>``, which ``make_dictionaries.py`` reads backwards), None
+where it has neither (Korean, Khmer, Chinese); checked with ``apt-cache search freedict``."""
+
+
+def freedict_says(lang: str) -> str:
+    """What ``FREEDICT_TO_ENGLISH`` knows of a language, in words."""
+    name = FREEDICT_TO_ENGLISH.get(lang.split("-")[0], "unknown")
+    if name is None or name == "unknown":
+        return {None: "none", "unknown": "not checked"}[name]
+    return f"dict-freedict-{name}" + (" (English to it: make_dictionaries.py reads it backwards)"
+                                      if name.startswith("eng-") else "")
 
 MASK = "ProductName"
 _SUITES = r"(?:LibreOfficeDev|LibreOffice|%PRODUCTNAME|OpenOffice\.org|StarOffice)"
@@ -185,13 +195,12 @@ def main(argv: list[str] | None = None) -> int:
         for split, rows in items.items():
             write(args.out / "tasks" / "lohelp" / f"{split}.{lang}.jsonl",
                   "".join(json.dumps(row, ensure_ascii=False) + "\n" for row in rows))
-        freedict = FREEDICT_TO_ENGLISH.get(lang, "unknown")
         print(f"{lang}: libreoffice-help-{suffix} (SHA-256 {digest[:12]}): corpus {args.out}/corpus/{name}.txt "
               f"{len(text.encode('utf-8')) / 1e6:.2f} MB, {stats['pages']:,} pages, {stats['paragraphs']:,} "
               f"paragraphs ({stats['left in English']:,} left in English dropped); dev {len(items['dev']):,} and test {len(items['test']):,} items of "
               f"{len(english['dev']):,} and {len(english['test']):,} English (left out: "
-              + ", ".join(f"{k} {v:,}" for k, v in left_out.items()) + "); FreeDict to English: "
-              + ({None: "none", "unknown": "not checked"}.get(freedict) or f"dict-freedict-{freedict}"), flush=True)
+              + ", ".join(f"{k} {v:,}" for k, v in left_out.items()) + f"); FreeDict: {freedict_says(lang)}",
+              flush=True)
     return 0
 
 

@@ -17,20 +17,20 @@ Finnish dev. ``--test --variants V`` is that one run on test, once the recipe V 
 (the finished run's Step 1b and the mini-model's classifiers linked too), the languages' test files, into
 ``runs/language-test/V``; it refuses to start without ``--variants``.
 
-Variants (``step2`` settings over the run's own): ``focus`` (no resource), ``focus-translit`` (transliteration
-anchors), ``focus-ngrams`` (rare pieces' static vectors from character n-grams), ``wechsel-freedict`` (the FreeDict
-lists ``scripts/make_dictionaries.py`` builds, for the languages that have one: ja, pl, fi), ``wechsel-help`` (the
-help-page lexicons ``scripts/make_help_lexicons.py`` builds from the help outside the task's dev and test pages:
-in-domain parallel text, every language), ``focus-freedict-anchors`` and ``focus-help-anchors`` (FOCUS with word
-anchors from either list: a piece that is a listed word copies its translation's row), ``wechsel-freedict-anchors``
-and ``wechsel-help-anchors`` (WECHSEL with them), and each of these four with ``-fixed`` (the copied and anchored rows
-kept as they start: ``freeze_copied``). Each variant's output is ``<out>/<variant>/`` (results.json, analysis/); run
-it again to resume. ``--steps`` shortens Step 2 (the run's 600 by default; its schedule decays to 0 at its last
-update, so a shorter Step 2 is not the longer one's early checkpoints). ``--list`` prints each pipeline's jobs and
-what is done, and starts nothing. ``--table`` prints, from the variants finished so far, each language's dev accuracy
-(macro-F1) at Step 2's last checkpoint, mean over the finetuning seeds, beside its majority class and bag of words,
-and how each variant's rows started (copied / mixed / drawn; WECHSEL's word pairs used of those listed); it starts
-nothing.
+Variants (``step2`` settings over the run's own): ``focus`` (no resource), ``focus-translit`` (transliteration anchors),
+``focus-ngrams`` (rare pieces' static vectors from character n-grams), ``wechsel-freedict`` (the FreeDict lists
+``scripts/make_dictionaries.py`` builds, for the languages that have one: ja, pl, fi; ru and hi from English),
+``wechsel-help`` (the help-page lexicons ``scripts/make_help_lexicons.py`` builds from the help outside the task's dev
+and test pages: in-domain parallel text, every language), ``focus-freedict-anchors`` and ``focus-help-anchors`` (FOCUS
+with word anchors from either list: a piece that is a listed word copies its translation's row),
+``wechsel-freedict-anchors`` and ``wechsel-help-anchors`` (WECHSEL with them), and each of these four with ``-fixed``
+(the copied and anchored rows kept as they start: ``freeze_copied``). Each variant's output is ``<out>/<variant>/``
+(results.json, analysis/); run it again to resume. ``--steps`` shortens Step 2 (the run's 600 by default; its schedule
+decays to 0 at its last update, so a shorter Step 2 is not the longer one's early checkpoints). ``--list`` prints each
+pipeline's jobs and what is done, and starts nothing. ``--table`` prints, from the variants finished so far, each
+language's dev accuracy (macro-F1) at Step 2's last checkpoint, mean over the finetuning seeds, beside its majority
+class and bag of words, and how each variant's rows started (copied / mixed / drawn; WECHSEL's word pairs used of those
+listed); it starts nothing.
 """
 from __future__ import annotations
 
@@ -56,8 +56,9 @@ VARIANTS = {
 }
 VARIANTS.update({f"{name}-fixed": {**settings, "freeze_copied": True}
                  for name, settings in list(VARIANTS.items()) if name.endswith("-anchors")})
-FREEDICT = {"ja", "pl", "fi", "fi-small"}
-"""The languages with a FreeDict dictionary to English (scripts/make_language_data.py's table; fi-small is Finnish)."""
+FREEDICT = {"ja", "pl", "fi", "fi-small", "ru", "hi"}
+"""The languages with a FreeDict dictionary with English (scripts/make_language_data.py's table; fi-small is Finnish;
+Russian's and Hindi's run from English, read backwards: ``make_dictionaries.py --langs ru=eng-rus hi=eng-hin``)."""
 FREEDICT_LIST = ("reference_data/dictionaries/{lang}-en.tsv", "make_dictionaries.py")
 HELP_LIST = ("reference_data/lexicons/{lang}-en.help.tsv", "make_help_lexicons.py")
 WORD_LISTS = {name: FREEDICT_LIST if "freedict" in name else HELP_LIST

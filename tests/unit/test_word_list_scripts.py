@@ -41,6 +41,18 @@ def test_languages_are_the_pinned_ones_or_named_with_their_package():
             dictionaries.language_packages([bad], pinned)
 
 
+def test_an_english_to_target_dictionary_is_read_backwards_with_each_words_likeliest_english_first():
+    assert dictionaries.dictionary_name("ita") == ("ita-eng", False)
+    assert dictionaries.dictionary_name("eng-rus") == ("eng-rus", True)
+    assert dictionaries.versioned_packages(["ru=eng-rus"], dictionaries.PACKAGES)["ru"] == (
+        "eng-rus", None, dictionaries.VERSION)
+    # dictd_pairs' (English headword, translation) pairs in entry order: "на" is "on"'s first translation, "a"'s
+    # second
+    english_first = [("a", "в"), ("a", "на"), ("horse", "конь"), ("horse", "лошадь"), ("on", "на")]
+    assert dictionaries.reversed_pairs(english_first) == [
+        ("в", "a"), ("конь", "horse"), ("на", "on"), ("на", "a"), ("лошадь", "horse")]
+
+
 def test_the_held_out_text_is_read_from_the_packed_task_files_too(tmp_path):
     packed = tmp_path / "lohelp"
     packed.mkdir()
