@@ -17,6 +17,7 @@
 # classifier can: $OUT/control/align-<system>.jsonl.
 #
 #   bash scripts/experiments/minijoint_dev.sh            # resumes where it stopped; --list: the jobs, nothing run
+#   python scripts/experiments/minijoint_table.py         # the table of what is finished (scores, speedups, probe)
 #
 # About 7 hours of this project's 2-core CPU (each Step 1 about 75 minutes at 4,400-4,700 tokens/s on two ranks, as
 # the reference run's were); each part resumes when run again. The control's Step 1 repeats the reference run's
