@@ -54,7 +54,15 @@ PACKAGES = {  # language: (package suffix, SHA-256 of the .deb)
     "km": ("km", "58700c6513c15d78e6dbbfda82b05f45fcb5a8acf0832f3dca50918d71e27f50"),
     "pl": ("pl", "27441ce6d1303524b223aa94a17356bf7195f388d9b05a9e5e346866d7983694"),
     "fi": ("fi", "47b0bf9820e7eef19de7d56400aae8139de26eca4f3d72f57d6769c751630f26"),
+    "zh": ("zh-cn", "db867cdece4c2f9c7eebe65e519c6cf386fdcf49d6e061db3dffec893b3e1dee"),
+    "hi": ("hi", "fda6f59354cb79f7ecfe379a502b009119a506aa0873416b044f1f39ad00a4cf"),
+    "ru": ("ru", "5a2f75d5b0dfcf660275070647af528a81be28b5d3e9c3ec2d419ef5518db7a2"),
 }
+DEBIAN_HELP = ("ca", "cs", "da", "de", "dz", "el", "en-gb", "en-us", "es", "et", "eu", "fi", "fr", "gl", "hi", "hu",
+               "id", "it", "ja", "km", "ko", "nl", "om", "pl", "pt", "pt-br", "ru", "sk", "sl", "sv", "tr", "vi",
+               "zh-cn", "zh-tw")
+"""The languages Debian 12 ships LibreOffice help for, as its package names them (``libreoffice-help-<suffix>``;
+``apt-cache search --names-only ^libreoffice-help-``)."""
 HELP_TEXT = re.compile(r"\./usr/share/libreoffice/help/([^/]+)/text/(.+\.html)")
 ARCHIVE = "https://deb.debian.org/debian/pool/main/libr/libreoffice"
 WORD = regex.compile(r"[\w\p{M}]+|[^\w\p{M}\s]")
@@ -75,6 +83,20 @@ def words(text: str, lang: str) -> list[str]:
         raise SystemExit(f"{lang} is written without spaces between words: segmenting it needs ICU's word breaker "
                          "(pip install icu4py, or the package's [lexicons] extra)") from None
     return [w for w in WordBreaker(text, lang) if not w.isspace()]
+
+
+def help_packages(specs: list[str]) -> dict[str, tuple[str, str | None]]:
+    """``{lang: (help package suffix, pinned SHA-256 or None)}`` from ``--langs``: LANG (pinned, or a package named
+    as the language: ``it``) or LANG=SUFFIX (``pt=pt-br``); a suffix Debian 12 has no help package for is refused
+    here, before anything is fetched."""
+    langs = language_packages([spec if "=" in spec or spec in PACKAGES else f"{spec}={spec.lower()}"
+                               for spec in specs], PACKAGES)
+    missing = [f"{lang} (libreoffice-help-{suffix})" for lang, (suffix, _) in langs.items()
+               if suffix not in DEBIAN_HELP]
+    if missing:
+        raise SystemExit(f"--langs: Debian 12 has no LibreOffice help package for {', '.join(missing)}; it has one for "
+                         f"{' '.join(DEBIAN_HELP)}: name it as LANG=SUFFIX (e.g. pt=pt-br)")
+    return langs
 
 
 def help_pages(suffix: str, sha256: str | None, debs: Path | None, *, cases: bool = False
@@ -137,8 +159,7 @@ def main() -> None:
     parser.add_argument("--out", type=Path, default=Path("reference_data/lexicons"))
     parser.add_argument("--min-count", type=int, default=3)
     args = parser.parse_args()
-    langs = language_packages([spec if "=" in spec or spec in PACKAGES else f"{spec}={spec.lower()}"
-                               for spec in args.langs], PACKAGES)
+    langs = help_packages(args.langs)
     pages, texts = held_out(args.task)
     english, english_sha256 = help_pages(*PACKAGES["en"], args.debs)
     english = {p: paras for p, paras in english.items() if p not in pages}

@@ -36,8 +36,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from make_dictionaries import language_packages  # noqa: E402
-from make_help_lexicons import PACKAGES, help_pages  # noqa: E402
+from make_help_lexicons import PACKAGES, help_packages, help_pages  # noqa: E402
 
 from ds_minimodel.data.help_pages import is_translation, letters  # noqa: E402
 
@@ -171,8 +170,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--corpus-name", default="{lang}",
                         help="the corpus file's name without .txt (default: the language; e.g. {lang}-small)")
     args = parser.parse_args(argv)
-    langs = language_packages([spec if "=" in spec or spec in PACKAGES else f"{spec}={spec.lower()}"
-                               for spec in args.langs], PACKAGES)
+    langs = help_packages(args.langs)
     for lang in langs:  # a shipped language's files (their .xz beside them) or an earlier build are never replaced
         outputs = [args.out / "corpus" / f"{args.corpus_name.format(lang=lang)}.txt",
                    *(args.out / "tasks" / "lohelp" / f"{split}.{lang}.jsonl" for split in ("dev", "test"))]

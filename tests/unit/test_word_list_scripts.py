@@ -53,6 +53,14 @@ def test_an_english_to_target_dictionary_is_read_backwards_with_each_words_likel
         ("в", "a"), ("конь", "horse"), ("на", "on"), ("на", "a"), ("лошадь", "horse")]
 
 
+def test_a_help_language_is_pinned_or_named_by_debians_package_and_one_debian_lacks_is_refused_before_fetching():
+    got = lexicons.help_packages(["zh", "pt=pt-br", "it"])
+    assert got["zh"] == lexicons.PACKAGES["zh"] and got["zh"][0] == "zh-cn"  # pinned: the results' package
+    assert got["pt"] == ("pt-br", None) and got["it"] == ("it", None)
+    with pytest.raises(SystemExit, match=r"no LibreOffice help package for ar \(libreoffice-help-ar\).* zh-cn zh-tw"):
+        lexicons.help_packages(["ar", "de"])
+
+
 def test_the_held_out_text_is_read_from_the_packed_task_files_too(tmp_path):
     packed = tmp_path / "lohelp"
     packed.mkdir()
