@@ -16,7 +16,7 @@ Any language FreeDict pairs with English works: ``LANG=XXX`` names the package b
 written into its list's first line, so a result names the exact package it came from.
 
 Where FreeDict has no dictionary from a language to English it may have one the other way: of Debian 12's 30
-``dict-freedict-eng-<xxx>`` packages, those for Bulgarian, Hindi, Indonesian, Norwegian, Romanian and Russian have no
+``dict-freedict-eng-<xxx>`` packages, those for Bulgarian, Hindi, Indonesian, Norwegian, Romany and Russian have no
 twin to English. ``LANG=eng-XXX`` reads such a dictionary backwards (``ru=eng-rus``, ``hi=eng-hin``): each English
 headword's translations become the target words, and a target word's English words are listed first where it was
 its headword's first translation (``reversed_pairs``), the order word anchors take as preference.
