@@ -519,7 +519,8 @@ def test_init_auto_anchors_focus_where_a_word_list_is_given_and_takes_focus_alon
     out = capsys.readouterr().out
     assert ("step2-bl_base de: init focus (auto: FOCUS with word anchors from its word list "
             "reference_data/lexicons/de-en.help.tsv)") in out
-    assert "step2-bl_base xx: init focus (auto: no word list, FOCUS needs only the target corpus; a word list" in out
+    assert "step2-bl_base xx: init focus (auto: no word list, FOCUS needs only the target corpus; " in out
+    assert "give such a language one (targets[].word_list; scripts/make_help_lexicons.py" in out
 
 
 def test_a_step1b_run_recorded_as_a_pretrain_variant_is_compared_by_its_settings(tmp_path):
