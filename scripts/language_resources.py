@@ -25,7 +25,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from make_language_data import FREEDICT_TO_ENGLISH  # noqa: E402
+from make_language_data import freedict_direction  # noqa: E402
 
 from ds_minimodel.data.special import NUM_SPECIAL  # noqa: E402
 from ds_minimodel.data.tokenizer import Tokenizer, train_sentencepiece  # noqa: E402
@@ -85,7 +85,7 @@ def main(argv: list[str] | None = None) -> int:
         english_pieces = Tokenizer.load(train_sentencepiece(args.data / "corpus/en.txt", Path(tmp, "en"),
                                                             vocab_size=args.vocab)).pieces()
         english = set(english_pieces)
-        print(f"{'lang':<5} {'corpus MB':>9} {'paragraphs':>10} {'dev':>6} {'test':>6} {'FreeDict':>9} {'vocab':>6} "
+        print(f"{'lang':<5} {'corpus MB':>9} {'paragraphs':>10} {'dev':>6} {'test':>6} {'FreeDict':>12} {'vocab':>6} "
               f"{'shared (CPU body)':>18} {'non-Latin':>9} {'+translit':>9} {'shared (MiniLM)':>16}")
         for lang in args.langs:
             corpus = args.data / "corpus" / f"{lang}.txt"
@@ -101,11 +101,8 @@ def main(argv: list[str] | None = None) -> int:
                 cells.append(f"{shared(folded, minilm):,} ({shared(folded, minilm) / len(folded):.1%})")
             if args.static:
                 cells.append(static_rows(corpus, Path(tmp, f"data-{lang}"), args.vocab))
-            freedict = FREEDICT_TO_ENGLISH.get(lang.split("-")[0], "unknown")
-            freedict = "?" if freedict == "unknown" else "no" if freedict is None else (
-                "from en" if freedict.startswith("eng-") else "yes")
             print(f"{lang:<5} {corpus.stat().st_size / 1e6:9.2f} {paragraphs:10,} {counts[0]:6,} {counts[1]:6,} "
-                  f"{freedict:>9} {len(cased):6,} {cells[0]:>18} {cells[1]:>9} {cells[2]:>9} "
+                  f"{freedict_direction(lang):>12} {len(cased):6,} {cells[0]:>18} {cells[1]:>9} {cells[2]:>9} "
                   f"{cells[3] if minilm is not None else '-':>16}" + (f"  static vectors: {cells[-1]}" if args.static
                                                                       else ""),
                   flush=True)

@@ -48,13 +48,23 @@ from English where it has none the other way (``eng-<xxx>``, which ``make_dictio
 where it has neither (Korean, Khmer, Chinese); checked with ``apt-cache search freedict``."""
 
 
-def freedict_says(lang: str) -> str:
-    """What ``FREEDICT_TO_ENGLISH`` knows of a language, in words."""
+def freedict_direction(lang: str) -> str:
+    """What ``FREEDICT_TO_ENGLISH`` knows of a language (a cut such as fi-small is its language): "to English", "from
+    English", "none" or "not checked"."""
     name = FREEDICT_TO_ENGLISH.get(lang.split("-")[0], "unknown")
     if name is None or name == "unknown":
         return {None: "none", "unknown": "not checked"}[name]
-    return f"dict-freedict-{name}" + (" (English to it: make_dictionaries.py reads it backwards)"
-                                      if name.startswith("eng-") else "")
+    return "from English" if name.startswith("eng-") else "to English"
+
+
+def freedict_says(lang: str) -> str:
+    """``freedict_direction`` with the package to build the list from."""
+    direction = freedict_direction(lang)
+    if direction in ("none", "not checked"):
+        return direction
+    return f"dict-freedict-{FREEDICT_TO_ENGLISH[lang.split('-')[0]]}" + (
+        " (from English: make_dictionaries.py reads it backwards)" if direction == "from English" else "")
+
 
 MASK = "ProductName"
 _SUITES = r"(?:LibreOfficeDev|LibreOffice|%PRODUCTNAME|OpenOffice\.org|StarOffice)"
