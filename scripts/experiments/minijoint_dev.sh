@@ -11,10 +11,10 @@
 #   aux-weight   MiniJoint pretrained with the second head's loss weighed 0.25, the top head's 0.75 (step1.aux_weight);
 #   aux-layer    MiniJoint pretrained with the second head after layer 3 of 6 (aux_layer; its mini-model 3 layers).
 #
-# Then the label-free probe (ds-minimodel align) over the control's two primaries: German dev sentences read with
-# each Step-2 checkpoint's rows, matched to their English pairs read with the body's own rows, after every layer. It
-# says where in the primary MiniJoint's rows (learned over layers 1-2 and the second head) stop aligning, which no
-# classifier can: $OUT/control/align-<system>.jsonl.
+# Then the label-free probe (ds-minimodel align) over the control's two primaries and each lever's MiniJoint: German
+# dev sentences read with each Step-2 checkpoint's rows, matched to their English pairs read with the body's own
+# rows, after every layer. It says where in the primary MiniJoint's rows (learned over layers 1-2 and the second
+# head) stop aligning, which no classifier can: $OUT/<part>/align-<system>.jsonl.
 #
 #   bash scripts/experiments/minijoint_dev.sh            # resumes where it stopped; --list: the jobs, nothing run
 #   python scripts/experiments/minijoint_table.py         # the table of what is finished (scores, speedups, probe)
@@ -63,12 +63,12 @@ for lever in long-step2 aux-weight aux-layer; do  # the control's data; long-ste
   "$PY" -m ds_minimodel pipeline --config "$OUT/$lever.json" "$@"
 done
 [ "${1:-}" = --list ] && exit 0
-C=$OUT/control
-for system in bl_base minijoint; do
-  primary=$([ $system = bl_base ] && echo base || echo minijoint)
-  [ -s "$C/align-$system.jsonl" ] || "$PY" -m ds_minimodel align \
-      --model "$(ls -d "$C/step1/$primary/checkpoints/step_"* | tail -1)" \
+for probe in control:bl_base control:minijoint long-step2:minijoint aux-weight:minijoint aux-layer:minijoint; do
+  part=${probe%%:*} system=${probe##*:}
+  P=$OUT/$part primary=$([ "$system" = bl_base ] && echo base || echo minijoint)
+  [ -s "$P/align-$system.jsonl" ] || "$PY" -m ds_minimodel align \
+      --model "$(ls -d "$P/step1/$primary/checkpoints/step_"* | tail -1)" \
       --source reference_data/tasks/lohelp/dev.en.jsonl --target reference_data/tasks/lohelp/dev.de.jsonl \
-      --embeddings "$C/step2/de/$system/checkpoints/step_"* > "$C/align-$system.jsonl.part" \
-    && mv "$C/align-$system.jsonl.part" "$C/align-$system.jsonl"
+      --embeddings "$P/step2/de/$system/checkpoints/step_"* > "$P/align-$system.jsonl.part" \
+    && mv "$P/align-$system.jsonl.part" "$P/align-$system.jsonl"
 done

@@ -2,8 +2,8 @@
 control and each lever, German dev accuracy (macro-F1) of BL_BASE and MiniJoint at update 0 and at Step 2's last
 checkpoint, the English dev score of the primary's classifier, and the Step-2 V100-days to 95% of the control
 BL_BASE's final score with the speedup over it (the paper's measure, interpolated between checkpoints as the
-pipeline's Table 3 is); then the alignment probe's top-1 after every layer of both control primaries, at update 0
-and at the last update.
+pipeline's Table 3 is); then the alignment probe's top-1 after every layer of both control primaries and of each
+lever's MiniJoint, at update 0 and at the last update.
 
     python scripts/experiments/minijoint_table.py [runs/minijoint-dev]
 
@@ -24,7 +24,9 @@ PARTS = ("control", "long-step2", "aux-weight", "aux-layer")
 LANG = "de"
 PRIMARY = {"bl_base": "base", "bl_small": "small", "minijoint": "minijoint", "minipost": "base"}
 """Each system's primary, as Step 3 names its classifiers (MiniPost's transfer is read by BL_BASE's)."""
-PROBED = ("bl_base", "minijoint")
+PROBED = (("control", "bl_base"), ("control", "minijoint"), ("long-step2", "minijoint"), ("aux-weight", "minijoint"),
+          ("aux-layer", "minijoint"))
+"""The probe's files, ``<part>/align-<system>.jsonl``, as minijoint_dev.sh writes them."""
 
 
 def macro_f1(results: Results, system: str, update: int) -> float | None:
@@ -72,8 +74,8 @@ def rows(out: Path) -> list[str]:
                          f"{cell(first.score, macro_f1(results, system, int(first.updates)))} | {int(last.updates)} | "
                          f"{cell(last.score, macro_f1(results, system, int(last.updates)))} | "
                          f"{'-' if cost is None else f'{cost:.3g}'} | {speedup} |")
-    for system in PROBED:
-        probe = out / "control" / f"align-{system}.jsonl"
+    for part, system in PROBED:
+        probe = out / part / f"align-{system}.jsonl"
         if not probe.is_file():
             lines.append(f"{probe}: not there yet")
             continue
@@ -81,7 +83,7 @@ def rows(out: Path) -> list[str]:
                          key=lambda r: r["step2_update"])
         for record in (records[0], records[-1]):
             top1 = record["top1"]
-            lines.append(f"probe {system} update {record['step2_update']}: top-1 % by layer 0..{len(top1) - 1}: "
+            lines.append(f"probe {part} {system} update {record['step2_update']}: top-1 % by layer 0..{len(top1) - 1}: "
                          + " ".join(f"{100 * t:.1f}" for t in top1))
     return lines
 

@@ -27,6 +27,8 @@ def test_each_part_is_read_against_the_control_bl_bases_target_and_the_probe_by_
     assert by_system["minijoint"].endswith("| - | never |")
     assert by_system["bl_base"].split(" | ")[2:4] == ["72.1", "42.2 (26.0)"]  # English dev; update 0 with macro-F1
     assert "| long-step2 | not scored yet |" in "\n".join(lines)
-    assert any(line.endswith("align-bl_base.jsonl: not there yet") for line in lines)
-    assert lines[-2:] == ["probe minijoint update 0: top-1 % by layer 0..1: 50.0 12.5",
-                          "probe minijoint update 600: top-1 % by layer 0..1: 50.0 25.0"]
+    assert any(line.endswith("control/align-bl_base.jsonl: not there yet") for line in lines)
+    assert any(line.endswith("aux-layer/align-minijoint.jsonl: not there yet") for line in lines)
+    probes = [line for line in lines if line.startswith("probe ")]
+    assert probes == ["probe control minijoint update 0: top-1 % by layer 0..1: 50.0 12.5",
+                      "probe control minijoint update 600: top-1 % by layer 0..1: 50.0 25.0"]
