@@ -12,7 +12,7 @@ from pathlib import Path
 
 from ds_minimodel.errors import InputError
 from ds_minimodel.model.encoder import MaskedLM
-from ds_minimodel.model.transforms import build_minipost, extract_minijoint
+from ds_minimodel.model.transforms import build_minipost, drop_aux_head, extract_minijoint
 from ds_minimodel.systems import Depths, System, systems_with_body
 from ds_minimodel.train.checkpoint import Kind
 
@@ -35,11 +35,12 @@ def _no_dual_head(model: MaskedLM, folder: Path) -> None:
 
 
 def _take_primary(model: MaskedLM, kind: Kind, folder: Path, system: System) -> MaskedLM:
-    _no_dual_head(model, folder)
+    """The whole pretrained model; a MiniJoint primary's second head is dropped (Step 2 reads the top head), so that
+    a system can adapt a MiniJoint model over all its layers, as BL_BASE adapts its own."""
     if kind in MINI_KINDS:
         raise InputError(f"{folder}: a {kind.value} model; --system {system.name} trains over a pretrained "
                          "model's body")
-    return model
+    return drop_aux_head(model)
 
 
 def _take_mini(model: MaskedLM, kind: Kind, folder: Path, system: System) -> MaskedLM:
@@ -58,7 +59,7 @@ def _take_step1b(model: MaskedLM, kind: Kind, folder: Path, system: System) -> M
 
 
 BODY = {b.name: b for b in (
-    Body("primary", _take_primary, lambda model, depths: model),
+    Body("primary", _take_primary, lambda model, depths: drop_aux_head(model)),
     Body("mini", _take_mini, lambda model, depths: extract_minijoint(model)),
     Body("step1b", _take_step1b, lambda model, depths: build_minipost(model, keep_layers=depths.keep,
                                                                       new_layers=depths.new)),

@@ -2,7 +2,8 @@
 section 2). No file is read or written here; ``model.surgery`` does that, and is the command.
 
 * MiniJoint (section 2.2): the mini-model is the bottom N layers, the secondary head and the shared embeddings of
-  the dual-head primary model (``extract_minijoint``).
+  the dual-head primary model (``extract_minijoint``); the whole primary under its top head alone is
+  ``drop_aux_head``.
 * MiniPost (section 2.2, Step 1b): the bottom N layers, the embeddings and the MLM head of a one-head primary with
   2 fresh layers between them; only the fresh layers train (``build_minipost``).
 * Step 2 trains only the token embeddings (tied with the output projection) and the per-token output bias over a
@@ -72,6 +73,17 @@ def extract_minijoint(model: MaskedLM) -> MaskedLM:
         state.update(_cloned(model, f"layers.{i}."))
     state.update(_cloned(model, f"heads.{AUX_HEAD}.", rename=f"heads.{MAIN_HEAD}."))
     return _assemble(model.cfg.replace(num_layers=n, aux_head_layer=None), state, model.training)
+
+
+def drop_aux_head(model: MaskedLM) -> MaskedLM:
+    """A dual-head primary without its second head: every layer, the embeddings and the top ("main") head, cloned,
+    so its logits equal the primary's main-head logits exactly. Step 2 over it is the standard adaptation of a
+    MiniJoint-pretrained model (all its layers, the top head), beside the one over its mini-model. A one-head model
+    comes back as it is."""
+    if model.cfg.aux_head_layer is None:
+        return model
+    state = {name: tensor for name, tensor in _cloned(model, "").items() if not name.startswith(f"heads.{AUX_HEAD}.")}
+    return _assemble(model.cfg.replace(aux_head_layer=None), state, model.training)
 
 
 def build_minipost(primary: MaskedLM, *, keep_layers: int = Depths.keep, new_layers: int = Depths.new,

@@ -9,7 +9,10 @@
 #   long-step2   MiniJoint's Step 2 for 1,540 updates over the control's mini-model (BL_BASE's 600 updates of Step-2
 #                compute: a MiniJoint update costs 39% of BL_BASE's);
 #   aux-weight   MiniJoint pretrained with the second head's loss weighed 0.25, the top head's 0.75 (step1.aux_weight);
-#   aux-layer    MiniJoint pretrained with the second head after layer 3 of 6 (aux_layer; its mini-model 3 layers).
+#   aux-layer    MiniJoint pretrained with the second head after layer 3 of 6 (aux_layer; its mini-model 3 layers);
+#   full-depth   the control's MiniJoint primary adapted as BL_BASE's is: Step 2 over all 6 layers and the top head
+#                (a system of this experiment's own, scripts/experiments/minijoint_full_system.py, a plugin). With
+#                the control it splits MiniJoint's gap into the jointly pretrained primary's part and the mini-model's.
 #
 # Then the label-free probe (ds-minimodel align) over the control's two primaries and each lever's MiniJoint: German
 # dev sentences read with each Step-2 checkpoint's rows, matched to their English pairs read with the body's own
@@ -19,7 +22,7 @@
 #   bash scripts/experiments/minijoint_dev.sh            # resumes where it stopped; --list: the jobs, nothing run
 #   python scripts/experiments/minijoint_table.py         # the table of what is finished (scores, speedups, probe)
 #
-# About 7 hours of this project's 2-core CPU (each Step 1 about 75 minutes at 4,400-4,700 tokens/s on two ranks, as
+# About 7.5 hours of this project's 2-core CPU (each Step 1 about 75 minutes at 4,400-4,700 tokens/s on two ranks, as
 # the reference run's were); each part resumes when run again. The control's Step 1 repeats the reference run's
 # (same config, seed and data): its logged losses can be compared with results/reference-focus/step1-*/metrics.jsonl.
 set -euo pipefail
@@ -27,6 +30,7 @@ cd "$(dirname "$0")/../.."
 OUT=${OUT:-runs/minijoint-dev} PY=${PYTHON:-.venv/bin/python}
 export DS_ACCELERATOR=${DS_ACCELERATOR:-cpu} OMP_NUM_THREADS=${OMP_NUM_THREADS:-1}
 export TORCH_EXTENSIONS_DIR=${TORCH_EXTENSIONS_DIR:-$PWD/.venv/torch_extensions} PATH="$PWD/.venv/bin:$PATH"
+export DS_MINIMODEL_PLUGINS=minijoint_full_system PYTHONPATH="$PWD/scripts/experiments${PYTHONPATH:+:$PYTHONPATH}"
 [ -f reference_data/lexicons/de-en.help.tsv ] && [ -f reference_data/corpus/de.txt ] || {
   echo "minijoint_dev.sh: reference_data is not unpacked: python scripts/unpack_reference_data.py" >&2; exit 2; }
 mkdir -p "$OUT"
@@ -46,16 +50,17 @@ configs = {
     "long-step2": {**base, "systems": ["minijoint"], "step2": {**base["step2"], "steps": 1540, "save_every": 220}},
     "aux-weight": {**base, "systems": ["minijoint"], "step1": {**base["step1"], "aux_weight": 0.25}},
     "aux-layer": {**base, "systems": ["minijoint"], "aux_layer": 3},
+    "full-depth": {**base, "systems": ["minijoint_full"]},
 }
 for name, config in configs.items():
     with open(f"{out}/{name}.json", "w", encoding="utf-8") as f:
         json.dump({**config, "out": f"{out}/{name}"}, f, indent=2)
 EOF
 "$PY" -m ds_minimodel pipeline --config "$OUT/control.json" "$@"
-for lever in long-step2 aux-weight aux-layer; do  # the control's data; long-step2 also its MiniJoint Steps 1 and 3
-  "$PY" -m ds_minimodel.pipeline.ownership "$OUT/$lever" "$OUT/$lever.json"
+for lever in long-step2 aux-weight aux-layer full-depth; do  # the control's data; long-step2 and full-depth also
+  "$PY" -m ds_minimodel.pipeline.ownership "$OUT/$lever" "$OUT/$lever.json"  # its MiniJoint Steps 1 and 3
   links=(data)
-  [ "$lever" = long-step2 ] && links+=(step1 step3)
+  case $lever in long-step2|full-depth) links+=(step1 step3) ;; esac
   for step in "${links[@]}"; do
     [ -e "$OUT/$lever/$step" ] || [ ! -e "$OUT/control/$step" ] || ln -s "$(realpath "$OUT/control/$step")" \
                                                                              "$OUT/$lever/$step"
@@ -63,7 +68,8 @@ for lever in long-step2 aux-weight aux-layer; do  # the control's data; long-ste
   "$PY" -m ds_minimodel pipeline --config "$OUT/$lever.json" "$@"
 done
 [ "${1:-}" = --list ] && exit 0
-for probe in control:bl_base control:minijoint long-step2:minijoint aux-weight:minijoint aux-layer:minijoint; do
+for probe in control:bl_base control:minijoint long-step2:minijoint aux-weight:minijoint aux-layer:minijoint \
+             full-depth:minijoint_full; do
   part=${probe%%:*} system=${probe##*:}
   P=$OUT/$part primary=$([ "$system" = bl_base ] && echo base || echo minijoint)
   [ -s "$P/align-$system.jsonl" ] || "$PY" -m ds_minimodel align \

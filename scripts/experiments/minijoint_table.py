@@ -20,12 +20,14 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 from ds_minimodel.pipeline.analysis import curves, time_to_target
 from ds_minimodel.pipeline.records import Results
 
-PARTS = ("control", "long-step2", "aux-weight", "aux-layer")
+PARTS = ("control", "long-step2", "aux-weight", "aux-layer", "full-depth")
 LANG = "de"
-PRIMARY = {"bl_base": "base", "bl_small": "small", "minijoint": "minijoint", "minipost": "base"}
-"""Each system's primary, as Step 3 names its classifiers (MiniPost's transfer is read by BL_BASE's)."""
+PRIMARY = {"bl_base": "base", "bl_small": "small", "minijoint": "minijoint", "minipost": "base",
+           "minijoint_full": "minijoint"}
+"""Each system's primary, as Step 3 names its classifiers (MiniPost's transfer is read by BL_BASE's; minijoint_full is
+the experiment's own, scripts/experiments/minijoint_full_system.py)."""
 PROBED = (("control", "bl_base"), ("control", "minijoint"), ("long-step2", "minijoint"), ("aux-weight", "minijoint"),
-          ("aux-layer", "minijoint"))
+          ("aux-layer", "minijoint"), ("full-depth", "minijoint_full"))
 """The probe's files, ``<part>/align-<system>.jsonl``, as minijoint_dev.sh writes them."""
 
 

@@ -112,6 +112,30 @@ def test_both_heads_on_the_top_layer_the_depth_studys_n_equal_to_the_depth() -> 
         assert mini.cfg.num_layers == TINY.num_layers and torch.equal(mini(**batch)[MAIN_HEAD], both[AUX_HEAD])
 
 
+def test_a_minijoint_primary_without_its_second_head_is_its_whole_body_under_the_top_head(tmp_path: Path) -> None:
+    """drop_aux_head: all layers and the main head, bit-identical logits, clones; the "primary" body (BL_BASE's kind
+    of Step 2) takes a MiniJoint checkpoint that way, so a system can adapt a MiniJoint model over all its layers."""
+    from ds_minimodel.model.bodies import BODY
+    from ds_minimodel.systems import get_system
+
+    primary = _perturbed(TINY_JOINT)
+    whole = transforms.drop_aux_head(primary)
+    assert whole.cfg == TINY_JOINT.replace(aux_head_layer=None) and set(whole.heads) == {MAIN_HEAD}
+    batch = _batch(SRC_VOCAB)
+    with torch.no_grad():
+        assert torch.equal(whole(**batch)[MAIN_HEAD], primary(**batch)[MAIN_HEAD])
+        whole.layers[-1].ffn_in.weight.add_(1.0)
+    assert not torch.equal(whole.layers[-1].ffn_in.weight, primary.layers[-1].ffn_in.weight)
+    one_head = MaskedLM(TINY)
+    assert transforms.drop_aux_head(one_head) is one_head
+
+    taken = BODY["primary"].take(primary, Kind.PRETRAINED, tmp_path, get_system("bl_base"))
+    assert taken.cfg.aux_head_layer is None and len(taken.layers) == TINY_JOINT.num_layers
+    with pytest.raises(InputError, match="trains over a pretrained model's body"):
+        BODY["primary"].take(transforms.extract_minijoint(primary), Kind.MINIJOINT_MINI, tmp_path,
+                             get_system("bl_base"))
+
+
 def test_extract_minijoint_refuses_a_one_head_model() -> None:
     with pytest.raises(InputError, match="aux"):
         transforms.extract_minijoint(MaskedLM(TINY))
