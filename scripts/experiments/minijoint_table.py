@@ -16,7 +16,9 @@ import statistics
 import sys
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+sys.path[:0] = [str(Path(__file__).resolve().parents[2]), str(Path(__file__).resolve().parent)]
+import minijoint_full_system  # noqa: F401  (registers the part full-depth's system, minijoint_full)
+
 from ds_minimodel.pipeline.analysis import curves, time_to_target
 from ds_minimodel.pipeline.records import Results
 

@@ -20,7 +20,15 @@ def test_each_part_is_read_against_the_control_bl_bases_target_and_the_probe_by_
     shutil.copy(REPO / "results/reference-wechsel/results.json", tmp_path / "control/results.json")
     probe = [{"step2_update": u, "top1": [0.5, t]} for u, t in ((600, 0.25), (0, 0.125))]
     (tmp_path / "control/align-minijoint.jsonl").write_text("".join(json.dumps(r) + "\n" for r in probe))
+    # The part full-depth's system is the experiment's own (a plugin the table script loads): MiniJoint's rows as
+    # another system name, read as any other.
+    results = json.loads((REPO / "results/reference-wechsel/results.json").read_text())
+    for key in ("zero_shot", "zero_shot_over_seeds"):
+        results[key] = [{**row, "system": "minijoint_full"} for row in results[key] if row["system"] == "minijoint"]
+    (tmp_path / "full-depth").mkdir()
+    (tmp_path / "full-depth/results.json").write_text(json.dumps(results))
     lines = minijoint_table.rows(tmp_path)
+    assert any(line.startswith("| full-depth | minijoint_full | ") and line.endswith("| - | never |") for line in lines)
     assert lines[0].endswith("(55.2) = 52.5")
     by_system = {line.split(" | ")[1]: line for line in lines if line.startswith("| control |")}
     assert by_system["minipost"].endswith("| 7.52e-06 | 1.78x |")
