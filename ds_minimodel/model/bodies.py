@@ -31,7 +31,8 @@ class Body:
 def _no_dual_head(model: MaskedLM, folder: Path) -> None:
     if model.cfg.aux_head_layer is not None:
         raise InputError(f"{folder}: a MiniJoint model (second head after layer {model.cfg.aux_head_layer}); adapt "
-                         f"it with --system {' or '.join(systems_with_body('mini'))}")
+                         f"its mini-model with --system {' or '.join(systems_with_body('mini'))}, or all its layers "
+                         f"with --system {' or '.join(systems_with_body('primary'))}")
 
 
 def _take_primary(model: MaskedLM, kind: Kind, folder: Path, system: System) -> MaskedLM:
@@ -65,6 +66,18 @@ BODY = {b.name: b for b in (
                                                                       new_layers=depths.new)),
 )}
 """Every body kind of ``systems.BODIES``, by name (the same kinds: tests/unit/test_surgery.py)."""
+
+
+def taken_from(model: MaskedLM, body: MaskedLM) -> str | None:
+    """The line Step 2 prints when ``body`` was taken from a MiniJoint primary ``model``: which of its two models
+    the new rows are learned through (None for a one-head model, taken as it is)."""
+    aux, total = model.cfg.aux_head_layer, model.cfg.num_layers
+    if aux is None:
+        return None
+    if body.cfg.num_layers < total:
+        return f"a MiniJoint primary: Step 2 trains through its mini-model (layers 1-{aux} and the second head)"
+    return (f"a MiniJoint primary: Step 2 trains through all {total} layers and the top head (the second head, "
+            f"after layer {aux}, is dropped)")
 
 
 def body_of(system: System) -> Body:

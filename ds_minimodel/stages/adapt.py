@@ -32,7 +32,7 @@ from ds_minimodel.data.streams import MLMBatchStream, PackedDataset, TokenShards
 from ds_minimodel.data.tokenizer import NUM_SPECIAL, AnyTokenizer, load_tokenizer, open_tokenizer
 from ds_minimodel.errors import InputError
 from ds_minimodel.model import hf
-from ds_minimodel.model.bodies import body_of
+from ds_minimodel.model.bodies import body_of, taken_from
 from ds_minimodel.model.embedding_init import (
     INITIALISERS,
     NEW_ROWS,
@@ -64,13 +64,18 @@ CHECKS = {"system": functools.partial(get_system, source=""), "init": one_of(INI
 """What the spec's annotations cannot say about its values (``specs.check_fields``)."""
 
 
-def load_body(system: str, folder: Path) -> tuple[MaskedLM, dict[str, Any]]:
-    """The frozen body for ``system`` (``model.bodies``): a dual-head primary is cut down to its mini-model here, a
-    Hugging Face folder is imported. A folder of the wrong kind for the system is refused."""
+def load_body(system: str, folder: Path,
+              say: Callable[[str], None] = lambda line: None) -> tuple[MaskedLM, dict[str, Any]]:
+    """The frozen body for ``system`` (``model.bodies``): a dual-head primary is cut down to its mini-model, or loses
+    its second head, here (``say`` is told which), a Hugging Face folder is imported. A folder of the wrong kind for
+    the system is refused."""
     entry = get_system(system)
     model, meta = load_mlm(folder)
     hf.require_trained_head(meta, folder, "Step 2 (new embeddings are learned through the MLM head)")
-    return body_of(entry).take(model, meta.kind, Path(folder), entry), meta
+    body = body_of(entry).take(model, meta.kind, Path(folder), entry)
+    if (line := taken_from(model, body)) is not None:
+        say(f"{folder}: {line}")
+    return body, meta
 
 
 def disable_dropout(model: nn.Module) -> None:
@@ -137,7 +142,13 @@ def build(spec: AdaptSpec, ctx: Context) -> Built:
     shards = TokenShards.open(spec.data)
     lang = spec.lang or Path(spec.data).resolve().name
     target = load_tokenizer({"path": str(tokenizer_path(spec.data)), "sha256": shards.tokenizer_sha256}, spec.data)
-    model, body_meta = load_body(spec.system, spec.body)
+    name = spec.run_name or f"{Step.ADAPT}-{lang}-{spec.system}"
+
+    def say(line: str) -> None:  # a silence of a minute or more ahead, or what was made of the body: rank 0 says it
+        if info.rank == 0:
+            print(f"[{name}] {line}", flush=True)
+
+    model, body_meta = load_body(spec.system, spec.body, say)
     source = load_tokenizer(body_meta.tokenizer_dict, spec.body)
     words = check_word_list_inputs(spec, source.sha256)
     if train_cfg.seq_len > model.cfg.max_positions:
@@ -148,12 +159,6 @@ def build(spec: AdaptSpec, ctx: Context) -> Built:
     generator = torch.Generator().manual_seed(spec.seed)
     source_embeddings, source_bias = extract_embeddings(model)
     static = aligned = None
-    name = spec.run_name or f"{Step.ADAPT}-{lang}-{spec.system}"
-
-    def say(line: str) -> None:  # a silence of a minute or more ahead: rank 0 says why
-        if info.rank == 0:
-            print(f"[{name}] {line}", flush=True)
-
     if entry.needs == {STATIC_VECTORS}:  # the target's alone (with a word list: both languages', aligned below)
         static = train_static_vectors(spec.data, target.pieces(), StaticSettings(seed=spec.seed,
                                                                                  rare=spec.rare_vectors), say=say)

@@ -136,6 +136,27 @@ def test_a_minijoint_primary_without_its_second_head_is_its_whole_body_under_the
                              get_system("bl_base"))
 
 
+def test_step2_says_which_of_a_minijoint_primarys_two_models_it_trains_through(tmp_path: Path) -> None:
+    """taken_from: the line Step 2 prints for a MiniJoint primary, per body; none for a one-head model. Step 1b's
+    body refuses a MiniJoint model naming both kinds of system that take one."""
+    from ds_minimodel.model.bodies import BODY, taken_from
+    from ds_minimodel.systems import get_system
+
+    primary = _perturbed(TINY_JOINT)
+    aux, total = TINY_JOINT.aux_head_layer, TINY_JOINT.num_layers
+    whole = BODY["primary"].take(primary, Kind.PRETRAINED, tmp_path, get_system("bl_base"))
+    mini = BODY["mini"].take(primary, Kind.PRETRAINED, tmp_path, get_system("minijoint"))
+    assert taken_from(primary, whole) == (f"a MiniJoint primary: Step 2 trains through all {total} layers and the "
+                                          f"top head (the second head, after layer {aux}, is dropped)")
+    assert taken_from(primary, mini) == (f"a MiniJoint primary: Step 2 trains through its mini-model (layers "
+                                         f"1-{aux} and the second head)")
+    one_head = MaskedLM(TINY)
+    assert taken_from(one_head, BODY["primary"].take(one_head, Kind.PRETRAINED, tmp_path, get_system("bl_base"))) \
+        is None
+    with pytest.raises(InputError, match=r"--system minijoint, or all its layers with --system bl_base"):
+        BODY["step1b"].take(primary, Kind.PRETRAINED, tmp_path, get_system("minipost"))
+
+
 def test_extract_minijoint_refuses_a_one_head_model() -> None:
     with pytest.raises(InputError, match="aux"):
         transforms.extract_minijoint(MaskedLM(TINY))
