@@ -72,9 +72,9 @@ for probe in control:bl_base control:minijoint long-step2:minijoint aux-weight:m
              full-depth:minijoint_full; do
   part=${probe%%:*} system=${probe##*:}
   P=$OUT/$part primary=$([ "$system" = bl_base ] && echo base || echo minijoint)
-  [ -s "$P/align-$system.jsonl" ] || "$PY" -m ds_minimodel align \
-      --model "$(ls -d "$P/step1/$primary/checkpoints/step_"* | tail -1)" \
+  [ -s "$P/align-$system.jsonl" ] && continue  # probed already
+  "$PY" -m ds_minimodel align --model "$(ls -d "$P/step1/$primary/checkpoints/step_"* | tail -1)" \
       --source reference_data/tasks/lohelp/dev.en.jsonl --target reference_data/tasks/lohelp/dev.de.jsonl \
-      --embeddings "$P/step2/de/$system/checkpoints/step_"* > "$P/align-$system.jsonl.part" \
-    && mv "$P/align-$system.jsonl.part" "$P/align-$system.jsonl"
+      --embeddings "$P/step2/de/$system/checkpoints/step_"* > "$P/align-$system.jsonl.part"
+  mv "$P/align-$system.jsonl.part" "$P/align-$system.jsonl"
 done
