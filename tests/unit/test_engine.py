@@ -77,7 +77,7 @@ def test_shipped_configs_parse_and_fit_their_clusters(name):
     config = load_ds_config(DS_CONFIGS / name)
     if name.startswith("finetune") or name == "cpu_bf16_finetune.json":
         assert resolve_batch(config, 1, source=name).global_batch == 32
-    elif name == "cpu_bf16_reference.json":  # the CPU reference experiment: 64 sequences over 2 ranks
+    elif name in ("cpu_bf16_reference.json", "cpu_fp32_reference.json"):  # the CPU reference: 64 over 2 ranks
         assert resolve_batch(config, 2, source=name).global_batch == 64
     elif name == "gpu_bf16_reference.json":  # the GPU reference experiment: 256 sequences on one GPU
         assert resolve_batch(config, 1, source=name).global_batch == 256
@@ -90,6 +90,13 @@ def test_shipped_configs_parse_and_fit_their_clusters(name):
         assert config["optimizer"]["params"]["lr"] == 7e-4
     else:
         assert resolve_batch(config, 2, source=name).global_batch == 32
+
+
+def test_the_fp32_reference_recipe_is_the_bf16_one_but_for_precision():
+    # For CPUs without native bf16 (emulated bf16 matrix products there run many times slower than fp32): the same
+    # run otherwise, so that a rebuild on such a machine changes the numbers' rounding, not the recipe.
+    bf16, fp32 = (json.loads((DS_CONFIGS / f"cpu_{kind}_reference.json").read_text()) for kind in ("bf16", "fp32"))
+    assert bf16.pop("bf16") == {"enabled": True} and fp32 == bf16
 
 
 def test_auto_schedule_lengths_follow_the_run():

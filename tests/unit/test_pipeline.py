@@ -577,3 +577,16 @@ def test_every_shipped_pipeline_config_loads_and_writes_to_a_folder_of_its_own()
     configs = sorted((Path(__file__).resolve().parents[2] / "configs").glob("*.json"))
     outs = [PipelineConfig.load(path).out for path in configs]
     assert len(configs) >= 8 and len(set(outs)) == len(outs), outs
+
+
+def test_the_fp32_continued_reference_is_the_bf16_run_but_for_precision():
+    # The continued MiniLM run for a CPU without native bf16: its own folder, the fp32 twins of the DeepSpeed files
+    # (Step 3's differs from cpu_bf16_finetune.json in precision and ZeRO stage only), every other setting the same.
+    configs = Path(__file__).resolve().parents[2] / "configs"
+    bf16, fp32 = (json.loads((configs / name).read_text()) for name in
+                  ("reference_minilm_continued.json", "reference_minilm_continued_fp32.json"))
+    twins = {"ds_configs/cpu_fp32_reference.json": "ds_configs/cpu_bf16_reference.json",
+             "ds_configs/cpu_finetune_pretrained.json": "ds_configs/cpu_bf16_finetune.json"}
+    for section in ("head", "step1b", "step2", "step3"):
+        fp32[section]["ds_config"] = twins[fp32[section]["ds_config"]]
+    assert fp32.pop("out") == bf16.pop("out") + "-fp32" and fp32 == bf16
