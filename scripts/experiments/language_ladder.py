@@ -24,7 +24,9 @@ Variants (``step2`` settings over the run's own): ``focus`` (no resource), ``foc
 and test pages: in-domain parallel text, every language), ``focus-freedict-anchors`` and ``focus-help-anchors`` (FOCUS
 with word anchors from either list: a piece that is a listed word copies its translation's row),
 ``wechsel-freedict-anchors`` and ``wechsel-help-anchors`` (WECHSEL with them), and each of these four with ``-fixed``
-(the copied and anchored rows kept as they start: ``freeze_copied``). Each variant's output is ``<out>/<variant>/``
+(the copied and anchored rows kept as they start: ``freeze_copied``). ``auto-help`` is what the pipeline chooses by
+itself (``"init": "auto"``) for a target given the help-page list: FOCUS with its word anchors, the run
+``focus-help-anchors`` makes, with the pipeline's line saying so. Each variant's output is ``<out>/<variant>/``
 (results.json, analysis/); run it again to resume. ``--steps`` shortens Step 2 (the run's 600 by default; its schedule
 decays to 0 at its last update, so a shorter Step 2 is not the longer one's early checkpoints). ``--list`` prints each
 pipeline's jobs and what is done, and starts nothing. ``--table`` prints, from the variants finished so far, each
@@ -53,6 +55,7 @@ VARIANTS = {
     "focus-help-anchors": {"init": "focus", "word_anchors": True},
     "wechsel-freedict-anchors": {"init": "wechsel", "word_anchors": True},
     "wechsel-help-anchors": {"init": "wechsel", "word_anchors": True},
+    "auto-help": {"init": "auto"},
 }
 VARIANTS.update({f"{name}-fixed": {**settings, "freeze_copied": True}
                  for name, settings in list(VARIANTS.items()) if name.endswith("-anchors")})

@@ -98,3 +98,17 @@ def test_a_language_is_prepared_once_and_linked_by_the_other_variants(tmp_path: 
     assert (tmp_path / "focus-ngrams" / "data" / "ja").resolve() == done.resolve()
     language_ladder.share_data(tmp_path, "focus", ["ja"])  # the variant that prepared it keeps its own
     assert not (tmp_path / "focus" / "data" / "ja").is_symlink()
+
+
+def test_auto_help_is_the_help_anchors_run_chosen_by_the_pipeline_itself(tmp_path: Path) -> None:
+    from ds_minimodel.pipeline.settings import PipelineConfig, target_init
+
+    chosen = {}
+    for variant in ("auto-help", "focus-help-anchors"):
+        cfg = language_ladder.config(BASE, variant, ["zh", "km"], tmp_path, test=True)
+        (tmp_path / f"{variant}.json").write_text(json.dumps(cfg))
+        loaded = PipelineConfig.load(tmp_path / f"{variant}.json")
+        chosen[variant] = [target_init(loaded.step2, target)[:2] for target in loaded.targets]
+        assert [t["word_list"] for t in cfg["targets"]] == ["reference_data/lexicons/zh-en.help.tsv",
+                                                            "reference_data/lexicons/km-en.help.tsv"]
+    assert chosen["auto-help"] == chosen["focus-help-anchors"] == [("focus", True)] * 2
