@@ -28,6 +28,7 @@ if [ -z "${CONFIG:-}" ]; then
   else CONFIG=configs/reference_minilm_continued_fp32.json
   fi
 fi
+[ -f "$CONFIG" ] || { echo "new_languages_test.sh: CONFIG=$CONFIG: no such file" >&2; exit 2; }
 RUN=$("$PY" -c "import json, sys; print(json.load(open(sys.argv[1]))['out'])" "$CONFIG")
 echo "new_languages_test.sh: the continued run $RUN ($CONFIG); languages ${LANGS[*]} into $TEST_OUT"
 python3 scripts/unpack_reference_data.py
