@@ -58,6 +58,7 @@ from ds_minimodel.stages.steps import LOSSES
 from ds_minimodel.systems import Step, get_system
 from ds_minimodel.train import checkpoint
 from ds_minimodel.train.engine import Stage
+from ds_minimodel.train.record import Record
 
 CHECKS = {"system": functools.partial(get_system, source=""), "init": one_of(INITIALISERS),
           "new_rows": one_of(NEW_ROWS)}
@@ -65,7 +66,7 @@ CHECKS = {"system": functools.partial(get_system, source=""), "init": one_of(INI
 
 
 def load_body(system: str, folder: Path,
-              say: Callable[[str], None] = lambda line: None) -> tuple[MaskedLM, dict[str, Any]]:
+              say: Callable[[str], None] = lambda line: None) -> tuple[MaskedLM, Record]:
     """The frozen body for ``system`` (``model.bodies``): a dual-head primary is cut down to its mini-model, or loses
     its second head, here (``say`` is told which), a Hugging Face folder is imported. A folder of the wrong kind for
     the system is refused."""

@@ -88,14 +88,29 @@ def cpu_has_native_bf16() -> bool:
     return torch.cpu._is_avx512_bf16_supported() or torch.cpu._is_amx_tile_supported()
 
 
+def fp32_twin(ds_config: dict[str, Any], path: Path) -> Path | None:
+    """The file beside ``path`` named with fp32 for bf16 (cpu_bf16_reference.json: cpu_fp32_reference.json) where it
+    holds ``ds_config`` but for the bf16 section, else None."""
+    twin = path.with_name(path.name.replace("bf16", "fp32", 1))
+    if twin == path or not twin.is_file():
+        return None
+    try:
+        same = load_ds_config(twin) == {key: value for key, value in ds_config.items() if key != "bf16"}
+    except InputError:
+        return None
+    return twin if same else None
+
+
 def bf16_notice(ds_config: dict[str, Any], source: Path | str, *, cuda: bool, native: bool) -> str | None:
     """What to say before a CPU run in bf16 on a CPU without native bf16, where its matrix products are emulated,
     several times slower than fp32 (README, "Testing"); None where there is nothing to say."""
     if cuda or native or not (ds_config.get("bf16") or {}).get("enabled"):
         return None
+    twin = fp32_twin(ds_config, Path(source))
+    instead = (f"{twin} is the same file in fp32" if twin is not None
+               else "ds_configs/cpu_fp32.json (or your config with bf16 off) trains the same stage in fp32")
     return (f"note: {source} trains in bf16, but this CPU ({torch.backends.cpu.get_cpu_capability()}) has no native "
-            "bf16 (AVX-512 BF16 or AMX): its matrix products will run several times slower than in fp32; "
-            "ds_configs/cpu_fp32.json (or your config with bf16 off) trains the same stage in fp32")
+            f"bf16 (AVX-512 BF16 or AMX): its matrix products will run several times slower than in fp32; {instead}")
 
 
 def run_stage(spec: RunSpec, build: Builder) -> Outcome:

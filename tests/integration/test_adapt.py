@@ -92,6 +92,16 @@ def test_step2_target_loss_falls_with_compact_checkpoints(adapted, primaries, mi
     assert {"loss", "flops", "v100_days"} <= set(events.Tags()["scalars"])
 
 
+def test_step2_says_it_learns_the_minijoint_rows_through_the_mini_model(demo_pipeline):
+    """Of the demo's four Step-2 runs only MiniJoint's is over a two-head primary, and it prints (in the pipeline's
+    output, from rank 0, once) that the rows are learned through the mini-model under the second head."""
+    aux = demo_pipeline["settings"]["aux_layer"]
+    lines = [line for line in demo_pipeline["stdout"].splitlines() if "a MiniJoint primary:" in line]
+    assert len(lines) == 1, lines
+    assert "minijoint" in lines[0]
+    assert lines[0].endswith(f"Step 2 trains through its mini-model (layers 1-{aux} and the second head)"), lines
+
+
 def test_step2_update_0_holds_the_initial_rows_and_resumes_exactly(adapted, primaries, demo_pipeline, tmp_path):
     """The update-0 checkpoint (where the time-to-target curves start) is the overlap-initialised rows at no cost,
     and a run that lost every later checkpoint resumes from it to the same final embeddings, bit for bit."""

@@ -145,6 +145,12 @@ def test_a_bf16_run_on_a_cpu_without_native_bf16_says_so_before_it_starts():
     notice = bf16_notice(bf16, "ds_configs/cpu_bf16_zero2.json", cuda=False, native=False)
     assert notice.startswith("note: ds_configs/cpu_bf16_zero2.json trains in bf16, but this CPU")
     assert "ds_configs/cpu_fp32.json" in notice
+    reference = Path(__file__).resolve().parents[2] / "ds_configs/cpu_bf16_reference.json"  # it has an fp32 twin
+    loaded = json.loads(reference.read_text())
+    notice = bf16_notice(loaded, reference, cuda=False, native=False)
+    assert notice.endswith(f"; {reference.with_name('cpu_fp32_reference.json')} is the same file in fp32"), notice
+    other = bf16_notice({**loaded, "gradient_clipping": 0.5}, reference, cuda=False, native=False)
+    assert "ds_configs/cpu_fp32.json" in other and "cpu_fp32_reference" not in other  # the file beside differs
     assert bf16_notice(bf16, "x.json", cuda=False, native=True) is None  # AVX-512 BF16 or AMX: nothing to say
     assert bf16_notice(bf16, "x.json", cuda=True, native=False) is None  # a GPU run
     assert bf16_notice({"bf16": {"enabled": False}}, "x.json", cuda=False, native=False) is None
