@@ -25,6 +25,7 @@ from ds_minimodel.ds_config import BatchSizes, fill_schedule, unchecked_bf16, us
 from ds_minimodel.errors import InputError, TrainingError
 from ds_minimodel.flops import to_gpu_days
 from ds_minimodel.train import checkpoint
+from ds_minimodel.train.distributed import skip_inference_comm_op
 from ds_minimodel.train.faults import (
     LossScaleWatch,
     StopSignals,
@@ -134,6 +135,9 @@ def build_engine(stage: Stage, ds_config: dict[str, Any], train_cfg: TrainConfig
         stage.model.activation_checkpointing = True
     config.update(train_batch_size=batch.global_batch, train_micro_batch_size_per_gpu=batch.micro,
                   gradient_accumulation_steps=batch.accumulation)
+    # deepspeed.initialize starts DeepSpeed's communication backend even over a group the caller started itself,
+    # and on CPU that backend would build its inference-only shared-memory op (about 100 s of g++ on a fresh machine)
+    skip_inference_comm_op()
     engine, _, _, _ = deepspeed.initialize(model=stage.model, config=config,
                                            model_parameters=stage.param_groups or stage.trainable_parameters())
     if train_cfg.compile:

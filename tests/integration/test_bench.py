@@ -121,12 +121,16 @@ print(json.dumps({"error": error, "finite": bool(torch.isfinite(model.weight).al
 def test_bf16_without_the_overflow_check_an_infinite_gradient_stops_the_run_before_its_weights_are_saved(tmp_path):
     # A real engine: with the check off DeepSpeed applies update 2's infinite gradient (the weights turn NaN while
     # that update's loss is finite), and update 2 is a save point; with it on, DeepSpeed skips the update.
-    found = {}
+    # Over a group the script starts itself, build_engine still keeps DeepSpeed from compiling its inference-only
+    # CPU op: an empty extension cache stays empty.
+    found, extensions = {}, tmp_path / "torch_extensions"
     for check in ("off", "on"):
         (tmp_path / check).mkdir()
         proc = run_cmd([sys.executable, "-c", AN_INFINITE_GRADIENT_UNDER_BF16_WITHOUT_THE_CHECK, str(tmp_path / check),
-                        check], env={"LOCAL_RANK": "0", "RANK": "0", "WORLD_SIZE": "1"})
+                        check], env={"LOCAL_RANK": "0", "RANK": "0", "WORLD_SIZE": "1",
+                                     "TORCH_EXTENSIONS_DIR": str(extensions)})
         found[check] = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert not extensions.exists() or not any(extensions.iterdir())
     off, on = found["off"], found["on"]
     assert "gradient norm inf at update 2" in off["error"] and "the last good checkpoint is none" in off["error"]
     assert not off["finite"] and off["saved"] == []
