@@ -50,7 +50,8 @@ class Sizes:
     step_caps: dict = dataclasses.field(default_factory=dict)
     """Upper bounds on the reference run's step counts (section -> steps; "epochs" for Step 3)."""
     sizing_micro: int | None = None
-    """Micro-batch of the reference shapes' timing (None: the reference configs' own)."""
+    """Micro-batch of the reference shapes' timing, and the global batch of the reference run's Steps 1, 1b and 2
+    and of the body (None: the reference configs' own)."""
     corpus_bytes: int | None = None
     """Read at most this much of each corpus (whole lines); None: all of it."""
     task_lines: int | None = None
@@ -67,7 +68,7 @@ TINY = Sizes(minutes=30, budgets=(("env", 120), ("tests", 300), ("bench", 600), 
              vocab=300, seq_len=32, warmup=0, updates=2, search=(1, 4), profile_micro=2, hf_max_batch=2, gemm=256,
              reference_preset="tiny", reference_vocab=1000, sizing_micro=2, compile=False, profile_levers=False,
              corpus_bytes=300_000, task_lines=400,
-             step_caps={"step1": 1, "step1b": 1, "step2": 2, "epochs": 0.02, "body": 2})
+             step_caps={"step1": 1, "step1b": 1, "step2": 2, "epochs": 0.01, "body": 2})
 
 
 

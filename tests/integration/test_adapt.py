@@ -14,7 +14,7 @@ from ds_minimodel.errors import InputError
 from ds_minimodel.model.loading import load_mlm
 from ds_minimodel.stages.specs import AdaptSpec
 from ds_minimodel.train import checkpoint
-from tests.integration.conftest import DEMO, REPO, run_cmd, torchrun_cmd
+from tests.integration.conftest import DEMO, REPO, run_cmd, small_batch, torchrun_cmd
 
 # One xdist worker runs every test of the shared demo pipeline, so that it is trained once
 # (scripts/test.sh runs 2 workers).
@@ -183,7 +183,7 @@ def test_focus_with_anchored_copies_over_two_bf16_zero2_ranks(primaries, de_data
 
     out = tmp_path / "focus"
     args = ["--system", "bl_base", "--body", str(primaries["base"]), "--data", str(de_data), "--init", "focus",
-            "--new-rows", "source", "--freeze-copied", "--ds-config", str(REPO / "ds_configs/cpu_bf16_zero2.json"),
+            "--new-rows", "source", "--freeze-copied", "--ds-config", str(small_batch("cpu_bf16_zero2.json", tmp_path)),
             "--out", str(out), "--seq-len", "64", "--steps", "8", "--save-every", "8", "--log-every", "4"]
     # Launched from a spec file (what the options say, as the pipeline writes it), through the real launcher.
     spec = spec_from_command_line(AdaptSpec, args, checks=adapt.CHECKS)

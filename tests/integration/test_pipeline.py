@@ -141,8 +141,9 @@ def test_swapping_english_embeddings_back_reproduces_english_scores(pipeline, tm
 
 
 def test_label_shares_agree_with_step_4_and_with_the_file(pipeline):
-    """scripts/experiments/label_shares.py (RESULTS.md's diagnosis of what a transferred classifier predicts): the same scores
-    as Step 4 for the same model, embeddings and file; shares of the file's real labels and of the predictions."""
+    """scripts/experiments/label_shares.py (RESULTS.md's diagnosis of what a transferred classifier predicts): the
+    same scores as Step 4 for the same model, embeddings and file; shares of the file's real labels and of the
+    predictions."""
     out = pipeline["out"]
     model = finetuned(out, "base", SEEDS[0])
     embeddings = checkpoint.latest_checkpoint(out / "step2/de/bl_base")

@@ -15,7 +15,7 @@ from ds_minimodel.model.loading import load_mlm
 from ds_minimodel.model.losses import mlm_step
 from ds_minimodel.model.transforms import build_minipost
 from ds_minimodel.stages.specs import PretrainSpec
-from tests.integration.conftest import REPO, deepspeed_cmd, run_cmd, torchrun_cmd
+from tests.integration.conftest import REPO, deepspeed_cmd, run_cmd, small_batch, torchrun_cmd
 
 TINY = ["--preset", "tiny", "--seq-len", "64", "--ds-config", "ds_configs/cpu_fp32.json"]
 
@@ -194,8 +194,8 @@ def test_active_forgetting_resets_embeddings_and_their_optimizer_state_at_multip
 
     monkeypatch.setattr(pretrain, "ActiveForgetting", Watched)
     monkeypatch.chdir(REPO)
-    pretrain.run(PretrainSpec(variant="minijoint", preset="tiny", seq_len=64, ds_config=Path(f"ds_configs/{ds_config}"),
-                              data=en_data, out=tmp_path / "run", steps=8, save_every=4, forget_every=3))
+    pretrain.run(PretrainSpec(variant="minijoint", preset="tiny", seq_len=64, data=en_data, out=tmp_path / "run",
+                              ds_config=small_batch(ds_config, tmp_path), steps=8, save_every=4, forget_every=3))
     bf16 = "bf16" in ds_config
     for step, s in seen.items():
         reset = step in (3, 6)
@@ -212,8 +212,9 @@ def test_active_forgetting_resets_embeddings_and_their_optimizer_state_at_multip
 
 
 def test_active_forgetting_resumes_exactly_across_a_reset(en_data, tmp_path):
-    common = ["--variant", "minijoint", *TINY, "--ds-config", "ds_configs/cpu_bf16_zero2.json", "--data",
-              str(en_data), "--save-every", "3", "--log-every", "1", "--forget-every", "2"]
+    bf16 = small_batch("cpu_bf16_zero2.json", tmp_path)
+    common = ["--variant", "minijoint", *TINY, "--ds-config", str(bf16), "--data", str(en_data), "--save-every", "3",
+              "--log-every", "1", "--forget-every", "2"]
     straight, stopped = tmp_path / "straight", tmp_path / "stopped"
     run_cmd(pretrain_cmd(2, *common, "--out", str(straight), "--steps", "6"))
     run_cmd(pretrain_cmd(2, *common, "--out", str(stopped), "--steps", "3"))

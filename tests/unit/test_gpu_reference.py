@@ -71,7 +71,7 @@ def test_a_subset_of_systems_plans_only_their_jobs_and_caps_hold(tmp_path):
     assert plan["jobs"] == 1 + 2 + 1  # BL_BASE's Step 1, Step 2 in two languages, Step 3
     assert plan["steps"]["step1"] == int(SHARES["step1"] * plan["train_s"] / (SECONDS["step1"] + 0.03))
     tiny = plan_reference(fake_run(600, TINY), cfg, SIZING)
-    assert tiny["steps"] == {"step1": 1, "step1b": 1, "step2": 2} and tiny["epochs"] == 0.02
+    assert tiny["steps"] == {"step1": 1, "step1b": 1, "step2": 2} and tiny["epochs"] == 0.01
     assert tiny["body_steps"] == 2
     # Too little time: no training time left, and the floors say so (the part then runs no pipeline).
     short = plan_reference(fake_run(100, dataclasses.replace(GPU)), cfg, SIZING)
