@@ -18,6 +18,6 @@ fi
 # Byte-compile the package (installed editable, so pip compiled none of it). Where PYTHONDONTWRITEBYTECODE is set
 # (some CI images and sandboxes), Python would otherwise compile its modules again in every process a run or the test
 # suite starts (0.15 s of CPU for the 66 modules a training process imports, on a 2-core AVX2 machine; the suite
-# starts several hundred processes). Reading is not writing: the variable leaves cached files in use, and a changed
+# starts over 200 processes). Reading is not writing: the variable leaves cached files in use, and a changed
 # source is compiled afresh in memory.
 PYTHONDONTWRITEBYTECODE= .venv/bin/python -m compileall -q ds_minimodel >/dev/null || true

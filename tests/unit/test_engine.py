@@ -210,8 +210,9 @@ def test_an_updates_figures_are_reduced_in_one_all_reduce_the_same_on_every_rank
 
 def test_deepspeeds_inference_comm_op_is_not_built_for_training_on_cpu(monkeypatch):
     """On the CPU accelerator the shared-memory op that only tensor-parallel inference uses is marked incompatible,
-    so init_distributed neither compiles nor loads it (the end to end check, an empty extension cache staying empty
-    through a launch: tests/integration/test_cluster.py)."""
+    so init_distributed neither compiles nor loads it (the end to end checks, an empty extension cache staying empty
+    through a launch and through build_engine over a group a script started: tests/integration/test_pretrain.py,
+    test_bench.py)."""
     import deepspeed.ops
     from deepspeed.comm.torch import build_shm_op
 
