@@ -69,7 +69,7 @@ def reference_shape(run: Run) -> dict[str, Any]:
             "ds": ds_config(run, "reference", base=config.step1.ds_config),
             "ds3": ds_config(run, "reference_step3", base=config.step3.ds_config),
             "body_preset": run.sizes.reference_preset or "reference",
-            "body_micro": run.sizes.sizing_micro or read_json(REPO / cpu_ds)["train_batch_size"],
+            "body_micro": read_json(REPO / cpu_ds)["train_batch_size"],
             "body_ds": ds_config(run, "body", base=cpu_ds, batch=run.sizes.sizing_micro)}
 
 
