@@ -24,7 +24,7 @@ from tests.integration.hosts import Slurm, why_no_slurm
 # Timing-bound (peers lost within a timeout, Slurm's timers): in one xdist worker, one after another.
 pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("timing")]
 
-STEP1_UPDATES = 100
+STEP1_UPDATES = 60
 
 
 @pytest.fixture(scope="module")
@@ -78,7 +78,7 @@ def test_submitted_chain_runs_in_order_and_a_signalled_job_requeues_and_resumes(
 
     # Step 1 gets SIGUSR1 before its one-minute limit and requeues itself. slurmctld sends that signal from a
     # timer with a 30-s period (it came 18-27 s into such a job here), so a job on a quick machine can finish before
-    # it fires. If it has not come by update 40, the test sends what slurmctld sends at that moment, SIGUSR1 to the
+    # it fires. If it has not come by update 20, the test sends what slurmctld sends at that moment, SIGUSR1 to the
     # job's steps (scancel --signal=USR1); either way the job's handling is the same. The rerun gets a longer limit
     # so that the test needs one requeue, not three.
     deadline, extended, signalled_by_test = time.monotonic() + 400, False, False
@@ -87,7 +87,7 @@ def test_submitted_chain_runs_in_order_and_a_signalled_job_requeues_and_resumes(
         states = {name: job_fields(slurm, job_id) for name, job_id in ids.items()}
         step1 = states["step1-base"][0]
         text = step1_log.read_text(errors="replace") if step1_log.exists() else ""
-        if (not signalled_by_test and int(step1.get("Restarts", 0)) == 0 and "update 40 loss" in text
+        if (not signalled_by_test and int(step1.get("Restarts", 0)) == 0 and "update 20 loss" in text
                 and "SIGUSR1" not in text):
             slurm.command("scancel", "--signal=USR1", ids["step1-base"])
             signalled_by_test = True

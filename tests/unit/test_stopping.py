@@ -111,7 +111,7 @@ def test_ctrl_c_while_data_is_prepared_is_one_line_and_exit_130(tmp_path, comman
     """A terminal's Ctrl-C reaches the whole process group, the encoding workers included: one line, no traceback
     from any of them (issue 49: 27 lines of KeyboardInterrupt), and no worker left holding the pipes (a CI run: a
     Ctrl-C between two corpora stranded one); from the pipeline and from ``ds-minimodel prepare`` alike. The English
-    corpus is the demo's eight times over, so that its encoding lasts a few seconds and the signal lands in it on any
+    corpus is the demo's 24 times over, so that its encoding lasts seconds and the signal lands in it on any
     machine (the demo's own took under 0.5 s, and a signal after the end killed the finished process instead); its
     tokenizer is trained on the demo's (as quick)."""
     import json
@@ -123,7 +123,7 @@ def test_ctrl_c_while_data_is_prepared_is_one_line_and_exit_130(tmp_path, comman
     config = json.loads((repo / "configs/demo.json").read_text())
     demo = repo / config["source"]["corpus"]
     corpus = tmp_path / "en.txt"
-    corpus.write_bytes(demo.read_bytes() * 8)
+    corpus.write_bytes(demo.read_bytes() * 24)
     tokenizer = train_sentencepiece(demo, tmp_path / "spm", vocab_size=config["vocab_size"])
     data = tmp_path / "out" / "data"
     if command == "pipeline":
@@ -146,7 +146,10 @@ def test_ctrl_c_while_data_is_prepared_is_one_line_and_exit_130(tmp_path, comman
         while not list(data.glob(".en.tmp-*")):  # its staging folder: English is being encoded
             assert proc.poll() is None and time.monotonic() < deadline, proc.communicate()
             time.sleep(0.02)
-        time.sleep(0.3)
+        # ... by the pool's workers (forked once the folder is made) where the machine has more than one core
+        forked_by = time.monotonic() + 2
+        while not psutil.Process(proc.pid).children() and time.monotonic() < forked_by:
+            time.sleep(0.01)
         os.killpg(proc.pid, signal.SIGINT)
         _, err = proc.communicate(timeout=60)  # returns once every process holding the pipes has ended
     finally:  # nothing of it left behind, whatever failed
