@@ -146,16 +146,23 @@ def test_ctrl_c_while_data_is_prepared_is_one_line_and_exit_130(tmp_path, comman
         while not list(data.glob(".en.tmp-*")):  # its staging folder: English is being encoded
             assert proc.poll() is None and time.monotonic() < deadline, proc.communicate()
             time.sleep(0.02)
-        # ... by the pool's workers (forked once the folder is made) where the machine has more than one core
-        forked_by = time.monotonic() + 2
-        while not psutil.Process(proc.pid).children() and time.monotonic() < forked_by:
-            time.sleep(0.01)
+        # ... by the pool's workers (one per core, forked once the folder is made) where there is more than one core
+        seen, cores = time.monotonic(), len(os.sched_getaffinity(0))
+        while len(psutil.Process(proc.pid).children()) < cores > 1 and time.monotonic() < seen + 2:
+            time.sleep(0.005)
+        # Frozen, so that the signal lands in the encoding however busy the machine is (a suite run on 2 loaded
+        # cores once saw the encoding end before the signal), and only once every worker is forked (a worker forked
+        # as the group was stopped stayed stopped when it was continued).
+        os.killpg(proc.pid, signal.SIGSTOP)
+        frozen = time.monotonic() - seen
+        assert not (data / "en" / "meta.json").exists(), f"English was encoded whole {frozen:.2f} s after its folder"
         os.killpg(proc.pid, signal.SIGINT)
+        os.killpg(proc.pid, signal.SIGCONT)
         _, err = proc.communicate(timeout=60)  # returns once every process holding the pipes has ended
     finally:  # nothing of it left behind, whatever failed
         with contextlib.suppress(ProcessLookupError):
             os.killpg(proc.pid, signal.SIGKILL)
-    assert not (data / "en" / "meta.json").exists(), "English was encoded whole before the signal: lengthen it"
+    assert not (data / "en" / "meta.json").exists(), "the encoding went on to its end after the signal"
     assert proc.returncode == 130 and "Traceback" not in err, err[-3000:]
     assert [line for line in err.splitlines() if "stopped" in line or "interrupted" in line] == [said], err[-3000:]
     assert not list(data.glob(".en.tmp-*"))  # the staging folder went with it
