@@ -19,4 +19,6 @@ export PATH="$PWD/.venv/bin:$PATH"
 # Two pytest workers (pytest-xdist): the suite alone keeps 2 cores busy only 60% of the time (many of its runs are
 # one process, or wait on a timer). Tests that share the demo pipeline, and the timing-bound cluster tests, each stay
 # in one worker (xdist_group marks). DS_MINIMODEL_TEST_WORKERS=0 runs everything in this process.
-exec .venv/bin/python -m pytest -n "${DS_MINIMODEL_TEST_WORKERS:-2}" --dist loadgroup "$@"
+# tests/cpu_report.py adds --cpu-report=FILE (where the CPU goes, test by test): a plugin named here, not in a
+# conftest, since an xdist worker parses its options before it finds tests/conftest.py.
+exec .venv/bin/python -m pytest -n "${DS_MINIMODEL_TEST_WORKERS:-2}" --dist loadgroup -p tests.cpu_report "$@"

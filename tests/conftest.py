@@ -25,12 +25,3 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         if "gpu" in item.keywords:
             item.add_marker(skip)
 
-
-# --- where the suite's CPU goes (all tiers): --cpu-report FILE, tests/cpu_report.py --------------------------------
-
-from tests.cpu_report import (  # noqa: F401  (hooks, found by name)
-    pytest_addoption,
-    pytest_configure,
-    pytest_runtest_protocol,
-    pytest_terminal_summary,
-)

@@ -6,7 +6,12 @@ starts and ends), with the test's wall clock. Under pytest-xdist each worker app
 prints the totals and the tests that took the most. Processes a test did not wait for (daemons such as the Slurm
 test's slurmd and the jobs they run) are not counted.
 
-    bash scripts/test.sh --cpu-report runs/cpu.jsonl
+    bash scripts/test.sh --cpu-report=runs/cpu.jsonl
+    python -m pytest -p tests.cpu_report --cpu-report=runs/cpu.jsonl tests/unit     # without scripts/test.sh
+
+With ``=``: pytest chooses its rootdir and ini file before it loads this plugin, reading a separate FILE that exists
+as a test path (a second run with ``--cpu-report /tmp/cpu.jsonl`` gave the xdist workers /tmp as their rootdir and
+no setup.cfg), so the other form is refused.
 """
 from __future__ import annotations
 
@@ -27,6 +32,9 @@ def pytest_addoption(parser: pytest.Parser) -> None:
 
 def pytest_configure(config: pytest.Config) -> None:
     path = config.getoption("cpu_report")
+    if path is not None and "--cpu-report" in config.invocation_params.args:
+        raise pytest.UsageError(f"--cpu-report {path}: write --cpu-report={path} (pytest would read a separate "
+                                "file name as a test path when it chooses its rootdir and ini file)")
     if path is not None and not hasattr(config, "workerinput"):  # the controller (or the only process) starts it
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text("")
