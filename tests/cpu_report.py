@@ -1,4 +1,4 @@
-"""``--cpu-report FILE``: where the suite's CPU goes, test by test.
+"""``--cpu-report=FILE``: where the suite's CPU goes, test by test.
 
 One JSON line per test: the CPU seconds of the process that ran it (setup, call and teardown, so a session fixture
 counts in the first test that uses it) and of the child processes it waited for (every launcher and rank a test
@@ -26,8 +26,8 @@ import pytest
 
 def pytest_addoption(parser: pytest.Parser) -> None:
     parser.addoption("--cpu-report", metavar="FILE", type=Path,
-                     help="append one JSON line per test to FILE: CPU seconds of its process and of the child "
-                          "processes it waited for, and wall seconds; the end of the run prints the largest")
+                     help="write one JSON line per test to FILE (emptied first): CPU seconds of its process and of "
+                          "the child processes it waited for, and wall seconds; the run's end prints the largest")
 
 
 def pytest_configure(config: pytest.Config) -> None:
