@@ -117,6 +117,7 @@ def test_ctrl_c_while_data_is_prepared_is_one_line_and_exit_130(tmp_path, comman
     import json
     from pathlib import Path
 
+    from ds_minimodel.data.shards import _available_cores
     from ds_minimodel.data.tokenizer import train_sentencepiece
 
     repo = Path(__file__).resolve().parents[2]
@@ -146,9 +147,10 @@ def test_ctrl_c_while_data_is_prepared_is_one_line_and_exit_130(tmp_path, comman
         while not list(data.glob(".en.tmp-*")):  # its staging folder: English is being encoded
             assert proc.poll() is None and time.monotonic() < deadline, proc.communicate()
             time.sleep(0.02)
-        # ... by the pool's workers (one per core, forked once the folder is made) where there is more than one core
-        seen, cores = time.monotonic(), len(os.sched_getaffinity(0))
-        while len(psutil.Process(proc.pid).children()) < cores > 1 and time.monotonic() < seen + 2:
+        # ... by the pool's workers (as many as prepare's default, forked once the folder is made) where that is more
+        # than one
+        seen, workers = time.monotonic(), _available_cores()
+        while len(psutil.Process(proc.pid).children()) < workers > 1 and time.monotonic() < seen + 2:
             time.sleep(0.005)
         # Frozen, so that the signal lands in the encoding however busy the machine is (a suite run on 2 loaded
         # cores once saw the encoding end before the signal), and only once every worker is forked (a worker forked
