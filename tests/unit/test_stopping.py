@@ -139,12 +139,16 @@ def test_ctrl_c_while_data_is_prepared_is_one_line_and_exit_130(tmp_path, comman
         args = ["prepare", "--corpus", str(corpus), "--out", str(data / "en"), "--tokenizer", str(tokenizer)]
         said = (f"ds-minimodel prepare: interrupted; what it finished in {data / 'en'} is kept, the shards it was "
                 "writing are removed: run the same command again to finish")
-    # SIGINT at its default, as a terminal's foreground job has it: a suite started in the background by a
-    # non-interactive shell (`cmd &`) passes SIGINT on ignored, and Python then leaves it ignored (a whole encoding).
-    proc = subprocess.Popen([sys.executable, "-m", "ds_minimodel", *args], cwd=repo,
-                            env={**os.environ, "DS_ACCELERATOR": "cpu"}, stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True, start_new_session=True,
-                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
+    # SIGINT at its default in the child, as a terminal's foreground job has it: a suite started in the background
+    # by a non-interactive shell (`cmd &`) has SIGINT ignored, a child inherits that, and Python leaves it ignored (the
+    # encoding then ran whole). Caught here, it is at its default after the child's exec.
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
+    try:
+        proc = subprocess.Popen([sys.executable, "-m", "ds_minimodel", *args], cwd=repo,
+                                env={**os.environ, "DS_ACCELERATOR": "cpu"}, stdout=subprocess.PIPE,
+                                stderr=subprocess.PIPE, text=True, start_new_session=True)
+    finally:
+        signal.signal(signal.SIGINT, previous)
     deadline = time.monotonic() + 120
     try:
         while not list(data.glob(".en.tmp-*")):  # its staging folder: English is being encoded
