@@ -50,15 +50,19 @@ def local_command(launcher: str, ranks: int, master_port: int, script: str, args
                   verbose: bool = False) -> list[str]:
     """``ranks`` processes of ``script`` on this machine: through the ``deepspeed`` launcher, or through PyTorch's
     ``torchrun``, which starts one interpreter (and one import of DeepSpeed) fewer and passes SIGTERM on to the
-    ranks, which save and exit. The deepspeed launcher logs errors only (on one machine its INFO lines repeat the
-    command and its warning says there is no hostfile, every launch), all it has with ``verbose``."""
+    ranks, which save and exit, or (CPU ranks only) forked from one interpreter that imported everything once
+    (``forkrun``). The deepspeed launcher logs errors only (on one machine its INFO lines repeat the command and its
+    warning says there is no hostfile, every launch), all it has with ``verbose``."""
+    if launcher == "fork":
+        return [sys.executable, "-m", "ds_minimodel.stages.forkrun", "--nproc", str(ranks), "--master-port",
+                str(master_port), script, *args]
     if launcher == "torchrun":
         return [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", str(ranks), "--master_port",
                 str(master_port), script, *args]
     if launcher == "deepspeed":
         return [deepspeed_runner(), "--num_gpus", str(ranks), "--master_port", str(master_port),
                 f"--log_level={'info' if verbose else 'error'}", script, *args]
-    raise ValueError(f"launcher must be 'deepspeed' or 'torchrun', got {launcher!r}")
+    raise ValueError(f"launcher must be 'deepspeed', 'torchrun' or 'fork', got {launcher!r}")
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -34,8 +34,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--only", metavar="JOB", help="run one job of the plan (see --list), e.g. step2-minijoint")
     p.add_argument("--lang", help="with --only step2-*: just this target language")
     p.add_argument("--launcher", choices=LAUNCHERS, default="deepspeed",
-                   help="how training ranks start on this machine: the deepspeed launcher or PyTorch's torchrun; "
-                        "or srun inside a batch job")
+                   help="how training ranks start on this machine: the deepspeed launcher, PyTorch's torchrun, or "
+                        "(CPU ranks only) fork: forked from one process that imports torch and DeepSpeed once, "
+                        "seconds sooner per launch on a machine with few cores; or srun inside a batch job")
     p.add_argument("--list", action="store_true", help="print the jobs, what each needs and whether it is done "
                    "(a Step-2 job: for which languages), then exit")
     p.add_argument("--verbose", action="store_true", help="the deepspeed launcher's own INFO and warning lines "

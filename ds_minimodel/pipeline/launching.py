@@ -19,7 +19,7 @@ from ds_minimodel.pipeline.workers import Workers, job_env, launch_command
 from ds_minimodel.stages.specs import RunSpec
 from ds_minimodel.train import checkpoint
 
-LAUNCHERS = ("deepspeed", "torchrun", "srun")
+LAUNCHERS = ("deepspeed", "torchrun", "fork", "srun")
 
 
 def launch(script: str, args: list[str], ranks: int, launcher: str = "deepspeed", *, verbose: bool = False,
@@ -29,7 +29,7 @@ def launch(script: str, args: list[str], ranks: int, launcher: str = "deepspeed"
     that file, appended at each launch, and is echoed here (``run_logged``). The job runs in a session of its own and
     a signal to the pipeline is passed on to it (``stopping``).
 
-    ``deepspeed`` or ``torchrun``: ``ranks`` processes on this machine (``launch.local_command``; one process when
+    ``deepspeed``, ``torchrun`` or ``fork`` (CPU only): ``ranks`` processes on this machine (``launch.local_command``; one process when
     ``ranks`` is 1). ``srun``: one task per rank of the enclosing batch job's allocation (its nodes x tasks per
     node); ranks find each other from the SLURM_* variables (``ds_minimodel.cluster.slurm.rank_env``), and the job's
     pre-timeout SIGUSR1 reaches every rank. ``verbose``: the launcher's own INFO lines too.

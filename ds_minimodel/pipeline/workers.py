@@ -46,25 +46,11 @@ def launch_command(script: str, args: list[str], ranks: int, launcher: str, *, v
     return local_command(launcher, ranks, free_port(), script, args, verbose=verbose)
 
 
-# DeepSpeed's accelerators other than CUDA, by the package each needs (deepspeed.accelerator.real_accelerator).
-_OTHER_ACCELERATORS = ("intel_extension_for_pytorch", "torch_npu", "torch_sdaa", "habana_frameworks", "torch_mlu",
-                       "torch_supa", "torch_xmlir")
-
-
-def cpu_only() -> bool:
-    """Whether DeepSpeed would find no accelerator here and fall back to the CPU (saying so in every process)."""
-    import importlib.util
-
-    import torch
-
-    mps = getattr(torch.backends, "mps", None)
-    return (not torch.cuda.is_available() and not (mps is not None and mps.is_available())
-            and not any(importlib.util.find_spec(name) for name in _OTHER_ACCELERATORS))
-
-
 def job_env() -> dict[str, str]:
     """This process's environment without a rank's variables (a job's ranks get their own), and DeepSpeed told it
     runs on the CPU where it would find no accelerator (else each process says it fell back to the CPU)."""
+    from ds_minimodel.train.distributed import cpu_only  # torch, once a job is to start
+
     env = {k: v for k, v in os.environ.items()
            if k not in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT")}
     if "DS_ACCELERATOR" not in env and cpu_only():

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import datetime
+import importlib.util
 import os
 import re
 import sys
@@ -28,6 +29,18 @@ class DistInfo:
 
 
 DEFAULT_DIST_TIMEOUT = datetime.timedelta(minutes=5)
+
+
+# DeepSpeed's accelerators other than CUDA, by the package each needs (deepspeed.accelerator.real_accelerator).
+_OTHER_ACCELERATORS = ("intel_extension_for_pytorch", "torch_npu", "torch_sdaa", "habana_frameworks", "torch_mlu",
+                       "torch_supa", "torch_xmlir")
+
+
+def cpu_only() -> bool:
+    """Whether DeepSpeed would find no accelerator here and fall back to the CPU (saying so in every process)."""
+    mps = getattr(torch.backends, "mps", None)
+    return (not torch.cuda.is_available() and not (mps is not None and mps.is_available())
+            and not any(importlib.util.find_spec(name) for name in _OTHER_ACCELERATORS))
 
 
 def init_distributed(timeout: datetime.timedelta = DEFAULT_DIST_TIMEOUT) -> DistInfo:

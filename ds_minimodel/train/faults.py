@@ -143,14 +143,15 @@ def owner_process() -> tuple[int, str] | None:
 
 
 def _launcher_pids() -> list[int]:
-    """The launcher processes this rank lives under, nearest first: torchrun's agent, or DeepSpeed's per-node
-    ``deepspeed.launcher.launch`` and the ``deepspeed`` runner above it. Empty for a rank started any other way
-    (plain python, mpirun, srun), whose lifetime the shell or the job system owns."""
+    """The launcher processes this rank lives under, nearest first: torchrun's agent, the fork launcher
+    (``stages.forkrun``), or DeepSpeed's per-node ``deepspeed.launcher.launch`` and the ``deepspeed`` runner above
+    it. Empty for a rank started any other way (plain python, mpirun, srun), whose lifetime the shell or the job
+    system owns."""
     if "LOCAL_RANK" not in os.environ:
         return []
     parent = os.getppid()
     command = _cmdline(parent)
-    if "torchrun" in command or "torch.distributed.run" in command:
+    if any(name in command for name in ("torchrun", "torch.distributed.run", "ds_minimodel.stages.forkrun")):
         return [parent]
     if "deepspeed.launcher.launch" not in command:
         return []

@@ -14,7 +14,7 @@ from ds_minimodel.errors import InputError
 from ds_minimodel.model.loading import load_mlm
 from ds_minimodel.stages.specs import AdaptSpec
 from ds_minimodel.train import checkpoint
-from tests.integration.conftest import DEMO, REPO, run_cmd, small_batch, torchrun_cmd
+from tests.integration.conftest import DEMO, REPO, fork_cmd, run_cmd, small_batch
 
 # One xdist worker runs every test of the shared demo pipeline, so that it is trained once
 # (scripts/test.sh runs 2 workers).
@@ -124,7 +124,7 @@ def test_step2_update_0_holds_the_initial_rows_and_resumes_exactly(adapted, prim
         shutil.rmtree(ckpt)
     spec = launched_spec(demo_pipeline, "run_adapt.py", adapted["bl_base"])
     spec.replace(out=run_dir, resume=True, log_root=tmp_path / "tensorboard").write(tmp_path / "resume.json")
-    run_cmd(torchrun_cmd(1, "run_adapt.py", "--config", str(tmp_path / "resume.json")))  # as many ranks as saved it
+    run_cmd(fork_cmd(1, "run_adapt.py", "--config", str(tmp_path / "resume.json")))  # as many ranks as saved it
     final = checkpoint.load_weights(checkpoint.latest_checkpoint(run_dir))
     want = checkpoint.load_weights(checkpoint.latest_checkpoint(adapted["bl_base"]))
     assert all(torch.equal(final[k], want[k]) for k in want)
@@ -188,7 +188,7 @@ def test_focus_with_anchored_copies_over_two_bf16_zero2_ranks(primaries, de_data
     # Launched from a spec file (what the options say, as the pipeline writes it), through the real launcher.
     spec = spec_from_command_line(AdaptSpec, args, checks=adapt.CHECKS)
     spec.write(tmp_path / "spec.json")
-    run_cmd(torchrun_cmd(2, "run_adapt.py", "--config", str(tmp_path / "spec.json")))
+    run_cmd(fork_cmd(2, "run_adapt.py", "--config", str(tmp_path / "spec.json")))
     assert json.loads((out / "run.json").read_text())["spec"] == spec.to_dict()
     assert (out / "tensorboard" / "step2-de-bl_base").is_dir()  # the default log root and run name
     first, *_, last = checkpoint.complete_checkpoints(out)
@@ -212,7 +212,7 @@ def test_focus_with_anchored_copies_over_two_bf16_zero2_ranks(primaries, de_data
         assert not torch.equal(start[name][~copied], end[name][~copied]), name
     description = json.loads((out / "run.json").read_text())
     assert description["ds_config"]["optimizer"]["params"]["weight_decay"] == 0.0
-    other = run_cmd(torchrun_cmd(1, "run_adapt.py", *[a for a in args if a != "--freeze-copied"], "--resume"),
+    other = run_cmd(fork_cmd(1, "run_adapt.py", *[a for a in args if a != "--freeze-copied"], "--resume"),
                     check=False)
     assert other.returncode != 0 and "init_options" in other.stderr
 

@@ -1,5 +1,6 @@
 """Multi-host launch, MPI and failure handling on real processes: two hosts in network namespaces joined by a veth
-pair (one rank each, started per node by ``ds_minimodel.cluster.launch --no-ssh``), and ``mpirun -np 2`` on one host.
+pair (one rank each, started per node by ``ds_minimodel.cluster.launch --no-ssh``), ``mpirun -np 2`` on one host, and
+the fork launcher's two ranks.
 
 Runs are compared with one single-host 2-rank run of the same settings: the loss trajectories must be equal.
 """
@@ -14,8 +15,10 @@ import time
 from pathlib import Path
 
 import pytest
+import torch
 
-from tests.integration.conftest import REPO, run_cmd, torchrun_cmd
+from ds_minimodel.train import checkpoint
+from tests.integration.conftest import REPO, fork_cmd, run_cmd, torchrun_cmd
 from tests.integration.hosts import Host, make_two_hosts, processes_in, remove_hosts, why_no_namespaces
 
 # Timing-bound (peers lost within a timeout, Slurm's timers): in one xdist worker, one after another.
@@ -161,6 +164,16 @@ def test_frozen_peer_ends_the_run_within_the_timeout(two_hosts, en_data, tmp_pat
     assert code != 0
     assert "lost contact with another rank" in nodes[0].text(), nodes[0].text()[-3000:]
     assert took < timeout + 15, f"host a hung {took:.0f} s on a frozen peer with --dist-timeout {timeout}"
+
+
+def test_the_fork_launcher_trains_what_torchrun_trains(reference, en_data, tmp_path):
+    """Ranks forked from one interpreter (``--launcher fork``), bitwise what torchrun's two trained."""
+    out = tmp_path / "run"
+    run_cmd(fork_cmd(2, "run_pretrain.py", *PRETRAIN, "--data", str(en_data), "--out", str(out), "--steps", str(STEPS)))
+    assert losses(out) == losses(reference)
+    final = f"checkpoints/step_{STEPS:08d}/{checkpoint.WEIGHTS}"
+    a, b = (torch.load(run / final, weights_only=True) for run in (out, reference))
+    assert a.keys() == b.keys() and all(torch.equal(a[name], b[name]) for name in a)
 
 
 def test_mpirun_two_ranks(reference, en_data, tmp_path):

@@ -15,17 +15,18 @@ from ds_minimodel.model.loading import load_mlm
 from ds_minimodel.model.losses import mlm_step
 from ds_minimodel.model.transforms import build_minipost
 from ds_minimodel.stages.specs import PretrainSpec
-from tests.integration.conftest import REPO, deepspeed_cmd, run_cmd, small_batch, torchrun_cmd
+from tests.integration.conftest import REPO, deepspeed_cmd, fork_cmd, run_cmd, small_batch
 
 TINY = ["--preset", "tiny", "--seq-len", "64", "--ds-config", "ds_configs/cpu_fp32.json"]
 
 
 def pretrain_cmd(num_ranks: int, *args: str) -> list[str]:
-    """One process, or ranks through torchrun: the deepspeed launcher costs about 7 s more a run on 2 CPU cores
-    (two more interpreters importing DeepSpeed, and its polling), and runs here only where it is what is tested."""
+    """One process, or ranks forked by the fork launcher: the deepspeed launcher costs about 14 s of CPU more a
+    2-rank run (two more interpreters importing DeepSpeed, and each rank its own imports), and runs here only where it
+    is what is tested."""
     if num_ranks == 1:
         return [sys.executable, "run_pretrain.py", *args]
-    return torchrun_cmd(num_ranks, "run_pretrain.py", *args)
+    return fork_cmd(num_ranks, "run_pretrain.py", *args)
 
 
 def read_metrics(run_dir: Path) -> list[dict]:
@@ -310,11 +311,11 @@ def test_minipost_step1b_bridges_the_cut(tmp_path):
     (tmp_path / "model.json").write_text(json.dumps({"num_layers": 6, "dropout": 0.0, "attention_dropout": 0.0}))
     common = ["--seq-len", "64", "--ds-config", str(tmp_path / "ds.json"), "--data", str(data),
               "--save-every", "1000", "--log-every", "50"]
-    run_cmd(torchrun_cmd(1, "run_pretrain.py", "--variant", "base", "--preset", "tiny", "--model-config",
-                         str(tmp_path / "model.json"), *common, "--out", str(tmp_path / "primary"), "--steps", "300"))
+    run_cmd(fork_cmd(1, "run_pretrain.py", "--variant", "base", "--preset", "tiny", "--model-config",
+                     str(tmp_path / "model.json"), *common, "--out", str(tmp_path / "primary"), "--steps", "300"))
     primary_dir = tmp_path / "primary/checkpoints/step_00000300"
-    run_cmd(torchrun_cmd(1, "run_minipost.py", "--from", str(primary_dir), *common,
-                         "--out", str(tmp_path / "minipost"), "--steps", "100"))
+    run_cmd(fork_cmd(1, "run_minipost.py", "--from", str(primary_dir), *common,
+                     "--out", str(tmp_path / "minipost"), "--steps", "100"))
     primary, _ = load_mlm(primary_dir)
     mini, _ = load_mlm(tmp_path / "minipost/checkpoints/step_00000100")
     fresh = build_minipost(primary, keep_layers=4, new_layers=2, seed=1)

@@ -28,12 +28,14 @@ def weights(out: Path, *steps: str) -> dict[str, str]:
 
 
 def test_jobs_sharing_one_launch_train_what_a_launch_per_job_trains(tmp_path, en_data, de_data):
+    """A launch per job through torchrun, the shared launch's ranks forked (``--launcher fork``): the same weights."""
     shared, each = plan(tmp_path, en_data, de_data, "shared"), plan(tmp_path, en_data, de_data, "each")
-    command = [sys.executable, "-m", "ds_minimodel", "pipeline", "--launcher", "torchrun", "--config"]
-    proc = run_cmd([*command, str(each), "--launch-per-job"], timeout=600)
+    command = [sys.executable, "-m", "ds_minimodel", "pipeline", "--config"]
+    proc = run_cmd([*command, str(each), "--launch-per-job", "--launcher", "torchrun"], timeout=600)
     assert "run_jobs.py" not in proc.stdout and proc.stdout.count("run_pretrain.py") >= 1
-    proc = run_cmd([*command, str(shared)], timeout=600)
-    assert proc.stdout.count("torch.distributed.run") == 1 and "run_jobs.py --queue" in proc.stdout
+    command += [str(shared), "--launcher", "fork"]
+    proc = run_cmd(command, timeout=600)
+    assert proc.stdout.count("ds_minimodel.stages.forkrun") == 1 and "run_jobs.py --queue" in proc.stdout
     out, other = (Path(json.loads(path.read_text())["out"]) for path in (shared, each))
     # Bitwise the same: the launch's second job starts from its own seed, as in a process of its own.
     assert weights(out, "step1", "step2") == weights(other, "step1", "step2")
@@ -43,5 +45,5 @@ def test_jobs_sharing_one_launch_train_what_a_launch_per_job_trains(tmp_path, en
     assert "run_jobs.py job 2" in log and "[step2-de-bl_base] finished at update 6 of 6" in log
     assert "[step1-base]" not in log  # each job's output in its own log
     # Nothing left to train: no launch is started.
-    proc = run_cmd([*command, str(shared)], timeout=600)
+    proc = run_cmd(command, timeout=600)
     assert f"{out / 'step1' / 'base'}: done, skipped" in proc.stdout and "run_jobs.py" not in proc.stdout

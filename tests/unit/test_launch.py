@@ -74,5 +74,8 @@ def test_local_command_for_each_single_machine_launcher() -> None:
     assert Path(deepspeed[0]).name == "deepspeed" and deepspeed[1:] == [
         "--num_gpus", "2", "--master_port", "29500", "--log_level=error", "run_adapt.py"]
     assert "--log_level=info" in local_command("deepspeed", 2, 29500, "run_adapt.py", [], verbose=True)
+    assert local_command("fork", 2, 29500, "run_adapt.py", ["--steps", "3"]) == [
+        sys.executable, "-m", "ds_minimodel.stages.forkrun", "--nproc", "2", "--master-port", "29500",
+        "run_adapt.py", "--steps", "3"]
     with pytest.raises(ValueError, match="srun"):
         local_command("srun", 2, 29500, "run_adapt.py", [])
