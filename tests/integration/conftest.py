@@ -39,6 +39,16 @@ def deepspeed_cmd(num_ranks: int, script: str, *args: str) -> list[str]:
     return [launcher, "--num_gpus", str(num_ranks), "--master_port", str(free_port()), script, *args]
 
 
+def updates_logged(run_dir: Path) -> int:
+    """How many updates a run has logged (its metrics.jsonl lines), 0 before the file exists. A run that starts
+    afresh removes the file another one left (train/metrics.py): read as it goes, it may vanish between a look and a
+    read, which counts as none yet."""
+    try:
+        return len((run_dir / "metrics.jsonl").read_text().splitlines())
+    except FileNotFoundError:
+        return 0
+
+
 def torchrun_cmd(num_ranks: int, script: str, *args: str) -> list[str]:
     """PyTorch's launcher (one interpreter fewer than the deepspeed launcher's three)."""
     return local_command("torchrun", num_ranks, free_port(), script, list(args))

@@ -10,14 +10,13 @@ import signal
 import subprocess
 import sys
 import time
-from pathlib import Path
 
 import pytest
 
 from ds_minimodel.cluster.launch import free_port, local_command
 from ds_minimodel.stages.forkrun import _status
 from ds_minimodel.train import checkpoint
-from tests.integration.conftest import RANK_VARS, REPO, fork_cmd, run_cmd
+from tests.integration.conftest import RANK_VARS, REPO, fork_cmd, run_cmd, updates_logged
 
 pytestmark = pytest.mark.slow
 
@@ -32,11 +31,6 @@ def start(cmd: list[str], **env: str) -> subprocess.Popen:
     base.update(DS_ACCELERATOR="cpu", OMP_NUM_THREADS="1", PYTHONUNBUFFERED="1", **env)
     return subprocess.Popen(cmd, cwd=REPO, env=base, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
                             start_new_session=True)
-
-
-def updates_logged(out: Path) -> int:
-    path = out / "metrics.jsonl"
-    return len(path.read_text().splitlines()) if path.is_file() else 0
 
 
 @pytest.mark.parametrize("how", ["Ctrl-C", "SIGKILL"])
@@ -73,11 +67,15 @@ def test_the_ranks_save_and_exit_once_their_launcher_is_signalled_or_killed(en_d
 
 def test_a_failed_rank_stops_the_others_and_is_the_launchs_status(tmp_path):
     script = tmp_path / "job.py"
+    ready = tmp_path / "rank0-said-it"
     script.write_text("import os, sys, time\n"
                       "rank = int(os.environ['RANK'])\n"
                       "print(f\"rank {rank} of {os.environ['WORLD_SIZE']} local {os.environ['LOCAL_RANK']} at "
                       "{os.environ['MASTER_ADDR']}:{os.environ['MASTER_PORT']}\", flush=True)\n"
-                      "if rank == 1:\n    sys.exit(3)\n"
+                      "if rank == 1:  # once rank 0 has said its line\n"
+                      f"    while not os.path.exists({str(ready)!r}):\n        time.sleep(0.01)\n"
+                      "    sys.exit(3)\n"
+                      f"open({str(ready)!r}, 'w').close()\n"
                       "time.sleep(120)\n")
     port = free_port()
     launcher = start(local_command("fork", 2, port, str(script), []))

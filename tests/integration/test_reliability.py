@@ -15,7 +15,7 @@ import pytest
 import torch
 
 from ds_minimodel.train import checkpoint
-from tests.integration.conftest import RANK_VARS, REPO, run_cmd
+from tests.integration.conftest import RANK_VARS, REPO, run_cmd, updates_logged
 
 STEPS = 24
 # With prefetching on (a GPU's default), so that every resume here also checks that a checkpoint records the batches
@@ -36,11 +36,6 @@ def start(cmd: list[str]) -> subprocess.Popen:
     env = {k: v for k, v in os.environ.items() if k not in RANK_VARS}
     env.update(DS_ACCELERATOR="cpu", OMP_NUM_THREADS="1", PYTHONUNBUFFERED="1")
     return subprocess.Popen(cmd, cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-
-
-def updates_logged(out: Path) -> int:
-    path = out / "metrics.jsonl"
-    return len(path.read_text().splitlines()) if path.is_file() else 0
 
 
 def wait_for(condition, proc: subprocess.Popen, timeout: float = 120) -> None:

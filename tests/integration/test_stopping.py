@@ -17,7 +17,7 @@ import psutil
 import pytest
 
 from ds_minimodel.train import checkpoint
-from tests.integration.conftest import RANK_VARS, REPO, run_cmd, tiny_pipeline
+from tests.integration.conftest import RANK_VARS, REPO, run_cmd, tiny_pipeline, updates_logged
 
 # Not in the "timing" group: nothing here waits on a tight timer, so it may run beside that group's tests.
 pytestmark = pytest.mark.slow
@@ -44,11 +44,6 @@ def start(path: Path) -> subprocess.Popen:
 
 def run_dir(path: Path) -> Path:
     return Path(json.loads(path.read_text())["out"]) / "step1" / "base"
-
-
-def updates_logged(run: Path) -> int:
-    metrics = run / "metrics.jsonl"
-    return len(metrics.read_text().splitlines()) if metrics.is_file() else 0
 
 
 def job_processes(proc: subprocess.Popen) -> tuple[psutil.Process, list[psutil.Process]]:
