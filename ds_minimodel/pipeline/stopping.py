@@ -139,7 +139,8 @@ def start(cmd: list[str], env: dict[str, str], **popen: Any) -> subprocess.Popen
 def ranks_of(job: subprocess.Popen) -> list[psutil.Process]:
     """The job's training ranks on this machine: its processes with a ``LOCAL_RANK`` (what ``deepspeed`` and
     ``torchrun`` give each rank), or the job itself when it is one plain process. Empty when the ranks run elsewhere
-    (srun, a multi-host launcher): the signal then goes to the launcher, which passes it on."""
+    (srun, a multi-host launcher) or were forked (``stages.forkrun``: a rank sets its variables after the fork, which
+    /proc does not show): the signal then goes to the launcher, which passes it on."""
     try:
         procs = [psutil.Process(job.pid)]
         procs += procs[0].children(recursive=True)
