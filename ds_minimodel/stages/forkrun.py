@@ -20,8 +20,8 @@ fails with no signal passed on, the others get SIGTERM, then SIGKILL after ``GRA
 launcher and torchrun.
 
 CPU only: CUDA cannot be used in a process forked from one that has touched it, and importing DeepSpeed looks for
-GPUs. Where an accelerator is present the launcher refuses before importing anything; use ``deepspeed`` or
-``torchrun`` there.
+GPUs. Where DS_ACCELERATOR names another device, or DeepSpeed would find one, the launcher refuses before it starts
+a rank; use ``deepspeed`` or ``torchrun`` there.
 """
 from __future__ import annotations
 
@@ -81,6 +81,9 @@ def _run_rank(rank: int, world: int, port: int, script: str, args: list[str]) ->
             return exit_.code or 0
         print(exit_.code, file=sys.stderr)
         return 1
+    except KeyboardInterrupt:  # a SIGINT the script did not handle: as Python's own exit, 130 after the traceback
+        traceback.print_exc()
+        return 128 + signal.SIGINT
     except BaseException:  # noqa: BLE001 - an uncaught error: its traceback, then status 1, as Python's own exit
         traceback.print_exc()
         return 1
