@@ -29,10 +29,11 @@ def launch(script: str, args: list[str], ranks: int, launcher: str = "deepspeed"
     that file, appended at each launch, and is echoed here (``run_logged``). The job runs in a session of its own and
     a signal to the pipeline is passed on to it (``stopping``).
 
-    ``deepspeed``, ``torchrun`` or ``fork`` (CPU only): ``ranks`` processes on this machine (``launch.local_command``; one process when
-    ``ranks`` is 1). ``srun``: one task per rank of the enclosing batch job's allocation (its nodes x tasks per
-    node); ranks find each other from the SLURM_* variables (``ds_minimodel.cluster.slurm.rank_env``), and the job's
-    pre-timeout SIGUSR1 reaches every rank. ``verbose``: the launcher's own INFO lines too.
+    ``deepspeed``, ``torchrun`` or ``fork`` (CPU only): ``ranks`` processes on this machine
+    (``launch.local_command``; one process when ``ranks`` is 1). ``srun``: one task per rank of the enclosing batch
+    job's allocation (its nodes x tasks per node); ranks find each other from the SLURM_* variables
+    (``ds_minimodel.cluster.slurm.rank_env``), and the job's pre-timeout SIGUSR1 reaches every rank. ``verbose``: the
+    launcher's own INFO lines too.
     """
     cmd = launch_command(script, args, ranks, launcher, verbose=verbose)
     print("$ " + " ".join(cmd), flush=True)
