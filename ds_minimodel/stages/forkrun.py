@@ -96,10 +96,9 @@ def _status(wait_status: int) -> int:
 
 
 def launch(nproc: int, port: int, script: str, args: list[str]) -> int:
-    """Fork ``nproc`` ranks of ``script`` and wait for them all; the launch's exit status (see the module)."""
-    # Held from here until the ranks exist: one that arrives meanwhile is passed on to them all then.
-    signal.pthread_sigmask(signal.SIG_BLOCK, PASSED_ON)
-    ranks: dict[int, int] = {}  # pid -> rank
+    """Fork ``nproc`` ranks of ``script`` and wait for them all; the launch's exit status (see the module). Called
+    with ``PASSED_ON`` held (``main``): one that arrives before the ranks exist is passed on to them all then."""
+    ranks: set[int] = set()  # their pids, while they run
     try:
         for name in PRELOAD:
             __import__(name)
@@ -120,7 +119,7 @@ def launch(nproc: int, port: int, script: str, args: list[str]) -> int:
             with contextlib.suppress(OSError):  # also here: the next rank joins a group that exists by then
                 os.setpgid(pid, group or pid)
             group = group or pid
-            ranks[pid] = rank
+            ranks.add(pid)
         received: list[int] = []
 
         def pass_on(signum: int, frame: object) -> None:
@@ -140,7 +139,7 @@ def launch(nproc: int, port: int, script: str, args: list[str]) -> int:
                 deadline = float("inf")
             time.sleep(0.1)
             continue
-        ranks.pop(pid, None)
+        ranks.discard(pid)
         code = _status(wait_status)
         if code != 0 and status == 0:
             status = code
@@ -156,7 +155,7 @@ def _wait(poll: bool) -> tuple[int, int]:
     return os.waitpid(-1, os.WNOHANG if poll else 0)  # retried by Python after a signal handler (PEP 475)
 
 
-def _pass_on(ranks: dict[int, int], signum: int) -> None:
+def _pass_on(ranks: set[int], signum: int) -> None:
     for pid in list(ranks):
         try:
             os.kill(pid, signum)
@@ -169,7 +168,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.nproc < 1:
         print(f"forkrun: --nproc must be at least 1, got {args.nproc}", file=sys.stderr)
         return 2
-    signal.pthread_sigmask(signal.SIG_BLOCK, PASSED_ON)  # as in launch(): held from the start
+    signal.pthread_sigmask(signal.SIG_BLOCK, PASSED_ON)  # held until the ranks exist (launch)
     why = accelerator_present()
     if why is not None:
         print(f"forkrun: the fork launcher starts CPU ranks only and {why} (CUDA cannot be used in a process forked "
