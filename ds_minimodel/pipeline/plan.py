@@ -4,6 +4,8 @@ Step 4), the folders they write, what each needs and how it runs. The command is
 """
 from __future__ import annotations
 
+import hashlib
+import json
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
@@ -272,8 +274,21 @@ class Pipeline:
         one_head = get_primary(variant).aux_head_layer(Depths()) is None  # step1.aux_weight: MiniJoint's alone
         self._train(self.cfg.step1, self.step1_dir(variant), f"{Step.PRETRAIN}-{variant}",
                     {"variant": variant, "aux_layer": self.cfg.aux_layer, "small_layers": self.cfg.small_layers,
-                     "preset": self.cfg.preset, **self._common(self._name(Step.PRETRAIN, variant))},
+                     "preset": self.cfg.preset, "model_config": self._model_file(),
+                     **self._common(self._name(Step.PRETRAIN, variant))},
                     leave_out=("aux_weight",) * one_head)
+
+    def _model_file(self) -> Path | None:
+        """The config's ``model`` fields as the file Step 1's spec names, under a name of their content's hash: other
+        fields give another file, which the check of a finished run's settings sees as a change."""
+        if self.cfg.model is None:
+            return None
+        text = json.dumps(self.cfg.model, sort_keys=True)
+        path = self.root / "specs" / f"model-{hashlib.sha256(text.encode()).hexdigest()[:12]}.json"
+        if not path.is_file():
+            path.parent.mkdir(parents=True, exist_ok=True)
+            write_json(path, self.cfg.model)
+        return path
 
     def _step1_given(self, variant: str) -> None:
         """Step 1 of the primary ``source.model`` gives: its record first (``check_recorded`` reads it), then for a bare

@@ -10,7 +10,7 @@ from typing import Annotated, Any
 
 import pydantic
 
-from ds_minimodel.config import TrainConfig, dataclass_from_dict, get_preset, read_json
+from ds_minimodel.config import ModelConfig, TrainConfig, dataclass_from_dict, get_preset, read_json
 from ds_minimodel.data.bilingual import WordList, check_covered
 from ds_minimodel.data.static_vectors import StaticSettings
 from ds_minimodel.errors import InputError, require_file
@@ -140,6 +140,10 @@ class PipelineConfig:
     step1b: Step1bSettings | None = None
     systems: list[str] = field(default_factory=system_names)
     preset: str = "base"
+    model: dict[str, Any] | None = None
+    """ModelConfig fields over the preset's for the primaries Step 1 pretrains here, as ``run_pretrain.py
+    --model-config`` reads them: e.g. {"num_layers": 6, "hidden_size": 384, "ffn_size": 1536} for a size no preset
+    names. ``None``: the preset as it is."""
     seq_len: int = TrainConfig.seq_len
     vocab_size: int = 50_000
     fit_vocab: bool = False
@@ -220,10 +224,21 @@ class PipelineConfig:
                              f"got {cfg.source_minis}")
         return cfg
 
+    def architecture(self, source: str = "pipeline config") -> ModelConfig:
+        """The shape of the primaries Step 1 pretrains: the preset's, with ``model``'s fields over it (an unknown
+        field or a bad value is one InputError naming ``source``)."""
+        preset = get_preset(self.preset)
+        if self.model is None:
+            return preset
+        for key, setting in (("vocab_size", "each language's vocabulary (vocab_size)"), ("aux_head_layer", "aux_layer")):
+            if key in self.model:
+                raise InputError(f"{source}: model.{key}: the pipeline sets it from {setting}, not here")
+        return ModelConfig.from_dict({**preset.to_dict(), **self.model}, source=f"{source}: model")
+
     def depths(self, layers: int | None = None) -> Depths:
         """The layer counts the systems' entries are functions of (the primary's depth: ``layers``, the given
-        model's, else the preset's)."""
-        return Depths(layers=layers or get_preset(self.preset).num_layers, small=self.small_layers,
+        model's, else the architecture's)."""
+        return Depths(layers=layers or self.architecture().num_layers, small=self.small_layers,
                       aux=self.aux_layer, keep=self.keep_layers, new=self.new_layers)
 
     def trained_primaries(self) -> list[str]:
@@ -309,29 +324,30 @@ def check(cfg: PipelineConfig, source: str, *, world_size: int | None) -> GivenM
     if not cfg.targets:
         raise InputError(f"{source}: targets is empty: name at least one target language ({{\"lang\": ..., "
                          "\"corpus\": ...}), or there is nothing to transfer to")
-    preset = get_preset(cfg.preset)
+    arch = cfg.architecture(source)
+    shaped = f"{cfg.preset} preset's" + (" (with the config's model fields)" if cfg.model else "")
     for name, value, low in (("seq_len", cfg.seq_len, 1), ("vocab_size", cfg.vocab_size, 1), ("ranks", cfg.ranks, 1),
                              ("seed", cfg.seed, 0)):
         if value < low:
             raise InputError(f"{source}: {name} must be at least {low}, got {value}")
     given = given_model(cfg.source.model, f"{source}: source.model")
-    # The primaries' shape: the given model's where there is one (the preset then shapes only the primaries Step 1
-    # pretrains from scratch, which are compared with it), else the preset's.
+    # The primaries' shape: the given model's where there is one (the architecture then shapes only the primaries
+    # Step 1 pretrains from scratch, which are compared with it), else the architecture's.
     shape = ("source.model's", given.num_layers, given.max_positions) if given else (
-        f"{cfg.preset} preset's", preset.num_layers, preset.max_positions)
+        shaped, arch.num_layers, arch.max_positions)
     what, layers, positions = shape
     if cfg.seq_len > positions:
         raise InputError(f"{source}: seq_len {cfg.seq_len} exceeds the {what} {positions} positions")
-    if given and cfg.trained_primaries() and cfg.seq_len > preset.max_positions:
-        raise InputError(f"{source}: seq_len {cfg.seq_len} exceeds the {cfg.preset} preset's {preset.max_positions} "
-                         f"positions (the preset of {', '.join(cfg.trained_primaries())}, pretrained here)")
+    if given and cfg.trained_primaries() and cfg.seq_len > arch.max_positions:
+        raise InputError(f"{source}: seq_len {cfg.seq_len} exceeds the {shaped} {arch.max_positions} positions "
+                         f"(the shape of {', '.join(cfg.trained_primaries())}, pretrained here)")
     entries = [get_system(name) for name in cfg.systems]
     applies = {"aux_layer": any(e.dual_head for e in entries), "keep_layers": any(e.step1b for e in entries),
-               "new_layers": any(e.step1b for e in entries), "small_layers": bool(cfg.trained_primaries())}
+               "new_layers": any(e.step1b for e in entries), "small_layers": "small" in cfg.trained_primaries()}
     for name, value, low, high in (("aux_layer", cfg.aux_layer, 1, layers - 1), ("keep_layers", cfg.keep_layers, 1,
                                    layers - 1), ("small_layers", cfg.small_layers, 1, layers), ("new_layers",
                                    cfg.new_layers, 1, layers)):
-        if given is not None and not applies[name]:
+        if not applies[name]:
             continue  # a layer count of a system this config does not run (the defaults are the paper's 12 layers)
         if not low <= value <= high:
             raise InputError(f"{source}: {name} must be between {low} and {high} for the {what} {layers} layers, "

@@ -93,7 +93,8 @@ def de_data(tmp_path_factory) -> Path:
 
 
 def tiny_pipeline(tmp_path: Path, name: str, prepared: dict[str, Path], **sections: dict) -> Path:
-    """A pipeline config of the tiny preset on 2 CPU ranks, BL_BASE alone, English to German, no task, in
+    """A pipeline config of the tiny preset cut to two layers (``model``; what these runs test does not depend on the
+    depth, and tiny's twelve made most of their CPU) on 2 CPU ranks, BL_BASE alone, English to German, no task, in
     ``tmp_path/name`` with the ``prepared`` languages' data copied in (the pipeline finds them done); ``sections``
     update the step sections' settings."""
     from ds_minimodel.pipeline.ownership import OWNER_MARK
@@ -103,8 +104,8 @@ def tiny_pipeline(tmp_path: Path, name: str, prepared: dict[str, Path], **sectio
         shutil.copytree(data, out / "data" / lang)
     (out / OWNER_MARK).write_text("a pipeline's folder, its data prepared by the test")
     config = {
-        "out": str(out), "ranks": 2, "preset": "tiny", "seq_len": 64, "vocab_size": 2000, "systems": ["bl_base"],
-        "source": {"lang": "en", "corpus": str(DEMO / "corpus/en.txt")},
+        "out": str(out), "ranks": 2, "preset": "tiny", "model": {"num_layers": 2}, "seq_len": 64, "vocab_size": 2000,
+        "systems": ["bl_base"], "source": {"lang": "en", "corpus": str(DEMO / "corpus/en.txt")},
         "targets": [{"lang": "de", "corpus": str(DEMO / "corpus/de.txt")}],
         "step1": {"ds_config": "ds_configs/cpu_fp32.json"}, "step2": {"ds_config": "ds_configs/cpu_fp32.json"},
         "step3": {"ds_config": "ds_configs/cpu_finetune.json", "epochs": 1, "seeds": [1]}, "tasks": []}

@@ -80,6 +80,40 @@ def demo_pipeline(tmp_path: Path, **changes):
     return Pipeline(PipelineConfig.load(path), str(path))
 
 
+def test_the_model_fields_shape_the_primaries_step1_pretrains_and_are_checked_before_any_work(tmp_path):
+    """``model``: ModelConfig fields over the preset's (what ``run_pretrain.py --model-config`` reads), for a size no
+    preset names. The depths are checked against the shape they give; fields the pipeline sets are refused."""
+    from ds_minimodel.stages.pretrain import model_config
+    from ds_minimodel.stages.specs import PretrainSpec
+
+    pipeline = demo_pipeline(tmp_path, model={"num_layers": 4, "hidden_size": 32, "ffn_size": 128},
+                             aux_layer=2, small_layers=2, keep_layers=2)
+    assert pipeline.cfg.depths().layers == 4
+    spec_file = pipeline._model_file()
+    assert json.loads(spec_file.read_text()) == {"num_layers": 4, "hidden_size": 32, "ffn_size": 128}
+    spec = PretrainSpec(variant="minijoint", preset="demo", model_config=spec_file, aux_layer=2, seq_len=64,
+                        ds_config=Path("ds_configs/cpu_fp32.json"), data=tmp_path, out=tmp_path / "run")
+    built = model_config(spec, vocab_size=100)
+    assert (built.num_layers, built.hidden_size, built.ffn_size, built.aux_head_layer, built.num_heads) == (
+        4, 32, 128, 2, 4)  # the rest is the demo preset's
+    # Other fields, another file: a finished Step 1 trained with the first ones is seen as changed.
+    assert demo_pipeline(tmp_path, model={"num_layers": 4, "hidden_size": 64},
+                         aux_layer=2, small_layers=2, keep_layers=2)._model_file() != spec_file
+    assert demo_pipeline(tmp_path)._model_file() is None
+    # A layer count of a system the config does not run is not held against the shape (MiniJoint's aux_layer here).
+    assert demo_pipeline(tmp_path, model={"num_layers": 2}, systems=["bl_base"]).cfg.depths().layers == 2
+    for model, message in (
+            ({"num_layers": 2}, (r"p.json: aux_layer must be between 1 and 1 for the demo preset's \(with the config's "
+                                 r"model fields\) 2 layers, got 2")),
+            ({"num_layer": 2}, r"p.json: model: unknown key\(s\) num_layer"),
+            ({"hidden_size": "wide"}, r"p.json: model: hidden_size must be int"),
+            ({"vocab_size": 900}, r"p.json: model.vocab_size: the pipeline sets it from each language's vocabulary"),
+            ({"max_positions": 32}, (r"p.json: seq_len 64 exceeds the demo preset's \(with the config's model "
+                                     r"fields\) 32 positions"))):
+        with pytest.raises(InputError, match=message):
+            demo_pipeline(tmp_path, model=model)
+
+
 def test_plan_orders_jobs_after_what_they_need(tmp_path):
     de = "demo_data/corpus/de.txt"  # a second target language: any corpus will do for the plan
     jobs = demo_pipeline(tmp_path, targets=[{"lang": "de", "corpus": de}, {"lang": "fr", "corpus": de}]).jobs()
