@@ -91,7 +91,7 @@ def speedups(all_curves, langs, systems, gain, clear):
                 continue
             days = days_to(curve, target)
             both = days is not None and base_days is not None and days > 0 and base_days > 0
-            rows[(lang, system)] = {"target": target, "v100_days": days,
+            rows[(lang, system)] = {"target": target, "v100_days": days, "base_v100_days": base_days,
                                     "speedup": base_days / days if both else None}
     return rows
 
@@ -104,6 +104,10 @@ def minipost_sooner(say, acc, langs, where, at_least, no_target):
         row = rows.get((lang, "minipost"))
         if row is None:
             value, ok = no_target
+        elif row["v100_days"] == 0 and row["base_v100_days"] == 0:  # as the package's analysis: no speedup defined
+            value, ok = "both reach it at update 0 (the initial rows alone): no speedup defined", None
+        elif row["v100_days"] == 0:
+            value, ok = "at update 0 (the initial rows alone), BL_BASE only after Step 2", True
         else:
             value = "never" if row["speedup"] is None else f"{row['speedup']:.2f}x"
             ok = row["speedup"] is not None and row["speedup"] >= at_least

@@ -155,6 +155,12 @@ def test_issue_46s_targets_are_checked_language_by_language(tmp_path, capsys):
     # de: BL_BASE reaches 57.95 at 1.695 V100-days, MiniPost at 26.95/30: 1.89x; fr: MiniPost never before BL_BASE
     assert report["MiniPost de reaches 95% of BL_BASE's final score >= 1.4x sooner"] == {"value": "1.89x", "met": True}
     assert report["MiniPost fr reaches 95% of BL_BASE's final score >= 1.4x sooner"]["met"] is False
+    # Where the initial rows alone reach the target, as in Hindi on test, no speedup is defined (not "never").
+    start = [{**r, "accuracy": 60.0 if r["lang"] == "de" and r["step2_update"] == 0 else r["accuracy"]}
+             for r in data["zero_shot"]]
+    _, report = check_targets.check(typed({**data, "zero_shot": start}), "t", per_language=True)
+    assert report["MiniPost de reaches 95% of BL_BASE's final score >= 1.4x sooner"] == {
+        "value": "both reach it at update 0 (the initial rows alone): no speedup defined", "met": None}
     for r in data["zero_shot"]:  # de's final BL_BASE accuracy 35: no transfer
         if (r["lang"], r["system"], r["step2_update"]) == ("de", "bl_base", 200):
             r["accuracy"] = 35.0
