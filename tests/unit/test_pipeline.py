@@ -114,6 +114,23 @@ def test_the_model_fields_shape_the_primaries_step1_pretrains_and_are_checked_be
             demo_pipeline(tmp_path, model=model)
 
 
+def test_a_step2_that_reads_its_target_corpus_many_times_over_is_said_before_it_starts(tmp_path, capsys):
+    """Hindi's 0.39 MB read 95 times by Step 2 scored lower on test after it than before (RESULTS.md): a Step 2 of
+    ``PASSES_NOTED`` passes or more says so; the demo's (400 updates of 32 x 64 tokens) over its own corpus does not."""
+    from ds_minimodel.pipeline.plan import PASSES_NOTED
+
+    pipeline = demo_pipeline(tmp_path)
+    data = tmp_path / "data"
+    data.mkdir()
+    for tokens in (300_000, 400 * 32 * 64 // PASSES_NOTED):
+        (data / "meta.json").write_text(json.dumps({"num_tokens": tokens}))
+        pipeline._note_passes("bl_base", "de", data)
+    said = capsys.readouterr().out.strip().splitlines()
+    assert said == [(f"[pipeline] step2-bl_base de: 400 updates of 32 x 64 tokens read de's 16,384 tokens up to "
+                     f"{PASSES_NOTED} times over; on test, Hindi's 0.39 MB read 95 times scored lower after Step 2 "
+                     "than before it (RESULTS.md): check a shorter Step 2 on dev")]
+
+
 def test_plan_orders_jobs_after_what_they_need(tmp_path):
     de = "demo_data/corpus/de.txt"  # a second target language: any corpus will do for the plan
     jobs = demo_pipeline(tmp_path, targets=[{"lang": "de", "corpus": de}, {"lang": "fr", "corpus": de}]).jobs()
