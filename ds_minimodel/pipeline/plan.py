@@ -12,7 +12,8 @@ from typing import Any
 
 from ds_minimodel.config import read_json, write_json
 from ds_minimodel.data.prepare import prepare, prepare_tokenizer, tokenizer_path
-from ds_minimodel.data.shards import META_FILE
+from ds_minimodel.data.shards import META_FILE, read_meta
+from ds_minimodel.ds_config import load_ds_config, resolve_batch
 from ds_minimodel.errors import InputError
 from ds_minimodel.model.embedding_init import WORD_LIST, get_initialiser
 from ds_minimodel.model.surgery import extract_minijoint_folder
@@ -343,13 +344,15 @@ class Pipeline:
     def _note_passes(self, system: str, lang: str, data: Path) -> None:
         """Before a Step 2 that reads its target's corpus ``PASSES_NOTED`` times or more, say so: on test, Hindi's 0.39
         MB read 95 times lost 6 points through Step 2 where Chinese's 1.47 MB read 16 times gained 14 (RESULTS.md)."""
-        if finished(self.step2_dir(lang, system)) or not (data / META_FILE).is_file():  # (a note: never an error)
+        meta = read_meta(data / META_FILE)
+        if finished(self.step2_dir(lang, system)) or meta is None or not meta.get("num_tokens"):
             return
-        batch = read_json(self.cfg.step2.get("ds_config")).get("train_batch_size")
-        tokens = read_json(data / META_FILE).get("num_tokens")
-        if not isinstance(batch, int) or not isinstance(tokens, int) or tokens <= 0:
+        ds_config = self.cfg.step2.get("ds_config")
+        try:  # the global batch as the run will have it (the check before any work refused a config that has none)
+            batch = resolve_batch(load_ds_config(ds_config), self.cfg.ranks, source=ds_config).global_batch
+        except InputError:  # under srun the allocation decides the world size: a note is never an error
             return
-        steps = self.cfg.step2.get("steps")
+        steps, tokens = self.cfg.step2.get("steps"), meta["num_tokens"]
         passes = steps * batch * self.cfg.seq_len / tokens
         if passes >= PASSES_NOTED:
             print(f"[pipeline] {self._name(Step.ADAPT, system)} {lang}: {steps:,} updates of {batch} x "
