@@ -42,6 +42,30 @@ def test_section_3_worked_example():
     assert not reached.never and not reached.at_first_checkpoint
 
 
+def test_the_speedup_the_checkpoints_prove_beside_the_interpolated_one():
+    """Russian on test, in small: both curves start 0.2 under the target; MiniPost's first checkpoint is well above
+    it, so interpolation puts its crossing at update 6 and the speedup near 30x, while BL_BASE dips first and crosses
+    between updates 100 and 200. What the checkpoints prove: BL_BASE's 100 updates over MiniPost's 100 cheaper ones
+    (at least 1/0.69 = 1.45x); no upper bound, since MiniPost may cross right after update 0."""
+    def curve(cost, scores):
+        return [Point(u, u * cost * 1e12, u * cost * 1e-7, s) for u, s in scores]
+    runs = {("t", "ru", "bl_base"): curve(1.0, [(0, 59.8), (100, 57.3), (200, 61.8), (600, 63.2)]),
+            ("t", "ru", "minipost"): curve(0.69, [(0, 59.8), (100, 63.8), (600, 65.1)])}
+    by = {r.system: r for r in analyse(runs)}
+    minipost = by["minipost"]
+    assert minipost.target == pytest.approx(60.04) and minipost.updates == pytest.approx(6.0)
+    assert minipost.speedup > 25
+    assert minipost.speedup_at_least == pytest.approx(1 / 0.69) and minipost.speedup_at_most is None
+    assert by["bl_base"].speedup_at_least is None and by["bl_base"].speedup_at_most is None  # itself: no range
+    assert "speedup by those bounds (BL_BASE's lower over the system's upper; its upper over the system's lower): " \
+           "minipost ru 1.45x - unbounded" in table3(list(by.values()))
+    # a crossing inside the system's second interval bounds it from above too
+    runs[("t", "ru", "minipost")] = curve(0.69, [(0, 50.0), (100, 55.0), (200, 62.0), (600, 65.1)])
+    later = {r.system: r for r in analyse(runs)}["minipost"]
+    assert later.speedup_at_least == pytest.approx(1 / 1.38) and later.speedup_at_most == pytest.approx(2 / 0.69)
+    assert later.speedup_at_least < later.speedup < later.speedup_at_most
+
+
 def test_curves_averaged_over_languages_at_the_updates_they_share():
     from ds_minimodel.pipeline.analysis import AVERAGE, average_over_languages
 
