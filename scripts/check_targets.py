@@ -60,27 +60,18 @@ def curves(records, task, metric):
     return {key: sorted(points) for key, points in out.items()}
 
 
-def days_to(curve, target):
-    """V100-days at which the curve first reaches ``target`` (linear between checkpoints); None if never."""
+def crossing(curve, target):
+    """(V100-days at which the curve first reaches ``target``, linear between checkpoints; the checkpoints' V100-days
+    before it, 0 before the first, and at it), or (None, None, None) if never."""
     previous = None
-    for update, days, score in curve:
+    for _, days, score in curve:
         if score >= target:
             if previous is None:
-                return days
+                return days, 0.0, days
             p_days, p_score = previous
-            return p_days + (target - p_score) / (score - p_score) * (days - p_days)
+            return p_days + (target - p_score) / (score - p_score) * (days - p_days), p_days, days
         previous = (days, score)
-    return None
-
-
-def crossing_bounds(curve, target):
-    """The V100-days of the checkpoints before (0 before the first) and at the first crossing of ``target``."""
-    previous = 0.0
-    for update, days, score in curve:
-        if score >= target:
-            return previous, days
-        previous = days
-    return None
+    return None, None, None
 
 
 def speedups(all_curves, langs, systems, gain, clear):
@@ -95,17 +86,16 @@ def speedups(all_curves, langs, systems, gain, clear):
             if base[0][0] != 0 or start < target or final <= start:
                 continue  # the paper's target applies
             target = start + NEAR * (final - start)
-        base_days = days_to(base, target)
+        base_days, base_lower, _ = crossing(base, target)
         for system in systems:
             curve = all_curves.get((lang, system))
             if not curve:
                 continue
-            days = days_to(curve, target)
+            days, _, upper = crossing(curve, target)
             both = days is not None and base_days is not None and days > 0 and base_days > 0
             # what the checkpoints prove whatever a curve does between two of them: BL_BASE's lower bound over the
             # system's upper one (the package's speedup_at_least)
-            at_least = (crossing_bounds(base, target)[0] / crossing_bounds(curve, target)[1]
-                        if both and system != "bl_base" else None)
+            at_least = base_lower / upper if both and system != "bl_base" else None
             rows[(lang, system)] = {"target": target, "v100_days": days, "base_v100_days": base_days,
                                     "speedup": base_days / days if both else None, "at_least": at_least}
     return rows

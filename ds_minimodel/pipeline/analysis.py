@@ -137,9 +137,8 @@ class TargetRow:
 
 
 def speedup_bounds(base: Reached, reached: Reached) -> dict[str, float | None]:
-    """``speedup_at_least`` and ``speedup_at_most`` from the bounds of BL_BASE's and a system's crossings."""
-    if base.never or reached.never or not reached.upper_v100_days:
-        return {"speedup_at_least": None, "speedup_at_most": None}
+    """``speedup_at_least`` and ``speedup_at_most`` from the bounds of BL_BASE's and a system's crossings, both
+    reached at a cost above zero (where a speedup is defined)."""
     return {"speedup_at_least": base.lower_v100_days / reached.upper_v100_days,
             "speedup_at_most": base.upper_v100_days / reached.lower_v100_days if reached.lower_v100_days else None}
 
