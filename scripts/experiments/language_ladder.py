@@ -32,7 +32,8 @@ decays to 0 at its last update, so a shorter Step 2 is not the longer one's earl
 pipeline's jobs and what is done, and starts nothing. ``--table`` prints, from the variants finished so far, each
 language's dev accuracy (macro-F1) at Step 2's last checkpoint, mean over the finetuning seeds, beside its majority
 class and bag of words, and how each variant's rows started (copied / mixed / drawn; WECHSEL's word pairs used of those
-listed); it starts nothing.
+listed); it starts nothing. ``--curves`` prints each language's dev curve over every Step-2 checkpoint, with its
+corpus size, the rows its word anchors placed and how far the last and best checkpoints are from update 0.
 """
 from __future__ import annotations
 
@@ -172,6 +173,65 @@ def table(out: Path, variants: list[str], langs: list[str]) -> list[str]:
     return lines + [f"| {lang} | " + " | ".join(start(out / v, lang) for v in done) + " |" for lang in langs]
 
 
+def curve(results: dict, lang: str) -> dict[int, tuple[float, float]]:
+    """BL_BASE's dev accuracy and macro-F1 at each Step-2 checkpoint in one language, mean over seeds."""
+    by_update: dict[int, list[dict]] = {}
+    for r in results["zero_shot"]:
+        if r["lang"] == lang and r["system"] == "bl_base":
+            by_update.setdefault(r["step2_update"], []).append(r)
+    return {update: tuple(sum(r[key] for r in rows) / len(rows) for key in ("accuracy", "macro_f1"))
+            for update, rows in sorted(by_update.items())}
+
+
+def reading(out: Path, lang: str) -> tuple[int | None, int | None, int]:
+    """A language's corpus tokens, the rows its word anchors placed and the tokens one Step-2 update reads, from a
+    variant's run folder or from the files a results folder keeps of it (``step2-<lang>.start_meta.json``,
+    ``data-<lang>.meta.json``, ``config.json``); None where neither has it."""
+    def first(*paths: Path) -> dict:
+        found = [p for p in paths if p.is_file()]
+        return json.loads(found[0].read_text(encoding="utf-8")) if found else {}
+
+    start_meta = first(out / "step2" / lang / "bl_base" / "checkpoints" / "step_00000000" / "meta.json",
+                       out / f"step2-{lang}.start_meta.json")
+    data = first(out / "data" / lang / "meta.json", out / f"data-{lang}.meta.json")
+    seq_len = first(out / "step2" / lang / "bl_base" / "run.json", out / "config.json").get("seq_len", 0)
+    anchored = start_meta.get("initialisation", {}).get("word_anchored")
+    return data.get("num_tokens"), anchored, start_meta.get("global_batch", 0) * seq_len
+
+
+def curves(out: Path, variants: list[str], langs: list[str]) -> list[str]:
+    """Each finished variant's dev curve per language: accuracy (macro-F1) at every Step-2 checkpoint, mean over
+    seeds, with the corpus, the rows its word anchors placed, the passes over the corpus at the last checkpoint, and
+    the last and best checkpoints against update 0 (accuracy; macro-F1 in brackets)."""
+    lines: list[str] = []
+    for variant in variants:
+        path = out / variant / "results.json"
+        if not path.is_file():
+            lines += [f"{variant}: not finished in {out} yet (its results.json)", ""]
+            continue
+        results = json.loads(path.read_text(encoding="utf-8"))
+        table = {lang: curve(results, lang) for lang in langs}
+        updates = sorted({u for c in table.values() for u in c})
+        lines += [f"{variant}: BL_BASE's dev accuracy (macro-F1), mean over seeds, by Step-2 update",
+                  "| lang | corpus tokens | anchored rows | passes at last | " + " | ".join(map(str, updates))
+                  + " | last - update 0 | best (update) - update 0 |", "|---" * (6 + len(updates)) + "|"]
+        for lang, points in table.items():
+            if not points:
+                continue
+            tokens, anchored, per_update = reading(out / variant, lang)
+            passes = f"{per_update * max(points) / tokens:.1f}" if tokens and per_update else "-"
+            first, last = points[min(points)], points[max(points)]
+            best = max(points, key=lambda u: points[u])
+            cells = [f"{points[u][0]:.1f} ({points[u][1]:.1f})" if u in points else "-" for u in updates]
+            lines.append(f"| {lang} | {f'{tokens:,}' if tokens else '-'} | {'-' if anchored is None else f'{anchored:,}'}"
+                         f" | {passes} | " + " | ".join(cells)
+                         + f" | {last[0] - first[0]:+.1f} ({last[1] - first[1]:+.1f}) | "
+                         + (f"{points[best][0] - first[0]:+.1f} ({points[best][1] - first[1]:+.1f}) at {best} |"
+                            if best != min(points) else "none above it |"))
+        lines.append("")
+    return lines[:-1] if lines and not lines[-1] else lines
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--from", dest="run", type=Path, default=Path("runs/reference-minilm-continued"),
@@ -186,6 +246,8 @@ def main(argv: list[str] | None = None) -> int:
                                    "run's; the run's Step 3 trains any it lacks)")
     p.add_argument("--list", action="store_true", help="print each pipeline's jobs; start nothing")
     p.add_argument("--table", action="store_true", help="print the finished variants' dev tables; start nothing")
+    p.add_argument("--curves", action="store_true",
+                   help="print the finished variants' dev curves, every Step-2 checkpoint; start nothing")
     p.add_argument("--test", action="store_true",
                    help="score the test files (read once), BL_BASE and MiniPost, with the --variants chosen on dev")
     args = p.parse_args(argv)
@@ -196,6 +258,9 @@ def main(argv: list[str] | None = None) -> int:
     shared = SHARED + ("step1b",) * args.test
     if args.table:
         print("\n".join(table(args.out, args.variants.split(","), args.langs)))
+        return 0
+    if args.curves:
+        print("\n".join(curves(args.out, args.variants.split(","), args.langs)))
         return 0
     base = json.loads(args.config.read_text(encoding="utf-8"))
     split = "test" if args.test else "dev"

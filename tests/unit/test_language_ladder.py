@@ -112,3 +112,33 @@ def test_auto_help_is_the_help_anchors_run_chosen_by_the_pipeline_itself(tmp_pat
         assert [t["word_list"] for t in cfg["targets"]] == ["reference_data/lexicons/zh-en.help.tsv",
                                                             "reference_data/lexicons/km-en.help.tsv"]
     assert chosen["auto-help"] == chosen["focus-help-anchors"] == [("focus", True)] * 2
+
+
+def test_the_curves_read_every_checkpoint_against_update_0_from_a_run_or_its_results_folder(tmp_path: Path) -> None:
+    def score(lang: str, update: int, seed: int, accuracy: float) -> dict:
+        return {"lang": lang, "system": "bl_base", "step2_update": update, "seed": seed, "accuracy": accuracy,
+                "macro_f1": accuracy - 10}
+
+    zero_shot = [score("hi", 0, 1, 50.0), score("hi", 0, 2, 52.0), score("hi", 25, 1, 56.0), score("hi", 25, 2, 54.0),
+                 score("hi", 50, 1, 40.0), score("hi", 50, 2, 42.0), score("ja", 0, 1, 30.0), score("ja", 50, 1, 20.0),
+                 {**score("hi", 50, 1, 99.0), "system": "minipost"}]
+    run = tmp_path / "focus-help-anchors"  # the run's own layout for hi, a results folder's files for ja
+    run.mkdir()
+    (run / "results.json").write_text(json.dumps({"zero_shot": zero_shot}))
+    meta = run / "step2/hi/bl_base/checkpoints/step_00000000/meta.json"
+    meta.parent.mkdir(parents=True)
+    meta.write_text(json.dumps({"global_batch": 64, "initialisation": {"word_anchored": 484}}))
+    (run / "step2/hi/bl_base/run.json").write_text(json.dumps({"seq_len": 128}))
+    (run / "data/hi").mkdir(parents=True)
+    (run / "data/hi/meta.json").write_text(json.dumps({"num_tokens": 8192}))
+    (run / "step2-ja.start_meta.json").write_text(json.dumps({"global_batch": 32, "initialisation": {}}))
+    (run / "config.json").write_text(json.dumps({"seq_len": 128}))
+    lines = language_ladder.curves(tmp_path, ["focus", "focus-help-anchors"], ["hi", "ja", "km"])
+    assert lines[:2] == [f"focus: not finished in {tmp_path} yet (its results.json)", ""]
+    assert lines[3].endswith("| 0 | 25 | 50 | last - update 0 | best (update) - update 0 |")
+    # hi: 64 x 128 tokens an update over 8,192 = one pass, 50 at update 50; MiniPost's row is not BL_BASE's
+    assert lines[5] == ("| hi | 8,192 | 484 | 50.0 | 51.0 (41.0) | 55.0 (45.0) | 41.0 (31.0) | -10.0 (-10.0) | "
+                        "+4.0 (+4.0) at 25 |")
+    # ja: no data meta kept, no anchor count recorded; its update 0 is its best; km has no score and no row
+    assert lines[6] == "| ja | - | - | - | 30.0 (20.0) | - | 20.0 (10.0) | -10.0 (-10.0) | none above it |"
+    assert len(lines) == 7
