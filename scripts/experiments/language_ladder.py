@@ -28,7 +28,8 @@ with word anchors from either list: a piece that is a listed word copies its tra
 itself (``"init": "auto"``) for a target given the help-page list: FOCUS with its word anchors, the run
 ``focus-help-anchors`` makes, with the pipeline's line saying so. Each variant's output is ``<out>/<variant>/``
 (results.json, analysis/); run it again to resume. ``--steps`` shortens Step 2 (the run's 600 by default; its schedule
-decays to 0 at its last update, so a shorter Step 2 is not the longer one's early checkpoints). ``--list`` prints each
+decays to 0 at its last update, so a shorter Step 2 is not the longer one's early checkpoints); ``--lr`` sets its
+peak learning rate (a copy of its DeepSpeed file in the variant's folder). ``--list`` prints each
 pipeline's jobs and what is done, and starts nothing. ``--table`` prints, from the variants finished so far, each
 language's dev accuracy (macro-F1) at Step 2's last checkpoint, mean over the finetuning seeds, beside its majority
 class and bag of words, and how each variant's rows started (copied / mixed / drawn; WECHSEL's word pairs used of those
@@ -102,6 +103,19 @@ def config(base: dict, variant: str, langs: list[str], out: Path, steps: int | N
     cfg["step2"].update(VARIANTS[variant])
     if steps is not None:  # six saved checkpoints after update 0, as the run's 600 updates have
         cfg["step2"].update(steps=steps, save_every=max(1, steps // 6))
+    return cfg
+
+
+def with_lr(cfg: dict, lr: float, out: Path) -> dict:
+    """``cfg`` with Step 2's peak learning rate set to ``lr``: its DeepSpeed file copied to ``out`` with the
+    optimizer's lr and the scheduler's warmup_max_lr changed (the rest of the schedule as it was)."""
+    ds = json.loads((REPO / cfg["step2"]["ds_config"]).read_text(encoding="utf-8"))
+    ds["optimizer"]["params"]["lr"] = lr
+    if "warmup_max_lr" in ds.get("scheduler", {}).get("params", {}):
+        ds["scheduler"]["params"]["warmup_max_lr"] = lr
+    path = out / f"step2_lr{lr:g}.ds.json"
+    path.write_text(json.dumps(ds, indent=1) + "\n", encoding="utf-8")
+    cfg["step2"]["ds_config"] = str(path.resolve())
     return cfg
 
 
@@ -244,6 +258,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--steps", type=int, help="Step 2's updates (default: the finished run's)")
     p.add_argument("--seeds", help="the finetuning seeds whose classifiers score the rows, e.g. 1 (default: the "
                                    "run's; the run's Step 3 trains any it lacks)")
+    p.add_argument("--lr", type=float, help="Step 2's peak learning rate (default: its DeepSpeed file's)")
     p.add_argument("--list", action="store_true", help="print each pipeline's jobs; start nothing")
     p.add_argument("--table", action="store_true", help="print the finished variants' dev tables; start nothing")
     p.add_argument("--curves", action="store_true",
@@ -283,6 +298,8 @@ def main(argv: list[str] | None = None) -> int:
             raise SystemExit(f"language_ladder.py: {variant} needs {needed}: python scripts/{WORD_LISTS[variant][1]} "
                              f"--langs {' '.join(sorted({x.split('-')[0] for x in langs}))}")
         out.mkdir(parents=True, exist_ok=True)
+        if args.lr is not None:
+            cfg = with_lr(cfg, args.lr, out)
         path = args.out / f"{variant}.json"
         path.write_text(json.dumps(cfg, indent=1) + "\n", encoding="utf-8")
         link_finished(args.run, out, shared)

@@ -142,3 +142,15 @@ def test_the_curves_read_every_checkpoint_against_update_0_from_a_run_or_its_res
     # ja: no data meta kept, no anchor count recorded; its update 0 is its best; km has no score and no row
     assert lines[6] == "| ja | - | - | - | 30.0 (20.0) | - | 20.0 (10.0) | -10.0 (-10.0) | none above it |"
     assert len(lines) == 7
+
+
+def test_a_step2_learning_rate_is_a_copy_of_its_deepspeed_file_with_both_peaks_set(tmp_path: Path) -> None:
+    cfg = language_ladder.config(BASE, "focus-help-anchors", ["pl"], tmp_path)
+    source = json.loads((REPO / cfg["step2"]["ds_config"]).read_text(encoding="utf-8"))
+    changed = language_ladder.with_lr(cfg, 1e-4, tmp_path)
+    ds = json.loads(Path(changed["step2"]["ds_config"]).read_text(encoding="utf-8"))
+    assert Path(changed["step2"]["ds_config"]) == (tmp_path / "step2_lr0.0001.ds.json").resolve()
+    assert ds["optimizer"]["params"]["lr"] == ds["scheduler"]["params"]["warmup_max_lr"] == 1e-4
+    source["optimizer"]["params"]["lr"] = source["scheduler"]["params"]["warmup_max_lr"] = 1e-4
+    assert ds == source
+    assert BASE["step2"]["ds_config"] != changed["step2"]["ds_config"]  # the run's config is untouched
