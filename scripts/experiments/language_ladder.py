@@ -34,7 +34,7 @@ pipeline's jobs and what is done, and starts nothing. ``--table`` prints, from t
 language's dev accuracy (macro-F1) at Step 2's last checkpoint, mean over the finetuning seeds, beside its majority
 class and bag of words, and how each variant's rows started (copied / mixed / drawn; WECHSEL's word pairs used of those
 listed); it starts nothing. ``--curves`` prints each language's dev curve over every Step-2 checkpoint, with its
-corpus size, the rows its word anchors placed and how far the last and best checkpoints are from update 0.
+corpus size, the share of its rows copied from English rows and how far the last and best checkpoints are from update 0.
 """
 from __future__ import annotations
 
@@ -197,8 +197,9 @@ def curve(results: dict, lang: str) -> dict[int, tuple[float, float]]:
             for update, rows in sorted(by_update.items())}
 
 
-def reading(out: Path, lang: str) -> tuple[int | None, int | None, int]:
-    """A language's corpus tokens, the rows its word anchors placed and the tokens one Step-2 update reads, from a
+def reading(out: Path, lang: str) -> tuple[int | None, str, int]:
+    """A language's corpus tokens, its rows copied from English rows of all it has (those its word anchors placed in
+    brackets) and the tokens one Step-2 update reads, from a
     variant's run folder or from the files a results folder keeps of it (``step2-<lang>.start_meta.json``,
     ``data-<lang>.meta.json``, ``config.json``); None where neither has it."""
     def first(*paths: Path) -> dict:
@@ -209,13 +210,17 @@ def reading(out: Path, lang: str) -> tuple[int | None, int | None, int]:
                        out / f"step2-{lang}.start_meta.json")
     data = first(out / "data" / lang / "meta.json", out / f"data-{lang}.meta.json")
     seq_len = first(out / "step2" / lang / "bl_base" / "run.json", out / "config.json").get("seq_len", 0)
-    anchored = start_meta.get("initialisation", {}).get("word_anchored")
-    return data.get("num_tokens"), anchored, start_meta.get("global_batch", 0) * seq_len
+    init = start_meta.get("initialisation", {})
+    rows = sum(init.get(key, 0) for key in ("copied", "mixed", "drawn"))
+    copied = f"{init['copied'] / rows:.0%}" if rows else "-"
+    if "word_anchored" in init:
+        copied += f" ({init['word_anchored'] / rows:.0%})"
+    return data.get("num_tokens"), copied, start_meta.get("global_batch", 0) * seq_len
 
 
 def curves(out: Path, variants: list[str], langs: list[str]) -> list[str]:
     """Each finished variant's dev curve per language: accuracy (macro-F1) at every Step-2 checkpoint, mean over
-    seeds, with the corpus, the rows its word anchors placed, the passes over the corpus at the last checkpoint, and
+    seeds, with the corpus, the share of rows copied from English rows (word anchors' in brackets), the passes over the corpus at the last checkpoint, and
     the last and best checkpoints against update 0 (accuracy; macro-F1 in brackets)."""
     lines: list[str] = []
     for variant in variants:
@@ -227,18 +232,17 @@ def curves(out: Path, variants: list[str], langs: list[str]) -> list[str]:
         table = {lang: curve(results, lang) for lang in langs}
         updates = sorted({u for c in table.values() for u in c})
         lines += [f"{variant}: BL_BASE's dev accuracy (macro-F1), mean over seeds, by Step-2 update",
-                  "| lang | corpus tokens | anchored rows | passes at last | " + " | ".join(map(str, updates))
+                  "| lang | corpus tokens | rows copied (anchored) | passes at last | " + " | ".join(map(str, updates))
                   + " | last - update 0 | best (update) - update 0 |", "|---" * (6 + len(updates)) + "|"]
         for lang, points in table.items():
             if not points:
                 continue
-            tokens, anchored, per_update = reading(out / variant, lang)
+            tokens, copied, per_update = reading(out / variant, lang)
             passes = f"{per_update * max(points) / tokens:.1f}" if tokens and per_update else "-"
             first, last = points[min(points)], points[max(points)]
             best = max(points, key=lambda u: points[u])
             cells = [f"{points[u][0]:.1f} ({points[u][1]:.1f})" if u in points else "-" for u in updates]
-            lines.append(f"| {lang} | {f'{tokens:,}' if tokens else '-'} | {'-' if anchored is None else f'{anchored:,}'}"
-                         f" | {passes} | " + " | ".join(cells)
+            lines.append(f"| {lang} | {f'{tokens:,}' if tokens else '-'} | {copied} | {passes} | " + " | ".join(cells)
                          + f" | {last[0] - first[0]:+.1f} ({last[1] - first[1]:+.1f}) | "
                          + (f"{points[best][0] - first[0]:+.1f} ({points[best][1] - first[1]:+.1f}) at {best} |"
                             if best != min(points) else "none above it |"))

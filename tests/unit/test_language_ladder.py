@@ -127,7 +127,8 @@ def test_the_curves_read_every_checkpoint_against_update_0_from_a_run_or_its_res
     (run / "results.json").write_text(json.dumps({"zero_shot": zero_shot}))
     meta = run / "step2/hi/bl_base/checkpoints/step_00000000/meta.json"
     meta.parent.mkdir(parents=True)
-    meta.write_text(json.dumps({"global_batch": 64, "initialisation": {"word_anchored": 484}}))
+    meta.write_text(json.dumps({"global_batch": 64, "initialisation": {"copied": 700, "mixed": 200, "drawn": 100,
+                                                                      "word_anchored": 500}}))
     (run / "step2/hi/bl_base/run.json").write_text(json.dumps({"seq_len": 128}))
     (run / "data/hi").mkdir(parents=True)
     (run / "data/hi/meta.json").write_text(json.dumps({"num_tokens": 8192}))
@@ -137,7 +138,7 @@ def test_the_curves_read_every_checkpoint_against_update_0_from_a_run_or_its_res
     assert lines[:2] == [f"focus: not finished in {tmp_path} yet (its results.json)", ""]
     assert lines[3].endswith("| 0 | 25 | 50 | last - update 0 | best (update) - update 0 |")
     # hi: 64 x 128 tokens an update over 8,192 = one pass, 50 at update 50; MiniPost's row is not BL_BASE's
-    assert lines[5] == ("| hi | 8,192 | 484 | 50.0 | 51.0 (41.0) | 55.0 (45.0) | 41.0 (31.0) | -10.0 (-10.0) | "
+    assert lines[5] == ("| hi | 8,192 | 70% (50%) | 50.0 | 51.0 (41.0) | 55.0 (45.0) | 41.0 (31.0) | -10.0 (-10.0) | "
                         "+4.0 (+4.0) at 25 |")
     # ja: no data meta kept, no anchor count recorded; its update 0 is its best; km has no score and no row
     assert lines[6] == "| ja | - | - | - | 30.0 (20.0) | - | 20.0 (10.0) | -10.0 (-10.0) | none above it |"
