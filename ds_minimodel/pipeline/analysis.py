@@ -435,7 +435,8 @@ def own_scores(results: Results) -> dict[tuple[str, str, str], Point]:
 def diagnostics(results: Results, all_curves: dict[tuple[str, str, str], list[Point]],
                 relearn_curves: dict[tuple[str, str, str], list[Point]], metrics: dict[str, str]) -> str:
     """Where transfer is lost (issue 16's rows): the trivial baselines, each primary with its own source embeddings,
-    the source-relearn control's curve, then each target language's final scores against its baselines."""
+    the source-relearn control's curve, then each target language's final scores against its baselines, and against
+    its update 0 where Step 2 ended below it."""
     trivial, own = trivial_scores(results), own_scores(results)
     lines = []
     for task in sorted({k[0] for k in all_curves} | {k[0] for k in own} | {k[0] for k in relearn_curves}):
@@ -459,6 +460,10 @@ def diagnostics(results: Results, all_curves: dict[tuple[str, str, str], list[Po
             if t == task and system == BASELINE:
                 majority = trivial.get((task, lang, "test"), {}).get("majority")
                 gap = "" if majority is None else f", {curve[-1].score - majority:+.1f} over the majority class"
+                start = curve[0] if curve[0].updates == 0 and len(curve) > 1 else None
+                if start is not None and curve[-1].score < start.score:  # the rows as initialised read better
+                    gap += (f"; below its update 0, {start.score:.1f} +- {start.std:.1f} (the initialised rows, "
+                            "before any Step-2 update)")
                 lines.append(f"  {lang:<11} test  BL_BASE final {curve[-1].score:.1f} +- {curve[-1].std:.1f}{gap}")
         lines.append("")
     return "\n".join(lines).rstrip()

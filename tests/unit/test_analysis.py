@@ -275,6 +275,23 @@ def test_no_speedup_where_bl_base_is_not_clearly_above_the_majority_class(tmp_pa
     assert any(p.endswith("relearn_xnli_en-relearn.png") for p in summary["figures"])
 
 
+def test_the_diagnostics_say_where_step2_ends_below_its_update_0(tmp_path):
+    """Hindi on test, in small: the rows as initialised (update 0) read better than Step 2's last checkpoint, which
+    the diagnostics say beside the final score; French, which rises from its update 0, gets no such note."""
+    scores = {"hi": [49.0, 46.0, 42.8], "fr": [40.0, 60.0, 70.0]}
+    records = [record("bl_base", update, seed, score + (1 if seed == 2 else -1), lang)
+               for lang, points in scores.items() for update, score in zip((0, 1000, 2000), points)
+               for seed in (1, 2)]
+    results = with_controls({"zero_shot": records, "zero_shot_over_seeds": means(records), "source_dev": []},
+                            {"hi": 11.9, "fr": 40.0})
+    path = tmp_path / "results.json"
+    path.write_text(json.dumps(results))
+    diag = run(path, tmp_path / "analysis")["diagnostics"]
+    assert ("hi          test  BL_BASE final 42.8 +- 1.4, +30.9 over the majority class; below its update 0, "
+            "49.0 +- 1.4 (the initialised rows, before any Step-2 update)") in diag
+    assert "fr          test  BL_BASE final 70.0 +- 1.4, +30.0 over the majority class\n" in diag + "\n"
+
+
 def test_figure3_draws_both_trivial_baselines_and_says_whose_source_line_it_is(tmp_path, monkeypatch):
     """Issue 48: Table 2 had a bag-of-words row that Figure 3 did not draw, and its source line said not whose."""
     from ds_minimodel.pipeline import figures
