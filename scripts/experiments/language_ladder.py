@@ -29,8 +29,8 @@ itself (``"init": "auto"``) for a target given the help-page list: FOCUS with it
 ``focus-help-anchors`` makes, with the pipeline's line saying so. Each variant's output is ``<out>/<variant>/``
 (results.json, analysis/); run it again to resume. ``--steps`` shortens Step 2 (the run's 600 by default; its schedule
 decays to 0 at its last update, so a shorter Step 2 is not the longer one's early checkpoints); ``--lr`` sets its
-peak learning rate (a copy of its DeepSpeed file in the variant's folder). ``--list`` prints each
-pipeline's jobs and what is done, and starts nothing. ``--table`` prints, from the variants finished so far, each
+peak learning rate (a copy of its DeepSpeed file in the variant's folder). ``--list`` prints each pipeline's jobs and
+what is done, and starts nothing. ``--table`` prints, from the variants finished so far, each
 language's dev accuracy (macro-F1) at Step 2's last checkpoint, mean over the finetuning seeds, beside its majority
 class and bag of words, and how each variant's rows started (copied / mixed / drawn; WECHSEL's word pairs used of those
 listed); it starts nothing. ``--curves`` prints each language's dev curve over every Step-2 checkpoint, with its
@@ -198,10 +198,10 @@ def curve(results: dict, lang: str) -> dict[int, tuple[float, float]]:
 
 
 def reading(out: Path, lang: str) -> tuple[int | None, str, int]:
-    """A language's corpus tokens, its rows copied from English rows of all it has (those its word anchors placed in
-    brackets) and the tokens one Step-2 update reads, from a
-    variant's run folder or from the files a results folder keeps of it (``step2-<lang>.start_meta.json``,
-    ``data-<lang>.meta.json``, ``config.json``); None where neither has it."""
+    """A language's corpus tokens, the share of its rows copied from English rows (its word anchors' share in
+    brackets) and the tokens one Step-2 update reads, from a variant's run folder or from the files a results folder
+    keeps of it (``step2-<lang>.start_meta.json``, ``data-<lang>.meta.json``, ``config.json``); None, "-" or 0
+    where neither has it."""
     def first(*paths: Path) -> dict:
         found = [p for p in paths if p.is_file()]
         return json.loads(found[0].read_text(encoding="utf-8")) if found else {}
@@ -220,8 +220,8 @@ def reading(out: Path, lang: str) -> tuple[int | None, str, int]:
 
 def curves(out: Path, variants: list[str], langs: list[str]) -> list[str]:
     """Each finished variant's dev curve per language: accuracy (macro-F1) at every Step-2 checkpoint, mean over
-    seeds, with the corpus, the share of rows copied from English rows (word anchors' in brackets), the passes over the corpus at the last checkpoint, and
-    the last and best checkpoints against update 0 (accuracy; macro-F1 in brackets)."""
+    seeds, with the corpus, the share of rows copied from English rows (word anchors' in brackets), the passes over
+    the corpus at the last checkpoint, and the last and best checkpoints against update 0."""
     lines: list[str] = []
     for variant in variants:
         path = out / variant / "results.json"
@@ -229,12 +229,12 @@ def curves(out: Path, variants: list[str], langs: list[str]) -> list[str]:
             lines += [f"{variant}: not finished in {out} yet (its results.json)", ""]
             continue
         results = json.loads(path.read_text(encoding="utf-8"))
-        table = {lang: curve(results, lang) for lang in langs}
-        updates = sorted({u for c in table.values() for u in c})
+        by_lang = {lang: curve(results, lang) for lang in langs}
+        updates = sorted({u for c in by_lang.values() for u in c})
         lines += [f"{variant}: BL_BASE's dev accuracy (macro-F1), mean over seeds, by Step-2 update",
                   "| lang | corpus tokens | rows copied (anchored) | passes at last | " + " | ".join(map(str, updates))
                   + " | last - update 0 | best (update) - update 0 |", "|---" * (6 + len(updates)) + "|"]
-        for lang, points in table.items():
+        for lang, points in by_lang.items():
             if not points:
                 continue
             tokens, copied, per_update = reading(out / variant, lang)
