@@ -153,20 +153,34 @@ def share_data(root: Path, variant: str, langs: list[str]) -> None:
 
 def scores(results: dict, lang: str) -> str:
     """BL_BASE's dev accuracy (macro-F1) at its last Step-2 checkpoint in one language, mean over seeds."""
-    rows = [r for r in results["zero_shot"] if r["lang"] == lang and r["system"] == "bl_base"]
-    if not rows:
-        return "-"
-    last = [r for r in rows if r["step2_update"] == max(r["step2_update"] for r in rows)]
-    accuracy, macro_f1 = (sum(r[key] for r in last) / len(last) for key in ("accuracy", "macro_f1"))
-    return f"{accuracy:.1f} ({macro_f1:.1f})"
+    points = curve(results, lang)
+    return cell(points[max(points)]) if points else "-"
+
+
+def cell(point: tuple[float, float]) -> str:
+    """An (accuracy, macro-F1) pair as the tables print it."""
+    return f"{point[0]:.1f} ({point[1]:.1f})"
+
+
+def record(out: Path, lang: str, run_path: str, kept: str) -> dict:
+    """A JSON record of one language's BL_BASE run, from a variant's run folder (``run_path`` under
+    ``step2/<lang>/bl_base/``; ``data/<lang>/...`` for the prepared data's) or from the copy a results folder keeps
+    (``kept``, with ``{lang}`` filled in); {} where neither has it."""
+    paths = [out / run_path.format(lang=lang), out / kept.format(lang=lang)]
+    found = [path for path in paths if path.is_file()]
+    return json.loads(found[0].read_text(encoding="utf-8")) if found else {}
+
+
+def start_meta(out: Path, lang: str) -> dict:
+    """The update-0 checkpoint's record of a language's BL_BASE Step 2 (how its rows started)."""
+    return record(out, lang, "step2/{lang}/bl_base/checkpoints/step_00000000/meta.json", "step2-{lang}.start_meta.json")
 
 
 def start(out: Path, lang: str) -> str:
     """How a variant's Step 2 started in one language: its rows copied / mixed / drawn, and WECHSEL's pairs."""
-    meta = out / "step2" / lang / "bl_base" / "checkpoints" / "step_00000000" / "meta.json"
-    if not meta.is_file():
+    init = start_meta(out, lang).get("initialisation")
+    if init is None:
         return "-"
-    init = json.loads(meta.read_text(encoding="utf-8"))["initialisation"]
     pairs = init.get("alignment")
     return (f"{init['copied']:,} / {init['mixed']:,} / {init['drawn']:,}"
             + (f"; pairs {pairs['pairs_used']:,} of {pairs['pairs']:,}" if pairs else ""))
@@ -202,20 +216,15 @@ def reading(out: Path, lang: str) -> tuple[int | None, str, int]:
     brackets) and the tokens one Step-2 update reads, from a variant's run folder or from the files a results folder
     keeps of it (``step2-<lang>.start_meta.json``, ``data-<lang>.meta.json``, ``config.json``); None, "-" or 0
     where neither has it."""
-    def first(*paths: Path) -> dict:
-        found = [p for p in paths if p.is_file()]
-        return json.loads(found[0].read_text(encoding="utf-8")) if found else {}
-
-    start_meta = first(out / "step2" / lang / "bl_base" / "checkpoints" / "step_00000000" / "meta.json",
-                       out / f"step2-{lang}.start_meta.json")
-    data = first(out / "data" / lang / "meta.json", out / f"data-{lang}.meta.json")
-    seq_len = first(out / "step2" / lang / "bl_base" / "run.json", out / "config.json").get("seq_len", 0)
-    init = start_meta.get("initialisation", {})
+    meta = start_meta(out, lang)
+    data = record(out, lang, "data/{lang}/meta.json", "data-{lang}.meta.json")
+    seq_len = record(out, lang, "step2/{lang}/bl_base/run.json", "config.json").get("seq_len", 0)
+    init = meta.get("initialisation", {})
     rows = sum(init.get(key, 0) for key in ("copied", "mixed", "drawn"))
     copied = f"{init['copied'] / rows:.0%}" if rows else "-"
     if "word_anchored" in init:
         copied += f" ({init['word_anchored'] / rows:.0%})"
-    return data.get("num_tokens"), copied, start_meta.get("global_batch", 0) * seq_len
+    return data.get("num_tokens"), copied, meta.get("global_batch", 0) * seq_len
 
 
 def curves(out: Path, variants: list[str], langs: list[str]) -> list[str]:
@@ -241,7 +250,7 @@ def curves(out: Path, variants: list[str], langs: list[str]) -> list[str]:
             passes = f"{per_update * max(points) / tokens:.1f}" if tokens and per_update else "-"
             first, last = points[min(points)], points[max(points)]
             best = max(points, key=lambda u: points[u])
-            cells = [f"{points[u][0]:.1f} ({points[u][1]:.1f})" if u in points else "-" for u in updates]
+            cells = [cell(points[u]) if u in points else "-" for u in updates]
             lines.append(f"| {lang} | {f'{tokens:,}' if tokens else '-'} | {copied} | {passes} | " + " | ".join(cells)
                          + f" | {last[0] - first[0]:+.1f} ({last[1] - first[1]:+.1f}) | "
                          + (f"{points[best][0] - first[0]:+.1f} ({points[best][1] - first[1]:+.1f}) at {best} |"
