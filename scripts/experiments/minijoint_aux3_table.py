@@ -17,7 +17,8 @@ import statistics
 import sys
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+sys.path[:0] = [str(Path(__file__).resolve().parents[2]), str(Path(__file__).resolve().parent)]
+from minijoint_table import macro_f1
 
 from ds_minimodel.pipeline.analysis import curves, time_to_target
 from ds_minimodel.pipeline.records import Results
@@ -43,14 +44,8 @@ def merged(reference: Results, new: Results) -> Results:
     return dataclasses.replace(reference, **lists)
 
 
-def macro_f1(results: Results, system: str, lang: str, update: float) -> float | None:
-    values = [s.metrics["macro_f1"] for s in results.zero_shot if s.system == system and s.lang == lang
-              and s.step2_update == update and "macro_f1" in s.metrics]
-    return statistics.mean(values) if values else None
-
-
 def cell(results: Results, system: str, lang: str, point) -> str:
-    f1 = macro_f1(results, system, lang, point.updates)
+    f1 = macro_f1(results, system, point.updates, lang)
     return f"{point.score:.1f} +- {point.std:.1f}" + (f" ({f1:.1f})" if f1 is not None else "")
 
 

@@ -33,9 +33,11 @@ PROBED = (("control", "bl_base"), ("control", "minijoint"), ("long-step2", "mini
 """The probe's files, ``<part>/align-<system>.jsonl``, as minijoint_dev.sh writes them."""
 
 
-def macro_f1(results: Results, system: str, update: int) -> float | None:
+def macro_f1(results: Results, system: str, update: float, lang: str = LANG) -> float | None:
+    """A system's macro-F1 at one Step-2 checkpoint in one language, mean over seeds (results.json keeps the means
+    over seeds of accuracy only)."""
     values = [s.metrics["macro_f1"] for s in results.zero_shot
-              if s.system == system and s.lang == LANG and s.step2_update == update and "macro_f1" in s.metrics]
+              if s.system == system and s.lang == lang and s.step2_update == update and "macro_f1" in s.metrics]
     return statistics.mean(values) if values else None
 
 
