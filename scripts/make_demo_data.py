@@ -10,7 +10,7 @@ taken from the front of each source. Deterministic: the same pack gives byte-ide
 
 The reference experiment (``configs/reference.json``) takes every redistributable document instead: all LibreOffice
 help and Brown documents in English, all help documents in German, French and Spanish, and the whole ``lohelp`` task
-in the four languages. It ships xz-compressed (``scripts/reference.sh`` unpacks it):
+in the four languages, and the English POS task (Brown, universal tags). It ships xz-compressed (``scripts/reference.sh`` unpacks it):
 
     python scripts/make_demo_data.py --reference ../shared/data reference_data
 """
@@ -86,7 +86,7 @@ def main(pack: Path, out: Path) -> None:
 
 
 def main_reference(pack: Path, out: Path) -> None:
-    """Every MPL-2.0 help document and every Brown document, and the whole task, xz-compressed."""
+    """Every MPL-2.0 help document and every Brown document, the whole task and Brown POS, xz-compressed."""
     import lzma
 
     en = read_documents(pack / "corpus/en.txt")
@@ -102,6 +102,11 @@ def main_reference(pack: Path, out: Path) -> None:
         print(f"tasks/lohelp/{path.name}: {path.stat().st_size / 1e6:.2f} MB")
     # Which help page is in which split: what keeps dev and test pages out of scripts/make_help_lexicons.py's lists.
     (out / "tasks/lohelp/splits.tsv").write_bytes((pack / "tasks/lohelp/splits.tsv").read_bytes())
+    # English POS (Brown, the universal tagset): the task whose answer needs more than the words, for the depth probe.
+    for path in sorted((pack / "tasks/brown-pos").glob("*.conllu")):
+        write_xz(out / "tasks/brown-pos" / f"{path.name}.xz", path.read_bytes(), lzma)
+        print(f"tasks/brown-pos/{path.name}: {path.stat().st_size / 1e6:.2f} MB")
+    (out / "tasks/brown-pos/splits.tsv").write_bytes((pack / "tasks/brown-pos/splits.tsv").read_bytes())
 
 
 def write_xz(path: Path, data: bytes, lzma) -> None:

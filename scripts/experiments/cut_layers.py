@@ -1,0 +1,57 @@
+#!/usr/bin/env python
+"""A model's bottom K layers as a model folder: the same pretraining, less depth (RESULTS.md, "Does the task reward
+depth").
+
+    python scripts/experiments/cut_layers.py --from MODEL --layers 2 --out runs/depth-cut/cut2
+
+MODEL is a model folder, checkpoint or Hugging Face folder. The embeddings, layers 1..K and the MLM head are kept as
+they are (MiniPost's Step 1b before its new layers, without them), so a classifier finetuned over the cut
+(``run_finetune.py --model runs/depth-cut/cut2``) against one over the whole model says what the upper layers buy a
+task, pretraining held fixed. The folder's meta.json records where it was cut from.
+"""
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+from ds_minimodel.errors import InputError
+from ds_minimodel.model.loading import load_mlm
+from ds_minimodel.model.transforms import drop_aux_head
+from ds_minimodel.train.checkpoint import save_model_folder
+
+
+def cut_state(state: dict, layers: int) -> dict:
+    """The state entries of the embeddings, layers 0..layers-1 and the heads (names unchanged)."""
+    kept = {}
+    for name, tensor in state.items():
+        parts = name.split(".")
+        if parts[0] != "layers" or int(parts[1]) < layers:
+            kept[name] = tensor
+    return kept
+
+
+def main() -> int:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--from", dest="source", type=Path, required=True)
+    p.add_argument("--layers", type=int, required=True)
+    p.add_argument("--out", type=Path, required=True)
+    args = p.parse_args()
+    model, meta = load_mlm(args.source)
+    model = drop_aux_head(model)
+    if not 1 <= args.layers < model.cfg.num_layers:
+        raise InputError(f"{args.source}: --layers must be between 1 and {model.cfg.num_layers - 1} (the model has "
+                         f"{model.cfg.num_layers}), got {args.layers}")
+    cfg = model.cfg.replace(num_layers=args.layers)
+    values = {**meta.to_json(), "model_config": cfg.to_dict(), "cut_from": str(args.source),
+              "cut_from_sha256": meta.weights_sha256, "cut_to_layers": args.layers}
+    values.pop("num_parameters", None)
+    record = save_model_folder(args.out, cut_state(model.state_dict(), args.layers), values)
+    print(f"{args.out}: layers 1-{args.layers} of {args.source}'s {model.cfg.num_layers}, "
+          f"weights {record.weights_sha256[:12]}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
