@@ -7,7 +7,9 @@ depth").
 MODEL is a model folder, checkpoint or Hugging Face folder. The embeddings, layers 1..K and the MLM head are kept as
 they are (MiniPost's Step 1b before its new layers, without them), so a classifier finetuned over the cut
 (``run_finetune.py --model runs/depth-cut/cut2``) against one over the whole model says what the upper layers buy a
-task, pretraining held fixed. The folder's meta.json records where it was cut from.
+task, pretraining held fixed. ``--layers`` equal to the model's depth writes the whole model the same way (a Hugging
+Face folder imported, as the pipeline imports ``source.model``). The folder's meta.json records where it was cut
+from.
 """
 from __future__ import annotations
 
@@ -40,9 +42,9 @@ def main() -> int:
     args = p.parse_args()
     model, meta = load_mlm(args.source)
     model = drop_aux_head(model)
-    if not 1 <= args.layers < model.cfg.num_layers:
-        raise InputError(f"{args.source}: --layers must be between 1 and {model.cfg.num_layers - 1} (the model has "
-                         f"{model.cfg.num_layers}), got {args.layers}")
+    if not 1 <= args.layers <= model.cfg.num_layers:
+        raise InputError(f"{args.source}: --layers must be between 1 and the model's {model.cfg.num_layers}, got "
+                         f"{args.layers}")
     cfg = model.cfg.replace(num_layers=args.layers)
     values = {**meta.to_json(), "model_config": cfg.to_dict(), "cut_from": str(args.source),
               "cut_from_sha256": meta.weights_sha256, "cut_to_layers": args.layers}

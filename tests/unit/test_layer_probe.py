@@ -105,8 +105,8 @@ def test_a_cut_keeps_the_bottom_layers_so_its_layers_read_as_the_whole_models_do
         pairs = zip(cut.eval().hidden_states(ids, mask), whole.hidden_states(ids, mask))
         assert [torch.equal(a, b) for a, b in pairs] == [True, True]
         assert torch.equal(cut.heads["main"].bias, whole.heads["main"].bias)
-    monkeypatch.setattr("sys.argv", ["cut_layers.py", "--from", str(tmp_path / "whole"), "--layers", "3",
+    monkeypatch.setattr("sys.argv", ["cut_layers.py", "--from", str(tmp_path / "whole"), "--layers", "4",
                                      "--out", str(tmp_path / "none")])
-    with pytest.raises(InputError, match="between 1 and 2"):  # a cut that keeps every layer cuts nothing
+    with pytest.raises(InputError, match="between 1 and the model's 3, got 4"):
         cut_layers.main()
     assert not (tmp_path / "none").exists()
