@@ -20,7 +20,8 @@ T=reference_data/tasks/lohelp
 python scripts/unpack_reference_data.py
 mkdir -p "$OUT"
 for pair in $PAIRS; do
-  k=${pair%:*} seed=${pair#*:} run=$OUT/ft-cut${pair%:*}-seed${pair#*:}
+  k=${pair%:*} seed=${pair#*:}
+  run=$OUT/ft-cut$k-seed$seed
   model=$OUT/cut$k
   [ -f "$model/meta.json" ] || python scripts/experiments/cut_layers.py --from "$MODEL" --layers "$k" --out "$model"
   if [ ! -f "$run/.finished" ]; then
