@@ -6,6 +6,7 @@ section 2). No file is read or written here; ``model.surgery`` does that, and is
   ``drop_aux_head``.
 * MiniPost (section 2.2, Step 1b): the bottom N layers, the embeddings and the MLM head of a one-head primary with
   2 fresh layers between them; only the fresh layers train (``build_minipost``).
+* Any model's bottom N layers under its top head, the same pretraining with less depth (``bottom_layers``).
 * Step 2 trains only the token embeddings (tied with the output projection) and the per-token output bias over a
   frozen body (``freeze_for_adaptation``), starting from rows ``model.embedding_init`` builds (the paper's: the
   source rows of the pieces the two vocabularies share, footnote 1).
@@ -58,6 +59,16 @@ def _cloned(model: nn.Module, prefix: str, rename: str | None = None) -> dict[st
     return out
 
 
+def _bottom(model: MaskedLM, n: int, head: str) -> dict[str, torch.Tensor]:
+    """Clones of the embeddings, layers 0..n-1 and ``head`` (stored as the "main" head): what every cut-down model
+    here starts from."""
+    state = _cloned(model, "embeddings.")
+    for i in range(n):
+        state.update(_cloned(model, f"layers.{i}."))
+    state.update(_cloned(model, f"heads.{head}.", rename=f"heads.{MAIN_HEAD}."))
+    return state
+
+
 def extract_minijoint(model: MaskedLM) -> MaskedLM:
     """MiniJoint's mini-model: the bottom N layers, the secondary head (as "main") and the shared embeddings.
 
@@ -68,11 +79,18 @@ def extract_minijoint(model: MaskedLM) -> MaskedLM:
     if n is None or AUX_HEAD not in model.heads:
         raise InputError("model has no secondary (aux) MLM head: not a MiniJoint model (pretrain with "
                          "--variant minijoint), so there is no mini-model to extract")
-    state = _cloned(model, "embeddings.")
-    for i in range(n):
-        state.update(_cloned(model, f"layers.{i}."))
-    state.update(_cloned(model, f"heads.{AUX_HEAD}.", rename=f"heads.{MAIN_HEAD}."))
-    return _assemble(model.cfg.replace(num_layers=n, aux_head_layer=None), state, model.training)
+    return _assemble(model.cfg.replace(num_layers=n, aux_head_layer=None), _bottom(model, n, AUX_HEAD), model.training)
+
+
+def bottom_layers(model: MaskedLM, n: int) -> MaskedLM:
+    """The embeddings, the bottom ``n`` layers and the top ("main") head, cloned, as a model of its own (a second
+    head, if any, dropped): the same pretraining, less depth. ``n`` equal to the model's depth gives the whole model
+    under its top head (``drop_aux_head``)."""
+    total = model.cfg.num_layers
+    if not isinstance(n, int) or not 1 <= n <= total:
+        raise InputError(f"the layers to keep must be between 1 and the model's {total}, got {n!r}")
+    return _assemble(model.cfg.replace(num_layers=n, aux_head_layer=None), _bottom(model, n, MAIN_HEAD),
+                     model.training)
 
 
 def drop_aux_head(model: MaskedLM) -> MaskedLM:
@@ -102,10 +120,7 @@ def build_minipost(primary: MaskedLM, *, keep_layers: int = Depths.keep, new_lay
     if not isinstance(new_layers, int) or new_layers < 1:
         raise InputError(f"new_layers must be a positive integer (the layers Step 1b trains), got {new_layers!r}")
     cfg = primary.cfg.replace(num_layers=keep_layers + new_layers, aux_head_layer=None)
-    state = _cloned(primary, "embeddings.")
-    for i in range(keep_layers):
-        state.update(_cloned(primary, f"layers.{i}."))
-    state.update(_cloned(primary, f"heads.{MAIN_HEAD}."))
+    state = _bottom(primary, keep_layers, MAIN_HEAD)
 
     ref = _reference(primary)
     with torch.device("meta"):

@@ -20,18 +20,8 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 from ds_minimodel.errors import InputError
 from ds_minimodel.model.loading import load_mlm
-from ds_minimodel.model.transforms import drop_aux_head
+from ds_minimodel.model.transforms import bottom_layers
 from ds_minimodel.train.checkpoint import save_model_folder
-
-
-def cut_state(state: dict, layers: int) -> dict:
-    """The state entries of the embeddings, layers 0..layers-1 and the heads (names unchanged)."""
-    kept = {}
-    for name, tensor in state.items():
-        parts = name.split(".")
-        if parts[0] != "layers" or int(parts[1]) < layers:
-            kept[name] = tensor
-    return kept
 
 
 def main() -> int:
@@ -41,15 +31,14 @@ def main() -> int:
     p.add_argument("--out", type=Path, required=True)
     args = p.parse_args()
     model, meta = load_mlm(args.source)
-    model = drop_aux_head(model)
-    if not 1 <= args.layers <= model.cfg.num_layers:
-        raise InputError(f"{args.source}: --layers must be between 1 and the model's {model.cfg.num_layers}, got "
-                         f"{args.layers}")
-    cfg = model.cfg.replace(num_layers=args.layers)
-    values = {**meta.to_json(), "model_config": cfg.to_dict(), "cut_from": str(args.source),
+    try:
+        cut = bottom_layers(model, args.layers)
+    except InputError as err:
+        raise InputError(f"{args.source}: --layers: {err}") from None
+    values = {**meta.to_json(), "model_config": cut.cfg.to_dict(), "cut_from": str(args.source),
               "cut_from_sha256": meta.weights_sha256, "cut_to_layers": args.layers}
     values.pop("num_parameters", None)
-    record = save_model_folder(args.out, cut_state(model.state_dict(), args.layers), values)
+    record = save_model_folder(args.out, cut.state_dict(), values)
     print(f"{args.out}: layers 1-{args.layers} of {args.source}'s {model.cfg.num_layers}, "
           f"weights {record.weights_sha256[:12]}")
     return 0
