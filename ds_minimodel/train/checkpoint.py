@@ -183,12 +183,26 @@ def _rng_state() -> dict[str, torch.Tensor]:
     return state
 
 
-def _full_precision_weights(engine: Any, ckpt_dir: Path, trainable_only: bool) -> dict[str, torch.Tensor]:
+def frozen_values(model: torch.nn.Module) -> dict[str, torch.Tensor]:
+    """Full-precision copies (on the CPU) of the model's frozen parameters and floating-point buffers, taken before a
+    16-bit engine is built over it. DeepSpeed converts the whole module to bf16 or fp16, and a frozen parameter has no
+    fp32 master copy in the optimizer: without these, a checkpoint would store it rounded to 16 bits (MiniPost's
+    copied layers, Step 3's embeddings) where its source holds it in 32."""
+    trainable = {name for name, p in model.named_parameters() if p.requires_grad}
+    return {name: t.detach().float().cpu().clone() for name, t in model.state_dict().items()
+            if name not in trainable and t.is_floating_point()}
+
+
+def _full_precision_weights(engine: Any, ckpt_dir: Path, trainable_only: bool,
+                            frozen: dict[str, torch.Tensor] | None = None) -> dict[str, torch.Tensor]:
     """fp32 weights of the model (or of its trainable parameters only), gathered on rank 0.
 
     Under ZeRO 1-3 with fp16/bf16 the module holds rounded 16-bit copies and the fp32 master weights are sharded
     across ranks' optimizer files, so they are rebuilt from the saved checkpoint (DeepSpeed's zero_to_fp32).
-    Otherwise the module's own parameters are the master weights.
+    Otherwise the module's own parameters are the master weights. Frozen parameters and buffers have no master
+    copy (zero_to_fp32 widens the module's 16-bit ones): each is its value in ``frozen`` (``frozen_values``, taken
+    before the engine rounded the module) where that rounds to what the module holds, else the module's own (what
+    a resume loaded, if it differs).
     """
     module = engine.module
     names = ([n for n, p in module.named_parameters() if p.requires_grad] if trainable_only
@@ -202,12 +216,14 @@ def _full_precision_weights(engine: Any, ckpt_dir: Path, trainable_only: bool) -
         with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):
             gathered = get_fp32_state_dict_from_zero_checkpoint(
                 str(ckpt_dir.parent), tag=ckpt_dir.name, exclude_frozen_parameters=trainable_only)
-    # Frozen parameters are not in the optimizer: those (and buffers) come from the module.
+    for name, value in (frozen or {}).items():
+        if name in names and torch.equal(value.to(current[name]), current[name]):
+            gathered[name] = value
     return {name: gathered.get(name, current[name]).detach().float().cpu().clone() for name in names}
 
 
 def save(engine: Any, run_dir: Path, step: int, meta: dict[str, Any], *, keep: int | None = None,
-         trainable_only: bool = False) -> Path:
+         trainable_only: bool = False, frozen: dict[str, torch.Tensor] | None = None) -> Path:
     """Save a checkpoint for ``step`` atomically (see the module docstring). Called by every rank.
 
     ``trainable_only``: a compact checkpoint of the trained parameters and optimizer state, without the frozen body
@@ -235,7 +251,7 @@ def save(engine: Any, run_dir: Path, step: int, meta: dict[str, Any], *, keep: i
     error = _agree_on_failure(error, engine.device)
     if rank == 0 and error is None:
         try:
-            weights = _full_precision_weights(engine, staging, trainable_only)
+            weights = _full_precision_weights(engine, staging, trainable_only, frozen)
             torch.save(weights, staging / WEIGHTS)
             record = Record.of({**meta, "step": step, "weights_sha256": weights_sha256(weights)}, staging / META)
             _seal(staging, record, final)

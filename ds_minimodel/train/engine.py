@@ -21,7 +21,7 @@ from torch import nn
 
 from ds_minimodel.config import TrainConfig
 from ds_minimodel.data.streams import Prefetcher
-from ds_minimodel.ds_config import BatchSizes, fill_schedule, unchecked_bf16, uses_fp16
+from ds_minimodel.ds_config import BatchSizes, fill_schedule, half_precision, unchecked_bf16, uses_fp16
 from ds_minimodel.errors import InputError, TrainingError
 from ds_minimodel.flops import to_gpu_days
 from ds_minimodel.train import checkpoint
@@ -120,9 +120,12 @@ def train(
     ``stream`` yields this rank's micro-batches (dicts with input tensors and ``num_tokens``) and has
     ``state_dict``/``load_state_dict`` so that a resumed run continues exactly where it stopped.
     """
+    # Rank 0 writes model.pt: it keeps the frozen parameters' full-precision values before the engine rounds them.
+    keeps_frozen = half_precision(ds_config) and not stage.compact_checkpoints and dist.get_rank() == 0
+    frozen = checkpoint.frozen_values(stage.model) if keeps_frozen else None
     engine = build_engine(stage, ds_config, train_cfg, batch)
     loop = Loop(stage, stream, engine, train_cfg=train_cfg, batch=batch, run_dir=run_dir, fp16=uses_fp16(ds_config),
-                unchecked=unchecked_bf16(ds_config))
+                unchecked=unchecked_bf16(ds_config), frozen=frozen)
     return loop.run(resume=resume, log_root=log_root)
 
 
@@ -152,8 +155,10 @@ class Loop:
     ``train.metrics``."""
 
     def __init__(self, stage: Stage, stream: Any, engine: Any, *, train_cfg: TrainConfig, batch: BatchSizes,
-                 run_dir: Path, fp16: bool = False, unchecked: bool = False):
+                 run_dir: Path, fp16: bool = False, unchecked: bool = False,
+                 frozen: dict[str, torch.Tensor] | None = None):
         self.stage, self.engine, self.cfg, self.batch, self.run_dir = stage, engine, train_cfg, batch, run_dir
+        self.frozen = frozen  # the frozen parameters' full-precision values, for checkpoints (checkpoint.frozen_values)
         prefetch = train_cfg.prefetch if train_cfg.prefetch is not None else (2 if engine.device.type == "cuda" else 0)
         self.stream = Prefetcher(stream, depth=prefetch, pin_for=engine.device) if prefetch else stream
         self.rank = dist.get_rank()
@@ -177,7 +182,7 @@ class Loop:
             {**stage.meta, "stage": stage.name, "samples": self.samples, "tokens": self.tokens,
              "flops": at * stage.flops_per_update, "data_position": self.stream.state_dict(),
              "global_batch": self.batch.global_batch},
-            keep=self.cfg.keep_checkpoints, trainable_only=stage.compact_checkpoints)
+            keep=self.cfg.keep_checkpoints, trainable_only=stage.compact_checkpoints, frozen=self.frozen)
         self.saving = None
         return self.last_ckpt
 

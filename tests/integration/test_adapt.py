@@ -27,6 +27,11 @@ def minipost(demo_pipeline) -> Path:
     return checkpoint.latest_checkpoint(demo_pipeline["out"] / "step1b" / "minipost")
 
 
+def copied_from_primary(names, keep: int) -> list[str]:
+    """What Step 1b copies from the primary: the embeddings, the bottom ``keep`` layers and the MLM head."""
+    return [k for k in names if k.startswith(("embeddings.", "heads.main.", *(f"layers.{i}." for i in range(keep))))]
+
+
 def test_minipost_bottom_layers_bit_identical_to_primary(minipost, primaries, demo_pipeline):
     """The 2-rank Step 1b on real English text: everything copied from the primary is unchanged."""
     keep, new = demo_pipeline["settings"]["keep_layers"], demo_pipeline["settings"]["new_layers"]
@@ -35,11 +40,30 @@ def test_minipost_bottom_layers_bit_identical_to_primary(minipost, primaries, de
     assert mini.cfg.num_layers == keep + new < primary.cfg.num_layers and meta.kind == "minipost-mini"
     assert meta.primary_sha256 == primary_meta.lineage
     ours, theirs = mini.state_dict(), primary.state_dict()
-    copied = [k for k in ours if k.startswith(("embeddings.", "heads.main.")) or
-              any(k.startswith(f"layers.{i}.") for i in range(keep))]
+    copied = copied_from_primary(ours, keep)
     assert len(copied) == 4 + keep * 12 + 5  # embeddings (tokens, positions, LayerNorm), the kept layers, head
     for name in copied:
         assert torch.equal(ours[name], theirs[name]), f"{name} changed in Step 1b"
+
+
+def test_a_bf16_step1b_saves_the_copied_layers_as_the_fp32_primary_holds_them(primaries, demo_pipeline, tmp_path):
+    """DeepSpeed holds the whole module in bf16 and keeps fp32 masters of the trained parameters only: the copied
+    (frozen) ones are saved from the values taken before the engine rounded them, not from the module (they were
+    rounded to bf16 before: up to 0.0039 apart on the CPU reference run's norm weights)."""
+    settings = demo_pipeline["settings"]
+    out = tmp_path / "minipost-bf16"
+    run_cmd([sys.executable, "run_minipost.py", "--from", str(primaries["base"]), "--out", str(out),
+             "--data", str(demo_pipeline["out"] / "data" / "en"), "--seq-len", str(settings["seq_len"]),
+             "--ds-config", str(small_batch("cpu_bf16_zero2.json", tmp_path)), "--keep-layers",
+             str(settings["keep_layers"]), "--new-layers", str(settings["new_layers"]), "--steps", "2",
+             "--save-every", "2"])
+    mini, _ = load_mlm(checkpoint.latest_checkpoint(out))
+    primary, _ = load_mlm(primaries["base"])
+    ours, theirs = mini.state_dict(), primary.state_dict()
+    copied = copied_from_primary(ours, settings["keep_layers"])
+    assert copied and all(ours[k].dtype == torch.float32 for k in ours)
+    changed = [k for k in copied if not torch.equal(ours[k], theirs[k])]
+    assert not changed, f"copied weights saved other than the primary's: {changed}"
 
 
 SYSTEMS = ("bl_base", "bl_small", "minijoint", "minipost")

@@ -151,3 +151,40 @@ def test_pruning_after_a_resume_past_damaged_checkpoints_keeps_the_one_just_writ
     (root / "step_00004000" / checkpoint.META).write_text("{}")
     checkpoint.prune_checkpoints(tmp_path, keep=2, step=4000)
     assert [p.name for p in checkpoint.complete_checkpoints(tmp_path)] == ["step_00003000", "step_00004000"]
+
+
+def test_frozen_parameters_are_saved_at_their_full_precision_not_as_a_16_bit_engine_holds_them(tmp_path: Path) -> None:
+    """DeepSpeed converts the whole module to bf16 and keeps fp32 masters of the trainable parameters only: model.pt
+    takes a frozen parameter from the values taken before, where they round to the module's; otherwise (a resume
+    loaded other values) from the module."""
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(8, 8), torch.nn.LayerNorm(8), torch.nn.Linear(8, 2))
+    model[0].requires_grad_(False)
+    model[1].requires_grad_(False)
+    with torch.no_grad():
+        model[1].weight.add_(torch.rand(8) * 1e-3)  # a norm weight near 1: bf16 rounds these coarsest
+    source = {name: t.clone() for name, t in model.state_dict().items()}
+    frozen = checkpoint.frozen_values(model)
+    assert sorted(frozen) == ["0.bias", "0.weight", "1.bias", "1.weight"]
+    model.bfloat16()
+
+    class Engine:
+        module = model
+
+        @staticmethod
+        def zero_optimization_stage() -> int:
+            return 0
+
+    rounded = checkpoint._full_precision_weights(Engine, tmp_path, trainable_only=False)
+    assert not torch.equal(rounded["1.weight"], source["1.weight"])  # the bug this guards against
+    saved = checkpoint._full_precision_weights(Engine, tmp_path, trainable_only=False, frozen=frozen)
+    for name in frozen:
+        assert saved[name].dtype == torch.float32 and torch.equal(saved[name], source[name]), name
+    assert torch.equal(saved["2.weight"], model[2].weight.float())  # trainable: the engine's (here, the module's)
+    with torch.no_grad():
+        model[0].weight.mul_(2)  # as if a resume had loaded another body
+    saved = checkpoint._full_precision_weights(Engine, tmp_path, trainable_only=False, frozen=frozen)
+    assert torch.equal(saved["0.weight"], model[0].weight.float())
+    assert torch.equal(saved["1.weight"], source["1.weight"])
+    assert sorted(checkpoint._full_precision_weights(Engine, tmp_path, trainable_only=True, frozen=frozen)) == [
+        "2.bias", "2.weight"]

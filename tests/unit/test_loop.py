@@ -85,7 +85,7 @@ def saves(monkeypatch, tmp_path):
     """checkpoint.save and resume recorded instead of written: {step: meta}."""
     saved: dict[int, dict] = {}
 
-    def save(engine, run_dir, step, meta, *, keep=None, trainable_only=False):
+    def save(engine, run_dir, step, meta, *, keep=None, trainable_only=False, frozen=None):
         saved[step] = {**meta, "step": step, "weights": engine.module.weight.detach().clone()}
         return Path(run_dir) / checkpoint.tag_for(step)
 
