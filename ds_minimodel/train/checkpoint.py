@@ -188,7 +188,7 @@ def frozen_values(model: torch.nn.Module) -> dict[str, torch.Tensor]:
     16-bit engine is built over it. DeepSpeed converts the whole module to bf16 or fp16, and a frozen parameter has no
     fp32 master copy in the optimizer: without these, a checkpoint would store it rounded to 16 bits (MiniPost's
     copied layers, Step 3's embeddings) where its source holds it in 32."""
-    trainable = {name for name, p in model.named_parameters() if p.requires_grad}
+    trainable = {name for name, p in model.named_parameters(remove_duplicate=False) if p.requires_grad}  # tied too
     return {name: t.detach().float().cpu().clone() for name, t in model.state_dict().items()
             if name not in trainable and t.is_floating_point()}
 

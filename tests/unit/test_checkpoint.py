@@ -153,8 +153,10 @@ def test_pruning_after_a_resume_past_damaged_checkpoints_keeps_the_one_just_writ
     assert [p.name for p in checkpoint.complete_checkpoints(tmp_path)] == ["step_00003000", "step_00004000"]
 
 
-def test_frozen_parameters_are_saved_at_their_full_precision_not_as_a_16_bit_engine_holds_them(tmp_path: Path) -> None:
-    """DeepSpeed converts the whole module to bf16 and keeps fp32 masters of the trainable parameters only: model.pt
+@pytest.mark.parametrize("half", [torch.bfloat16, torch.float16])
+def test_frozen_parameters_are_saved_at_their_full_precision_not_as_a_16_bit_engine_holds_them(tmp_path: Path,
+                                                                                               half) -> None:
+    """DeepSpeed converts the whole module to 16 bits and keeps fp32 masters of the trainable parameters only: model.pt
     takes a frozen parameter from the values taken before, where they round to the module's; otherwise (a resume
     loaded other values) from the module."""
     torch.manual_seed(0)
@@ -162,11 +164,14 @@ def test_frozen_parameters_are_saved_at_their_full_precision_not_as_a_16_bit_eng
     model[0].requires_grad_(False)
     model[1].requires_grad_(False)
     with torch.no_grad():
-        model[1].weight.add_(torch.rand(8) * 1e-3)  # a norm weight near 1: bf16 rounds these coarsest
+        model[1].weight.add_(torch.rand(8) * 1e-3)  # a norm weight near 1: 16 bits round these coarsest
     source = {name: t.clone() for name, t in model.state_dict().items()}
     frozen = checkpoint.frozen_values(model)
     assert sorted(frozen) == ["0.bias", "0.weight", "1.bias", "1.weight"]
-    model.bfloat16()
+    tied = torch.nn.ModuleDict({"a": torch.nn.Linear(2, 2), "b": torch.nn.Linear(2, 2)})
+    tied["b"].weight = tied["a"].weight  # a trained parameter under a second name is not frozen
+    assert sorted(checkpoint.frozen_values(tied)) == []
+    model.to(half)
 
     class Engine:
         module = model
