@@ -193,13 +193,27 @@ def frozen_values(model: torch.nn.Module) -> dict[str, torch.Tensor]:
             if name not in trainable and t.is_floating_point()}
 
 
+def _stage0_masters(engine: Any) -> dict[str, torch.Tensor]:
+    """The fp32 master weights of a ZeRO-0 engine's trained parameters, by name, where its optimizer keeps them apart
+    from the module: under bf16 DeepSpeed 0.19 wraps the optimizer in FP16_UnfusedOptimizer, whose ``fp32_groups``
+    parallel the module's 16-bit parameters in ``fp16_groups`` (fp16 needs ZeRO 1 here, ``ds_config``). Empty for an
+    fp32 engine, whose module holds the masters."""
+    optimizer = getattr(engine, "optimizer", None)
+    names = {id(p): name for name, p in engine.module.named_parameters()}
+    return {names[id(p)]: master
+            for module_group, master_group in zip(getattr(optimizer, "fp16_groups", ()),
+                                                  getattr(optimizer, "fp32_groups", ()))
+            for p, master in zip(module_group, master_group) if id(p) in names}
+
+
 def _full_precision_weights(engine: Any, ckpt_dir: Path, trainable_only: bool,
                             frozen: dict[str, torch.Tensor] | None = None) -> dict[str, torch.Tensor]:
     """fp32 weights of the model (or of its trainable parameters only), gathered on rank 0.
 
     Under ZeRO 1-3 with fp16/bf16 the module holds rounded 16-bit copies and the fp32 master weights are sharded
-    across ranks' optimizer files, so they are rebuilt from the saved checkpoint (DeepSpeed's zero_to_fp32).
-    Otherwise the module's own parameters are the master weights. Frozen parameters and buffers have no master
+    across ranks' optimizer files, so they are rebuilt from the saved checkpoint (DeepSpeed's zero_to_fp32). Under
+    ZeRO 0 with bf16 the optimizer holds them (``_stage0_masters``); in fp32 the module's own parameters are the
+    master weights. Frozen parameters and buffers have no master
     copy (zero_to_fp32 widens the module's 16-bit ones): each is its value in ``frozen`` (``frozen_values``, taken
     before the engine rounded the module) where that rounds to what the module holds, else the module's own (what
     a resume loaded, if it differs).
@@ -216,6 +230,8 @@ def _full_precision_weights(engine: Any, ckpt_dir: Path, trainable_only: bool,
         with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):
             gathered = get_fp32_state_dict_from_zero_checkpoint(
                 str(ckpt_dir.parent), tag=ckpt_dir.name, exclude_frozen_parameters=trainable_only)
+    else:
+        gathered = _stage0_masters(engine)
     for name, value in (frozen or {}).items():
         if name in names and torch.equal(value.to(current[name]), current[name]):
             gathered[name] = value
