@@ -193,17 +193,14 @@ def frozen_values(model: torch.nn.Module) -> dict[str, torch.Tensor]:
             if name not in trainable and t.is_floating_point()}
 
 
-def _stage0_masters(engine: Any) -> dict[str, torch.Tensor]:
-    """The fp32 master weights of a ZeRO-0 engine's trained parameters, by name, where its optimizer keeps them apart
-    from the module: under bf16 DeepSpeed 0.19 wraps the optimizer in FP16_UnfusedOptimizer, whose ``fp32_groups``
-    parallel the module's 16-bit parameters in ``fp16_groups`` (fp16 needs ZeRO 1 here, ``ds_config``). Empty for an
-    fp32 engine, whose module holds the masters."""
-    optimizer = getattr(engine, "optimizer", None)
-    names = {id(p): name for name, p in engine.module.named_parameters()}
-    return {names[id(p)]: master
-            for module_group, master_group in zip(getattr(optimizer, "fp16_groups", ()),
-                                                  getattr(optimizer, "fp32_groups", ()))
-            for p, master in zip(module_group, master_group) if id(p) in names}
+def unfused_masters(optimizer: Any) -> list[tuple[torch.nn.Parameter, torch.Tensor]]:
+    """(module parameter, its fp32 master) pairs of a ZeRO-0 engine's optimizer that keeps masters apart from the
+    module: under bf16 DeepSpeed 0.19 wraps the optimizer in FP16_UnfusedOptimizer, whose ``fp32_groups`` parallel
+    the module's 16-bit parameters in ``fp16_groups`` (fp16 needs ZeRO 1 here, ``ds_config``). Empty for any other
+    optimizer: an fp32 engine's module holds the masters, ZeRO's are sharded (``_full_precision_weights``)."""
+    return [(p, master) for module_group, master_group in zip(getattr(optimizer, "fp16_groups", ()),
+                                                              getattr(optimizer, "fp32_groups", ()))
+            for p, master in zip(module_group, master_group)]
 
 
 def _full_precision_weights(engine: Any, ckpt_dir: Path, trainable_only: bool,
@@ -212,7 +209,7 @@ def _full_precision_weights(engine: Any, ckpt_dir: Path, trainable_only: bool,
 
     Under ZeRO 1-3 with fp16/bf16 the module holds rounded 16-bit copies and the fp32 master weights are sharded
     across ranks' optimizer files, so they are rebuilt from the saved checkpoint (DeepSpeed's zero_to_fp32). Under
-    ZeRO 0 with bf16 the optimizer holds them (``_stage0_masters``); in fp32 the module's own parameters are the
+    ZeRO 0 with bf16 the optimizer holds them (``unfused_masters``); in fp32 the module's own parameters are the
     master weights. Frozen parameters and buffers have no master
     copy (zero_to_fp32 widens the module's 16-bit ones): each is its value in ``frozen`` (``frozen_values``, taken
     before the engine rounded the module) where that rounds to what the module holds, else the module's own (what
@@ -231,7 +228,9 @@ def _full_precision_weights(engine: Any, ckpt_dir: Path, trainable_only: bool,
             gathered = get_fp32_state_dict_from_zero_checkpoint(
                 str(ckpt_dir.parent), tag=ckpt_dir.name, exclude_frozen_parameters=trainable_only)
     else:
-        gathered = _stage0_masters(engine)
+        by_id = {id(p): name for name, p in module.named_parameters()}
+        gathered = {by_id[id(p)]: master for p, master in unfused_masters(getattr(engine, "optimizer", None))
+                    if id(p) in by_id}
     for name, value in (frozen or {}).items():
         if name in names and torch.equal(value.to(current[name]), current[name]):
             gathered[name] = value

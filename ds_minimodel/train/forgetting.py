@@ -5,8 +5,9 @@ that the body learns to work with embeddings it has not seen for long, which is 
 The embeddings sit in an optimizer parameter group of their own (``param_groups``), which is what lets their
 state be cleared without touching the body's. A reset writes the new rows into the model's copy, into the fp32
 master copy where DeepSpeed keeps one (ZeRO stages 1-2, the bf16 optimizer: ``deepspeed.utils.
-safe_set_full_fp32_param``), zeroes Adam's moments for them and restarts that group's step count. The rows are drawn
-from a generator seeded by (seed, update), so a run resumed across a reset draws the same rows.
+safe_set_full_fp32_param``; bf16 under ZeRO 0: ``checkpoint.unfused_masters``), zeroes Adam's moments for them and
+restarts that group's step count. The rows are drawn from a generator seeded by (seed, update), so a run resumed
+across a reset draws the same rows.
 """
 from __future__ import annotations
 
@@ -16,6 +17,7 @@ import torch
 from torch import nn
 
 from ds_minimodel.errors import InputError
+from ds_minimodel.train.checkpoint import unfused_masters
 
 
 def param_groups(model: nn.Module) -> list[dict[str, Any]]:
@@ -56,13 +58,16 @@ def reset_embeddings(engine: Any, model: nn.Module, rows: torch.Tensor) -> None:
     # The optimizer that holds the state: DeepSpeed's mixed-precision and ZeRO wrappers keep it in .optimizer.
     base = getattr(optimizer, "optimizer", optimizer)
     mastered = hasattr(weight, "_hp_mapping")
-    if hasattr(weight, "ds_id") or not mastered and not isinstance(optimizer, torch.optim.Optimizer):
+    unfused = [master for p, master in unfused_masters(optimizer) if p is weight]  # bf16 under ZeRO 0
+    if hasattr(weight, "ds_id") or not (mastered or unfused or isinstance(optimizer, torch.optim.Optimizer)):
         raise InputError("active forgetting needs ZeRO stage 0-2 with bf16 or fp32, or stage 1-2 with fp16; this "
                          f"run's optimizer ({type(optimizer).__name__}) keeps copies it cannot reset")
     with torch.no_grad():
         weight.data.copy_(rows.to(device=weight.device, dtype=weight.dtype))
         if mastered:
             safe_set_full_fp32_param(weight, rows.to(weight.device))
+        for master in unfused:
+            master.copy_(rows.to(master.device))
         # The group's state: the embeddings alone (their own tensor, or the flat fp32 partition a ZeRO or bf16
         # optimizer made of that group), so zeroing every tensor of it clears exactly their moments.
         group = base.param_groups[-1]
