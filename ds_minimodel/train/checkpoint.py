@@ -210,10 +210,9 @@ def _full_precision_weights(engine: Any, ckpt_dir: Path, trainable_only: bool,
     Under ZeRO 1-3 with fp16/bf16 the module holds rounded 16-bit copies and the fp32 master weights are sharded
     across ranks' optimizer files, so they are rebuilt from the saved checkpoint (DeepSpeed's zero_to_fp32). Under
     ZeRO 0 with bf16 the optimizer holds them (``unfused_masters``); in fp32 the module's own parameters are the
-    master weights. Frozen parameters and buffers have no master
-    copy (zero_to_fp32 widens the module's 16-bit ones): each is its value in ``frozen`` (``frozen_values``, taken
-    before the engine rounded the module) where that rounds to what the module holds, else the module's own (what
-    a resume loaded, if it differs).
+    master weights. Frozen parameters and buffers have no master copy (zero_to_fp32 widens the module's 16-bit ones):
+    each is its value in ``frozen`` (``frozen_values``, taken before the engine rounded the module) where that rounds
+    to what the module holds, else the module's own (what a resume loaded, if it differs).
     """
     module = engine.module
     names = ([n for n, p in module.named_parameters() if p.requires_grad] if trainable_only
