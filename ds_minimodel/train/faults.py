@@ -74,6 +74,9 @@ class StopSignals:
         return self.received is not None or self.launcher_gone or self.owner_gone
 
     def reason(self) -> str:
+        """Why this rank stops, asked when the ranks agree to: the watched processes are read again first, since a
+        peer may have seen its launcher end an instant before this rank looked."""
+        self.stop_requested()
         if self.received is not None:
             return signal.Signals(self.received).name
         if self.launcher_gone:

@@ -106,6 +106,21 @@ def test_a_job_notices_the_pipeline_that_started_it_is_gone(monkeypatch):
     assert faults.owner_process() is None and not faults.StopSignals().stop_requested()
 
 
+def test_the_reason_looks_again_at_what_a_peer_may_have_seen_first(monkeypatch):
+    """The ranks agree to stop when any of them sees a reason; one whose own look came an instant before the pipeline
+    (or launcher) ended must still name that, not "a peer's signal" (a CI run named a later SIGTERM instead)."""
+    mark = "import time\nfrom ds_minimodel.train.faults import owner_mark\nprint(owner_mark(), flush=True)\n" \
+           "time.sleep(60)"
+    owner = subprocess.Popen([sys.executable, "-c", mark], stdout=subprocess.PIPE, text=True)
+    monkeypatch.setenv(faults.OWNER_ENV, owner.stdout.readline().strip())
+    signals = faults.StopSignals()
+    assert not signals.stop_requested()
+    owner.kill()
+    owner.wait()
+    owner.stdout.close()
+    assert signals.reason() == faults.StopSignals.OWNER_GONE
+
+
 @pytest.mark.parametrize("command", ["pipeline", "prepare"])
 def test_ctrl_c_while_data_is_prepared_is_one_line_and_exit_130(tmp_path, command):
     """A terminal's Ctrl-C reaches the whole process group, the encoding workers included: one line, no traceback
