@@ -109,15 +109,18 @@ def uses_fp16(ds_config: dict[str, Any]) -> bool:
     return bool((ds_config.get("fp16") or {}).get("enabled"))
 
 
+def uses_bf16(ds_config: dict[str, Any]) -> bool:
+    return bool((ds_config.get("bf16") or {}).get("enabled"))
+
+
 def half_precision(ds_config: dict[str, Any]) -> bool:
     """fp16 or bf16: DeepSpeed then converts the whole module, frozen parameters included, to 16 bits."""
-    return uses_fp16(ds_config) or bool((ds_config.get("bf16") or {}).get("enabled"))
+    return uses_fp16(ds_config) or uses_bf16(ds_config)
 
 
 def unchecked_bf16(ds_config: dict[str, Any]) -> bool:
     """bf16 with DeepSpeed's gradient overflow check turned off (``"bf16": {"check_grad_overflow": false}``): an update
     with an infinite or NaN gradient is then applied, not skipped (measured on an H200: 5% less time per update)."""
-    bf16 = ds_config.get("bf16") or {}
-    return bool(bf16.get("enabled")) and bf16.get("check_grad_overflow", True) is False
+    return uses_bf16(ds_config) and ds_config["bf16"].get("check_grad_overflow", True) is False
 
 

@@ -17,7 +17,7 @@ import torch
 import torch.distributed as dist
 
 from ds_minimodel.config import TrainConfig
-from ds_minimodel.ds_config import BatchSizes, load_ds_config, resolve_batch, scheduler_total_steps
+from ds_minimodel.ds_config import BatchSizes, load_ds_config, resolve_batch, scheduler_total_steps, uses_bf16
 from ds_minimodel.errors import InputError
 from ds_minimodel.stages.specs import MLMSpec, RunSpec
 from ds_minimodel.train.distributed import DistInfo, init_distributed
@@ -104,7 +104,7 @@ def fp32_twin(ds_config: dict[str, Any], path: Path) -> Path | None:
 def bf16_notice(ds_config: dict[str, Any], source: Path | str, *, cuda: bool, native: bool) -> str | None:
     """What to say before a CPU run in bf16 on a CPU without native bf16, where its matrix products are emulated,
     several times slower than fp32 (README, "Testing"); None where there is nothing to say."""
-    if cuda or native or not (ds_config.get("bf16") or {}).get("enabled"):
+    if cuda or native or not uses_bf16(ds_config):
         return None
     twin = fp32_twin(ds_config, Path(source))
     instead = (f"{twin} is the same file in fp32" if twin is not None

@@ -32,6 +32,7 @@ import torch
 
 from ds_minimodel.config import ModelConfig, get_preset
 from ds_minimodel.data.tokenizer import IGNORE_INDEX, MASK_ID, NUM_SPECIAL
+from ds_minimodel.ds_config import uses_bf16, uses_fp16
 from ds_minimodel.model.encoder import MaskedLM
 from ds_minimodel.model.losses import mlm_step
 from ds_minimodel.stages import steps
@@ -58,9 +59,9 @@ def synthetic_batch(batch: int, seq_len: int, vocab: int, mask_prob: float, gene
 
 
 def precision_of(ds_config: dict[str, Any]) -> str:
-    if (ds_config.get("bf16") or {}).get("enabled"):
+    if uses_bf16(ds_config):
         return "bf16"
-    return "fp16" if (ds_config.get("fp16") or {}).get("enabled") else "fp32"
+    return "fp16" if uses_fp16(ds_config) else "fp32"
 
 
 # ----------------------------------------------------------------------------------------------- one stage
