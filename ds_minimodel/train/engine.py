@@ -261,16 +261,18 @@ class Loop:
                                    v100_days=to_gpu_days(step * stage.flops_per_update))
                     logger.log(metrics, step)
                     progress.update(step, loss, metrics["tokens_per_s"])
-                if stats.stop and step < cfg.steps:
-                    # why, as known now: a signal a launcher sends once a peer has exited must not rename it
-                    stopped_by = signals.reason()
                 if step % cfg.save_every == 0 or step == cfg.steps or stats.stop:
                     if self.unchecked:
                         norm = self.engine.get_global_grad_norm()
                         if norm is not None and not (math.isfinite(float(norm)) and float(norm) >= 0):
                             raise non_finite_gradient(self.run_dir, stage.name, float(norm), step, self.last_ckpt)
                     self.save(step)
-                if stopped_by is not None:
+                if stats.stop and step < cfg.steps:
+                    # Why, read once every rank has saved (a signal sent to all the ranks has reached each by then)
+                    # and before any rank can exit: a per-node launcher signals the others when one exits, and that
+                    # signal must not rename the reason.
+                    stopped_by = signals.reason()
+                    dist.barrier()
                     self.say(f"{stopped_by}: saved {self.last_ckpt} at update {step} of {cfg.steps} and stopped; "
                              "run again with --resume to continue")
                     break
