@@ -50,6 +50,7 @@ from typing import Any
 from ds_minimodel.errors import InputError
 from ds_minimodel.flops import EFLOP
 from ds_minimodel.pipeline.records import MeanScore, Results
+from ds_minimodel.pipeline.settings import RELEARN_SUFFIX
 from ds_minimodel.pipeline.source_model import CONTINUED
 from ds_minimodel.systems import BASELINE, get_system, is_system, order_key
 
@@ -435,8 +436,8 @@ def own_scores(results: Results) -> dict[tuple[str, str, str], Point]:
 def diagnostics(results: Results, all_curves: dict[tuple[str, str, str], list[Point]],
                 relearn_curves: dict[tuple[str, str, str], list[Point]], metrics: dict[str, str]) -> str:
     """Where transfer is lost (issue 16's rows): the trivial baselines, each primary with its own source embeddings,
-    the source-relearn control's curve, then each target language's final scores against its baselines, and against
-    its update 0 where Step 2 ended below it."""
+    the source-relearn control's curve and the share of the primary's own score it keeps, then each target
+    language's final scores against its baselines, and against its update 0 where Step 2 ended below it."""
     trivial, own = trivial_scores(results), own_scores(results)
     lines = []
     for task in sorted({k[0] for k in all_curves} | {k[0] for k in own} | {k[0] for k in relearn_curves}):
@@ -456,6 +457,13 @@ def diagnostics(results: Results, all_curves: dict[tuple[str, str, str], list[Po
                              "anchored if the config names a relearn_anchor): "
                              + ", ".join(f"{p.updates:.0f}: {p.score:.1f}" for p in curve)
                              + f" (final +- {curve[-1].std:.1f})")
+                primary = get_system(system).primary if is_system(system) else system
+                mine = own.get((task, lang.removesuffix(RELEARN_SUFFIX), primary))
+                if mine is not None and mine.score > 0:
+                    lines.append(f"  {'':<11}       it keeps {curve[-1].score / mine.score:.0%} of primary {primary}'s "
+                                 f"own {mine.score:.1f}: what Step 2 loses with no language gap, which bounds every "
+                                 "target; far below, with Step 2's MLM loss still falling, Step 2 is short "
+                                 "(README, Step 2, \"How long\")")
         for (t, lang, system), curve in sorted(all_curves.items()):
             if t == task and system == BASELINE:
                 majority = trivial.get((task, lang, "test"), {}).get("majority")

@@ -271,6 +271,7 @@ def test_no_speedup_where_bl_base_is_not_clearly_above_the_majority_class(tmp_pa
     diag = summary["diagnostics"]
     assert "primary base finetuned, its own embeddings: 81.0 +- 1.4" in diag
     assert "source embeddings relearned by Step 2" in diag and "1000: 41.5, 2000: 71.5" in diag
+    assert "it keeps 88% of primary base's own 81.0: what Step 2 loses with no language gap" in diag  # 71.5 / 81.0
     assert "BL_BASE final 60.0 +- 1.4, +1.5 over the majority class" in diag
     assert any(p.endswith("relearn_xnli_en-relearn.png") for p in summary["figures"])
 
