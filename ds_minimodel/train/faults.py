@@ -74,8 +74,8 @@ class StopSignals:
         return self.received is not None or self.launcher_gone or self.owner_gone
 
     def reason(self) -> str:
-        """Why this rank stops, asked when the ranks agree to: the watched processes are read again first, since a
-        peer may have seen its launcher end an instant before this rank looked."""
+        """Why this rank stops, asked once the ranks have agreed to and saved: the watched processes are read again
+        first, since a peer may have seen the launcher (or pipeline) end an instant before this rank looked."""
         self.stop_requested()
         if self.received is not None:
             return signal.Signals(self.received).name
