@@ -268,11 +268,7 @@ class Loop:
                             raise non_finite_gradient(self.run_dir, stage.name, float(norm), step, self.last_ckpt)
                     self.save(step)
                 if stats.stop and step < cfg.steps:
-                    # Why, read once every rank has saved (a signal sent to all the ranks has reached each by then)
-                    # and before any rank can exit: a per-node launcher signals the others when one exits, and that
-                    # signal must not rename the reason.
                     stopped_by = signals.reason()
-                    dist.barrier()
                     self.say(f"{stopped_by}: saved {self.last_ckpt} at update {step} of {cfg.steps} and stopped; "
                              "run again with --resume to continue")
                     break
