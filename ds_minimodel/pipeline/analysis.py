@@ -460,7 +460,7 @@ def diagnostics(results: Results, all_curves: dict[tuple[str, str, str], list[Po
                 primary = get_system(system).primary if is_system(system) else system
                 mine = own.get((task, lang.removesuffix(RELEARN_SUFFIX), primary))
                 if mine is not None and mine.score > 0:
-                    lines.append(f"  {'':<11}       it keeps {curve[-1].score / mine.score:.0%} of primary {primary}'s "
+                    lines.append(f"{'':20}it keeps {curve[-1].score / mine.score:.0%} of primary {primary}'s "
                                  f"own {mine.score:.1f}: what Step 2 loses with no language gap, which bounds every "
                                  "target; far below, with Step 2's MLM loss still falling, Step 2 is short "
                                  "(README, Step 2, \"How long\")")

@@ -80,7 +80,6 @@ def test_a_bf16_checkpoint_holds_fp32_masters_and_frozen_source_values_under_zer
     assert found["0"]["stage0_masters_equal"] is True  # ZeRO 0: DeepSpeed's optimizer wrapper holds the masters
 
 
-
 RESUMED = TOY + """
 def frozen_bottom():
     model = toy_model()
@@ -102,7 +101,8 @@ def test_a_bf16_run_stopped_and_resumed_ends_bitwise_where_one_never_stopped_doe
     """ZeRO 0's bf16 engine (DeepSpeed's FP16_UnfusedOptimizer) takes one zero-gradient step when it is built
     (ds_configs/README.md): built again on resume, its checkpoint must still restore the masters and Adam's state
     as saved. ZeRO 2 beside it, the stage the shipped configs use."""
-    proc = run_cmd([sys.executable, "-c", RESUMED, str(tmp_path)], env={"LOCAL_RANK": "0", "RANK": "0", "WORLD_SIZE": "1"})
+    proc = run_cmd([sys.executable, "-c", RESUMED, str(tmp_path)],
+                   env={"LOCAL_RANK": "0", "RANK": "0", "WORLD_SIZE": "1"})
     found = json.loads(proc.stdout.strip().splitlines()[-1])
     assert [line.split(" at ")[-1] for line in proc.stdout.splitlines() if "resumed from" in line] == ["update 2"] * 2
     assert found == {"0": {"same_names": True, "equal": True, "moved": 0.0},

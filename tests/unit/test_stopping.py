@@ -108,7 +108,7 @@ def test_a_job_notices_the_pipeline_that_started_it_is_gone(monkeypatch):
 
 def test_the_reason_looks_again_at_what_a_peer_may_have_seen_first(monkeypatch):
     """The ranks agree to stop when any of them sees a reason; one whose own look came an instant before the pipeline
-    (or launcher) ended must still name that, not "a peer's signal" (a CI run named a later SIGTERM instead)."""
+    (or launcher) ended must still name that, not "a peer's signal" (the launcher case of a CI run)."""
     mark = "import time\nfrom ds_minimodel.train.faults import owner_mark\nprint(owner_mark(), flush=True)\n" \
            "time.sleep(60)"
     owner = subprocess.Popen([sys.executable, "-c", mark], stdout=subprocess.PIPE, text=True)
