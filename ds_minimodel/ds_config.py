@@ -36,6 +36,9 @@ def load_ds_config(path: str | os.PathLike) -> dict[str, Any]:
         value = config.get(key)
         if value is not None and (not isinstance(value, int) or isinstance(value, bool) or value <= 0):
             raise InputError(f"{path}: {key} must be a positive integer, got {value!r}")
+    for key in ("fp16", "bf16", "bfloat16"):
+        if config.get(key) is not None and not isinstance(config[key], dict):
+            raise InputError(f'{path}: {key} must be an object such as {{"enabled": true}}, got {config[key]!r}')
     zero = config.get("zero_optimization") or {}
     if not isinstance(zero, dict) or zero.get("stage", 0) not in (0, 1, 2, 3) or isinstance(zero.get("stage"), bool):
         raise InputError(f"{path}: zero_optimization.stage must be 0, 1, 2 or 3, got "
@@ -48,7 +51,7 @@ def load_ds_config(path: str | os.PathLike) -> dict[str, Any]:
             f"{path}: fp16 needs ZeRO stage 1 or higher: under ZeRO stage 0 DeepSpeed's engine never applies the "
             "loss scale that its fp16 optimizer divides out, so training silently stalls. Set "
             '"zero_optimization": {"stage": 1} (on one GPU it costs the same as stage 0), or use bf16')
-    bf16 = config.get("bf16")
+    bf16 = bf16_section(config)
     if isinstance(bf16, dict) and "check_grad_overflow" in bf16 and not isinstance(bf16["check_grad_overflow"], bool):
         # DeepSpeed would read "false" or 0 as false too; the loop's save guard keys on the JSON boolean alone.
         raise InputError(f"{path}: bf16.check_grad_overflow must be true or false, got "
@@ -109,8 +112,14 @@ def uses_fp16(ds_config: dict[str, Any]) -> bool:
     return bool((ds_config.get("fp16") or {}).get("enabled"))
 
 
+def bf16_section(ds_config: dict[str, Any]) -> Any:
+    """The bf16 section as DeepSpeed reads it: ``bf16``, or where that is absent its old name ``bfloat16``."""
+    section = ds_config.get("bf16")
+    return ds_config.get("bfloat16") if section is None else section
+
+
 def uses_bf16(ds_config: dict[str, Any]) -> bool:
-    return bool((ds_config.get("bf16") or {}).get("enabled"))
+    return bool((bf16_section(ds_config) or {}).get("enabled"))
 
 
 def half_precision(ds_config: dict[str, Any]) -> bool:
@@ -121,6 +130,6 @@ def half_precision(ds_config: dict[str, Any]) -> bool:
 def unchecked_bf16(ds_config: dict[str, Any]) -> bool:
     """bf16 with DeepSpeed's gradient overflow check turned off (``"bf16": {"check_grad_overflow": false}``): an update
     with an infinite or NaN gradient is then applied, not skipped (measured on an H200: 5% less time per update)."""
-    return uses_bf16(ds_config) and ds_config["bf16"].get("check_grad_overflow", True) is False
+    return uses_bf16(ds_config) and bf16_section(ds_config).get("check_grad_overflow", True) is False
 
 

@@ -13,7 +13,7 @@ from typing import Any
 
 import torch
 
-from ds_minimodel.ds_config import scheduler_total_steps
+from ds_minimodel.ds_config import scheduler_total_steps, uses_bf16, uses_fp16
 from ds_minimodel.errors import InputError
 
 
@@ -134,8 +134,7 @@ def check_ds_config(config: dict[str, Any], source: str, *, steps: int | None = 
     """Raise one InputError listing every problem of a loaded DeepSpeed JSON (``ds_config.load_ds_config``);
     ``steps``: the run's update count, which the scheduler's total_num_steps must not be below."""
     problems = key_problems(config) + optimizer_problems(config) + scheduler_problems(config)
-    fp16, bf16 = ((config.get(key) or {}).get("enabled") for key in ("fp16", "bf16"))
-    if fp16 and (bf16 or (config.get("bfloat16") or {}).get("enabled")):
+    if uses_fp16(config) and uses_bf16(config):
         problems.append("fp16.enabled and bf16.enabled are both true; choose one (bf16 where the hardware has it)")
     clip = config.get("gradient_clipping")
     if clip is not None and not (_number(clip) and clip >= 0):

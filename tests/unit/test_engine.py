@@ -4,7 +4,7 @@ from pathlib import Path
 
 import pytest
 
-from ds_minimodel.ds_config import BatchSizes, load_ds_config, resolve_batch
+from ds_minimodel.ds_config import BatchSizes, half_precision, load_ds_config, resolve_batch, unchecked_bf16, uses_bf16
 from ds_minimodel.errors import InputError
 
 
@@ -67,6 +67,27 @@ def test_bf16s_overflow_check_setting_must_be_a_json_boolean(tmp_path):
         load_ds_config(path)
     path.write_text(json.dumps({"train_batch_size": 4, "bf16": {"enabled": True, "check_grad_overflow": False}}))
     assert load_ds_config(path)["bf16"]["check_grad_overflow"] is False
+
+
+def test_bf16s_old_name_is_read_as_deepspeed_reads_it(tmp_path):
+    # DeepSpeed reads "bfloat16" where "bf16" is absent; a run configured by the old name is a bf16 run here too
+    # (its checkpoints keep frozen parameters at full precision, its overflow-check setting is checked).
+    path = tmp_path / "bfloat16.json"
+    path.write_text(json.dumps({"train_batch_size": 4, "bfloat16": {"enabled": True, "check_grad_overflow": False}}))
+    config = load_ds_config(path)
+    assert uses_bf16(config) and half_precision(config) and unchecked_bf16(config)
+    assert not uses_bf16({"bf16": {"enabled": False}, "bfloat16": {"enabled": True}})  # bf16 wins, as in DeepSpeed
+    path.write_text(json.dumps({"train_batch_size": 4, "bfloat16": {"enabled": True, "check_grad_overflow": 0}}))
+    with pytest.raises(InputError, match="check_grad_overflow must be true or false, got 0"):
+        load_ds_config(path)
+
+
+@pytest.mark.parametrize("key", ["fp16", "bf16", "bfloat16"])
+def test_a_precision_section_that_is_not_an_object_is_named(tmp_path, key):
+    path = tmp_path / "ds.json"
+    path.write_text(json.dumps({"train_batch_size": 4, key: True}))
+    with pytest.raises(InputError, match=rf'{path}: {key} must be an object such as {{"enabled": true}}, got True'):
+        load_ds_config(path)
 
 
 DS_CONFIGS = Path(__file__).resolve().parents[2] / "ds_configs"
