@@ -39,6 +39,9 @@ def load_ds_config(path: str | os.PathLike) -> dict[str, Any]:
     for key in ("fp16", "bf16", "bfloat16"):
         if config.get(key) is not None and not isinstance(config[key], dict):
             raise InputError(f'{path}: {key} must be an object such as {{"enabled": true}}, got {config[key]!r}')
+        if "enabled" in (config.get(key) or {}) and not isinstance(config[key]["enabled"], bool):
+            # DeepSpeed reads the string "false" as false; Python's truth would call it true: the two must agree.
+            raise InputError(f"{path}: {key}.enabled must be true or false, got {config[key]['enabled']!r}")
     zero = config.get("zero_optimization") or {}
     if not isinstance(zero, dict) or zero.get("stage", 0) not in (0, 1, 2, 3) or isinstance(zero.get("stage"), bool):
         raise InputError(f"{path}: zero_optimization.stage must be 0, 1, 2 or 3, got "
@@ -89,9 +92,16 @@ def resolve_batch(ds_config: dict[str, Any], world_size: int, *, source: str) ->
     return BatchSizes(micro=micro, accumulation=accum, world_size=world_size)
 
 
+def scheduler_params(ds_config: dict[str, Any]) -> dict[str, Any]:
+    """The scheduler's params object itself (edits reach the config), or an empty dict where the config has none or
+    where either is not an object (``ds_validate.scheduler_problems`` names that)."""
+    scheduler = ds_config.get("scheduler")
+    params = scheduler.get("params") if isinstance(scheduler, dict) else None
+    return params if isinstance(params, dict) else {}
+
+
 def scheduler_total_steps(ds_config: dict[str, Any]) -> int | None:
-    params = (ds_config.get("scheduler") or {}).get("params") or {}
-    total = params.get("total_num_steps")
+    total = scheduler_params(ds_config).get("total_num_steps")
     return total if isinstance(total, int) else None  # "auto": the run's own update count (fill_schedule)
 
 
@@ -100,7 +110,7 @@ def fill_schedule(ds_config: dict[str, Any], steps: int, warmup_ratio: float) ->
     update count and ``warmup_num_steps`` that times ``warmup_ratio`` (at least 1), so one JSON serves runs of any
     length, as HF Trainer's ``"auto"`` values do."""
     config = copy.deepcopy(ds_config)
-    params = (config.get("scheduler") or {}).get("params") or {}
+    params = scheduler_params(config)
     if params.get("total_num_steps") == "auto":
         params["total_num_steps"] = steps
     if params.get("warmup_num_steps") == "auto":

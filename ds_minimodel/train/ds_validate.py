@@ -87,7 +87,8 @@ def scheduler_problems(config: dict[str, Any]) -> list[str]:
         return []
     if not isinstance(scheduler, dict):
         return [f"scheduler must be an object with type and params, got {scheduler!r}"]
-    name, params = scheduler.get("type"), scheduler.get("params") or {}
+    name, params = scheduler.get("type"), scheduler.get("params", {})
+    params = {} if params is None else params
     problems = []
     if name not in VALID_LR_SCHEDULES and not (isinstance(name, str) and hasattr(torch.optim.lr_scheduler, name)):
         problems.append(f"scheduler.type {name!r} is neither one of DeepSpeed's ({', '.join(VALID_LR_SCHEDULES)}) "

@@ -234,6 +234,11 @@ DS_MISTAKES = {  # issue 30: each used to fail after the process group (and, in 
     "scheduler": (lambda c: c["scheduler"].update(type="WarmupDecay"), "scheduler.type 'WarmupDecay' is neither"),
     "zero-field": (lambda c: c["zero_optimization"].update(overlap_comm="maybe"),
                    "DeepSpeedZeroConfig: overlap_comm: Input should be a valid boolean"),
+    # These three crashed with a traceback, or passed and then disagreed with DeepSpeed ("false" is true to Python).
+    "scheduler-name": (lambda c: c.update(scheduler="WarmupLR"),
+                       "scheduler must be an object with type and params, got 'WarmupLR'"),
+    "scheduler-params": (lambda c: c["scheduler"].update(params=[]), r"scheduler.params must be an object, got \[\]"),
+    "precision-string": (lambda c: c.update(bf16={"enabled": "false"}), "bf16.enabled must be true or false, got 'false'"),
 }
 
 
