@@ -131,7 +131,11 @@ def read_examples(fmt: str, path: Path, *, labels: Sequence[str] | None = None, 
     path = require_file(path, "task file")
     if fmt not in FORMATS:
         raise InputError(f"{path}: unknown task format {fmt!r}; known: {', '.join(FORMATS)}")
-    return FORMATS[fmt].read(path, labels, language, training)
+    examples = FORMATS[fmt].read(path, labels, language, training)
+    if training and examples.labels is not None and len(examples.labels) < 2:
+        raise InputError(f"{path}: every training example has the label {examples.labels[0]!r}: a classifier needs "
+                         "at least two labels to learn anything")
+    return examples
 
 
 def read_eval_examples(spec: TaskSpec, fmt: str | None, path: Path, language: str | None) -> readers.Examples:

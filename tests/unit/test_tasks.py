@@ -18,7 +18,7 @@ from ds_minimodel.tasks.features import (
     classification_features,
     token_classification_features,
 )
-from ds_minimodel.tasks.formats import FORMATS, KIND_OF_FORMAT
+from ds_minimodel.tasks.formats import FORMATS, KIND_OF_FORMAT, read_examples
 from ds_minimodel.tasks.readers import (
     LOHELP_LABELS,
     NLI_LABELS,
@@ -215,6 +215,14 @@ def test_unknown_suffix_and_bad_bytes(tmp_path: Path) -> None:
     latin1.write_bytes(b'{"text": "ok", "label": "a"}\n{"text": "caf\xe9", "label": "a"}\n')
     assert_input_error(lambda: read_generic(latin1), f"{latin1}:2:", "not UTF-8")
     assert_input_error(lambda: read_conllu(tmp_path / "missing.conllu"), "missing.conllu", "cannot read")
+
+
+def test_a_training_file_with_one_label_is_refused_an_evaluation_file_is_not(tmp_path: Path) -> None:
+    one = tmp_path / "train.jsonl"
+    one.write_text('{"text": "a", "label": "x"}\n{"text": "b", "label": "x"}\n')
+    assert_input_error(lambda: read_examples("generic", one, training=True), str(one),
+                       "every training example has the label 'x'", "at least two labels")
+    assert len(read_examples("generic", one, labels=["x", "y"])) == 2  # a test file may hold one label
 
 
 # --- a tokenizer with Latin, accented, CJK and Arabic pieces -------------------------------------------------------
