@@ -117,6 +117,7 @@ def _check_corpus(corpus: Path) -> None:
         # Before reading it line by line: a binary file may have no line breaks at all.
         if b"\0" in f.read(_SAMPLE_WINDOW_BYTES):
             raise InputError(f"{corpus}: contains NUL bytes; the file looks binary, not UTF-8 text")
+    check_mostly_utf8(corpus)
 
 
 def _open_unit(rng: random.Random) -> float:
@@ -160,19 +161,55 @@ def _sample_lines(corpus: Path, size: int, seed: int) -> list[str]:
     return texts
 
 
-def _sample_text(corpus: Path) -> str:
-    """Up to 1 MiB of text from evenly spaced windows, so that a file whose first megabyte is atypical
-    (a licence header, a different language) does not decide the coverage alone."""
+def _sample_windows(corpus: Path) -> list[tuple[int, bytes]]:
+    """Up to 1 MiB of the file as (offset, bytes) windows evenly spaced over it, so that a file whose first megabyte
+    is atypical (a licence header, a different language) does not decide alone."""
     size = corpus.stat().st_size
     step = max(size // _SAMPLE_WINDOWS, 1)
-    parts = []
+    windows = []
     with corpus.open("rb") as f:
         for start in range(0, size, step):
             f.seek(start)
-            parts.append(f.read(_SAMPLE_WINDOW_BYTES).decode("utf-8", errors="ignore"))
-            if len(parts) == _SAMPLE_WINDOWS:
+            windows.append((start, f.read(_SAMPLE_WINDOW_BYTES)))
+            if len(windows) == _SAMPLE_WINDOWS:
                 break
-    return "".join(parts)
+    return windows
+
+
+def _sample_text(corpus: Path) -> str:
+    return "".join(data.decode("utf-8", errors="ignore") for _, data in _sample_windows(corpus))
+
+
+def check_mostly_utf8(corpus: Path) -> None:
+    """Refuse, before any work, a corpus most of whose sampled lines are not UTF-8 (another encoding, or binary):
+    preparing it would stop at the same rule (``shards._check_mostly_text``) only after its tokenizer was trained.
+    A few bad lines pass, as they do there (skipped and counted)."""
+    size = corpus.stat().st_size
+    good, bad, first_bad = 0, 0, None
+    # A file no larger than the sample is read whole (its windows would overlap and count lines twice).
+    windows = _sample_windows(corpus) if size > _SAMPLE_WINDOWS * _SAMPLE_WINDOW_BYTES else [(0, corpus.read_bytes())]
+    for start, data in windows:
+        lines = data.split(b"\n")
+        offsets = [start]
+        for line in lines[:-1]:
+            offsets.append(offsets[-1] + len(line) + 1)
+        whole = list(zip(offsets, lines))
+        if start > 0:
+            whole = whole[1:]  # begins inside a line
+        if start + len(data) < size:
+            whole = whole[:-1]  # ends inside one
+        for offset, line in whole:
+            if line.strip():
+                try:
+                    line.decode("utf-8")
+                    good += 1
+                except UnicodeDecodeError:
+                    bad += 1
+                    first_bad = offset if first_bad is None else first_bad
+    if bad > good:
+        raise InputError(f"{corpus}: {bad:,} of {good + bad:,} sampled lines are not valid UTF-8 (the first at byte "
+                         f"{first_bad:,}); the file looks binary or is in another encoding: convert it to UTF-8 "
+                         "(for example iconv -f latin1 -t utf-8)")
 
 
 def choose_character_coverage(corpus: Path) -> float:

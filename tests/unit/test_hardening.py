@@ -116,6 +116,8 @@ def pipeline_config(tmp_path: Path, **changes) -> Path:
 def test_the_pipeline_checks_everything_before_the_first_job(tmp_path):
     cjk = tmp_path / "zh.txt"
     cjk.write_text("\n".join("".join(chr(0x4E00 + (i * 7 + j * 13) % 3000) for j in range(40)) for i in range(400)))
+    latin1 = tmp_path / "de.latin1.txt"  # the demo's German, saved in another encoding
+    latin1.write_bytes((REPO / "demo_data/corpus/de.txt").read_text(encoding="utf-8").encode("latin-1", "replace"))
     cases = [
         ({"step2__steps": 0}, "step2: steps must be greater than or equal to 1"),
         ({"seq_len": 4096}, "seq_len 4096 exceeds the demo preset's 64 positions"),
@@ -128,6 +130,7 @@ def test_the_pipeline_checks_everything_before_the_first_job(tmp_path):
         ({"step2__keep_checkpoints": 2}, r"step2: unknown key\(s\) keep_checkpoints"),  # Step 4 scores them all
         ({"targets": [{"lang": "zh", "corpus": str(cjk)}]}, "cannot hold this text's characters"),
         ({"step1__ds_config": "ds_configs/none.json"}, "DeepSpeed config not found"),
+        ({"targets": [{"lang": "de", "corpus": str(latin1)}]}, "de.latin1.txt: .* sampled lines are not valid UTF-8"),
     ]
     for changes, message in cases:
         path = pipeline_config(tmp_path, **changes)

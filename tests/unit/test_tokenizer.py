@@ -18,6 +18,7 @@ from ds_minimodel.data.tokenizer import (
     PAD_ID,
     UNK_ID,
     Tokenizer,
+    check_mostly_utf8,
     choose_character_coverage,
     read_training_record,
     train_sentencepiece,
@@ -126,6 +127,28 @@ def test_unusable_corpus_names_the_file(tmp_path: Path, content: bytes | None) -
     with pytest.raises(InputError) as error:
         train_sentencepiece(corpus, tmp_path / "m", vocab_size=100)
     assert str(corpus) in str(error.value)
+
+
+def test_a_corpus_in_another_encoding_is_refused_before_training_a_few_bad_lines_are_not(tmp_path: Path) -> None:
+    utf8 = write_text(tmp_path / "de.txt", lines=30_000)  # about 2.6 MB: windows start inside lines and characters
+    assert utf8.stat().st_size > 2 * 16 * 64 * 1024
+    check_mostly_utf8(utf8)
+    latin1 = tmp_path / "latin1.txt"
+    latin1.write_bytes(utf8.read_text(encoding="utf-8").encode("latin-1"))
+    data = latin1.read_bytes()
+    first = data.rfind(b"\n", 0, data.index(b"\xe9")) + 1  # the line of the first non-ASCII letter
+    with pytest.raises(InputError, match=rf"{latin1}: .* sampled lines are not valid UTF-8 \(the first at byte "
+                                         rf"{first:,}\); .*another encoding"):
+        check_mostly_utf8(latin1)
+    with pytest.raises(InputError, match="not valid UTF-8"):  # training checks it too (the prepare command)
+        train_sentencepiece(latin1, tmp_path / "m", vocab_size=100)
+    small = tmp_path / "small.txt"
+    small.write_bytes(b"caf\xe9\n" * 3)
+    with pytest.raises(InputError, match=r"3 of 3 sampled lines .* \(the first at byte 0\)"):
+        check_mostly_utf8(small)
+    some = tmp_path / "some.txt"  # a few bad lines are skipped and counted when the corpus is prepared, as before
+    some.write_bytes(b"caf\xe9\n" * 3 + "café\n".encode() * 10)
+    check_mostly_utf8(some)
 
 
 def test_load_rejects_other_files(tmp_path: Path, corpus: Path) -> None:
