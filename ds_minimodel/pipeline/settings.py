@@ -316,7 +316,8 @@ def check(cfg: PipelineConfig, source: str, *, world_size: int | None) -> GivenM
     model), every file named (exists, parses), each language's vocabulary against its text, ``source.model`` (read
     once; returned). ``world_size``: the ranks the training stages will have, when known here (not under srun,
     whose allocation decides)."""
-    from ds_minimodel.data.tokenizer import check_mostly_utf8, check_vocabulary_fits, open_tokenizer
+    from ds_minimodel.data.corpus_text import check_corpus, check_vocabulary_fits
+    from ds_minimodel.data.tokenizer import open_tokenizer
     from ds_minimodel.model.encoder import POOLINGS
     from ds_minimodel.tasks.formats import FORMATS, KINDS, read_examples
     from ds_minimodel.tasks.qa import window_room
@@ -444,7 +445,7 @@ def check(cfg: PipelineConfig, source: str, *, world_size: int | None) -> GivenM
     for corpus in [cfg.source, *cfg.targets]:
         where = f"{source}: {corpus.lang}"
         require_file(corpus.corpus, "corpus file", where)
-        check_mostly_utf8(Path(corpus.corpus))
+        check_corpus(Path(corpus.corpus))  # empty, binary, another encoding
         if corpus.lowercase is not None and (corpus.tokenizer is not None or (corpus is cfg.source and given)):
             raise InputError(f"{where}: lowercase is for a tokenizer trained here; this language's is given "
                              f"({corpus.tokenizer or 'source.model'}'s own)")

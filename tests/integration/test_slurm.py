@@ -40,7 +40,9 @@ def slurm(tmp_path_factory):
 def small_task(folder: Path, source: Path, lines: int) -> str:
     folder.mkdir(parents=True, exist_ok=True)
     path = folder / source.name
-    path.write_text("".join(source.read_text(encoding="utf-8").splitlines(keepends=True)[:lines]), encoding="utf-8")
+    every = source.read_text(encoding="utf-8").splitlines(keepends=True)
+    # Evenly spaced, not the first lines: the task files are grouped by label, and a training file needs two.
+    path.write_text("".join(every[::max(1, len(every) // lines)][:lines]), encoding="utf-8")
     return str(path)
 
 

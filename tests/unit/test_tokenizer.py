@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 import sentencepiece as spm
 
+from ds_minimodel.data.corpus_text import check_mostly_utf8, choose_character_coverage
 from ds_minimodel.data.tokenizer import (
     BOS_ID,
     EOS_ID,
@@ -18,8 +19,6 @@ from ds_minimodel.data.tokenizer import (
     PAD_ID,
     UNK_ID,
     Tokenizer,
-    check_mostly_utf8,
-    choose_character_coverage,
     read_training_record,
     train_sentencepiece,
 )
