@@ -277,7 +277,8 @@ annotation would."""
 
 
 def _explain(cls: type, errors: list[dict[str, Any]], source: str) -> str:
-    """pydantic's first error (all unknown keys of one object together) as one sentence naming where it is."""
+    """pydantic's first error (all unknown or all missing keys of one object together) as one sentence naming where
+    it is."""
     first = errors[0]
     *parent, key = first["loc"] or ("",)
     where = source + "".join(f"[{p}]" if isinstance(p, int) else (": " if i == 0 else ".") + p
@@ -287,8 +288,9 @@ def _explain(cls: type, errors: list[dict[str, Any]], source: str) -> str:
         unknown = [e["loc"][-1] for e in errors if e["type"] == first["type"] and list(e["loc"][:-1]) == parent]
         known = [f.name for f in dataclasses.fields(owner)] if owner else []
         return f"{where}: unknown key(s) {', '.join(sorted(map(str, unknown)))}; known keys: {', '.join(known)}"
-    if first["type"] == "missing":
-        return f"{where}: {key} is required"
+    if first["type"] == "missing":  # every missing key of the object, so one correction answers them all
+        missing = [str(e["loc"][-1]) for e in errors if e["type"] == "missing" and list(e["loc"][:-1]) == parent]
+        return f"{where}: {key} is required" if len(missing) == 1 else f"{where}: {', '.join(missing)} are required"
     if first["type"] == "value_error" and isinstance((first.get("ctx") or {}).get("error"), InputError):
         return f"{where}.{key}: {first['ctx']['error']}" if key else f"{where}: {first['ctx']['error']}"
     fields = {f.name: f for f in dataclasses.fields(owner)} if owner else {}

@@ -65,7 +65,10 @@ def test_config_errors_name_the_file(tmp_path):
     with pytest.raises(InputError, match=r"p.json: tasks\[0\].test: de must be a valid string, got 3"):
         PipelineConfig.load(path)
     path.write_text(json.dumps({**base, "step1": {"steps": 3}}))
-    with pytest.raises(InputError, match=r"p.json: step1: ds_config is required"):
+    with pytest.raises(InputError, match=r"p.json: step1: ds_config, save_every are required$"):
+        PipelineConfig.load(path)
+    path.write_text(json.dumps({"out": "x", "step2": base["step2"]}))  # every missing key named at once
+    with pytest.raises(InputError, match=r"p.json: source, targets, tasks, step3 are required$"):
         PipelineConfig.load(path)
     assert isinstance(PipelineConfig.load(Path(__file__).resolve().parents[2] / "configs/demo.json").targets[0].lang,
                       str)
