@@ -57,9 +57,9 @@ def _sample_text(corpus: Path) -> str:
 
 
 def check_mostly_utf8(corpus: Path) -> None:
-    """Refuse, before any work, a corpus most of whose sampled lines are not UTF-8 (another encoding, or binary):
-    preparing it would stop at the same rule (``shards._check_mostly_text``) only after its tokenizer was trained.
-    A few bad lines pass, as they do there (skipped and counted)."""
+    """Refuse a corpus most of whose sampled lines are not UTF-8 (another encoding, or binary): preparation's own
+    rule (``shards._check_mostly_text``, which meets it only after the tokenizer is trained), read from a sample
+    before any work. A few bad lines pass, as they do there (skipped and counted)."""
     size = corpus.stat().st_size
     good, bad, first_bad = 0, 0, None
     # A file no larger than the sample is read whole (its windows would overlap and count lines twice).
