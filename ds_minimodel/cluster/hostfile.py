@@ -33,6 +33,9 @@ def read_hostfile(path: Path) -> dict[str, int]:
     """{host: slots} in file order; an InputError names the file, the line and the problem."""
     path = Path(path)
     text = read_text(path, "hostfile")
+    if text.startswith("\ufeff"):
+        # DeepSpeed's launcher reads the file too, and would take the mark as part of the first host's name.
+        raise InputError(f"{path}:1: starts with a byte-order mark (some editors add one); save it as plain UTF-8")
     hosts: dict[str, int] = {}
     for number, raw in enumerate(text.splitlines(), start=1):
         line = raw.split("#", 1)[0].strip()

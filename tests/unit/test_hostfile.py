@@ -38,6 +38,7 @@ def test_shipped_hostfiles_and_comments_and_blank_lines(tmp_path):
     ("$(reboot) slots=2\n", 1, "not a valid host name"),
     ("-oProxyCommand=x slots=2\n", 1, "not a valid host name"),
     ("node_1 slots=2\n", 1, "not a valid host name"),
+    ("\ufeffnode1 slots=2\n", 1, "starts with a byte-order mark"),
 ])
 def test_errors_name_the_line_and_the_problem(tmp_path, text, line, problem):
     path = write(tmp_path, text)
