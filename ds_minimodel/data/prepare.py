@@ -17,7 +17,7 @@ import logging
 import os
 import shutil
 import sys
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 from ds_minimodel.config import file_sha256
@@ -89,14 +89,24 @@ def _remove(path: Path) -> None:
         path.unlink(missing_ok=True)
 
 
+def _already_there(target: Path, source: Path, same: Callable[[], bool], *, force: bool) -> bool:
+    """Whether ``target`` already holds ``source``'s tokenizer (``same`` asked only if it exists); a different one is
+    refused unless ``force``, which replaces it."""
+    if not target.exists():
+        return False
+    if same():
+        return True
+    if not force:
+        raise InputError(f"{target}: the folder already holds a different tokenizer than {source}; "
+                         "pass --force to replace it (and re-encode the corpus) or choose another --out")
+    return False
+
+
 def _copy_tokenizer(source: Path, target: Path, *, force: bool) -> None:
     tokenizer = Tokenizer.load(source)  # refuse a model without the reserved ids before touching the folder
-    if target.exists():
-        if target.resolve() == source.resolve() or Tokenizer.load(target).sha256 == tokenizer.sha256:
-            return
-        if not force:
-            raise InputError(f"{target}: the folder already holds a different tokenizer than {source}; "
-                             "pass --force to replace it (and re-encode the corpus) or choose another --out")
+    if _already_there(target, source, lambda: target.resolve() == source.resolve()
+                      or Tokenizer.load(target).sha256 == tokenizer.sha256, force=force):
+        return
     with _replacing(target):
         temporary = target.with_name(target.name + ".tmp")
         shutil.copyfile(source, temporary)
@@ -107,12 +117,8 @@ def _copy_tokenizer(source: Path, target: Path, *, force: bool) -> None:
 
 def _copy_hf_tokenizer(source: Path, target: Path, *, force: bool) -> None:
     tokenizer = HFTokenizer.load(source)  # refuse a folder transformers cannot read before touching the output
-    if target.exists():
-        if HFTokenizer.load(target).sha256 == tokenizer.sha256:
-            return
-        if not force:
-            raise InputError(f"{target}: the folder already holds a different tokenizer than {source}; "
-                             "pass --force to replace it (and re-encode the corpus) or choose another --out")
+    if _already_there(target, source, lambda: HFTokenizer.load(target).sha256 == tokenizer.sha256, force=force):
+        return
     with _replacing(target):
         temporary = target.with_name(target.name + ".tmp")
         shutil.rmtree(temporary, ignore_errors=True)

@@ -535,6 +535,21 @@ def test_cli_end_to_end(tmp_path: Path, corpus: Path, model: Path, capsys: pytes
     assert TokenShards.open(copied).tokenizer_sha256 == Tokenizer.load(model).sha256
 
 
+def test_a_given_tokenizer_other_than_the_folders_needs_force(tmp_path: Path, corpus: Path, model: Path,
+                                                                capsys: pytest.CaptureFixture) -> None:
+    out = tmp_path / "en"
+    args = ["--corpus", str(corpus), "--out", str(out), "--workers", "1", "--no-progress"]
+    assert main(args + ["--vocab-size", "250"]) == 0  # a tokenizer trained here
+    own = (out / "spm.model").read_bytes()
+    capsys.readouterr()
+    assert main(args + ["--tokenizer", str(model)]) == 2
+    assert f"{out / 'spm.model'}: the folder already holds a different tokenizer than {model}" in capsys.readouterr().err
+    assert (out / "spm.model").read_bytes() == own  # refused: nothing replaced
+    assert main(args + ["--tokenizer", str(model), "--force"]) == 0
+    assert (out / "spm.model").read_bytes() == model.read_bytes()
+    assert main(args + ["--tokenizer", str(model)]) == 0  # the same one again: nothing to do
+
+
 def test_a_tokenizer_trained_on_the_same_text_at_another_path_is_reused(tmp_path: Path, corpus: Path,
                                                                           capsys: pytest.CaptureFixture) -> None:
     # A run linked from another checkout (or a moved one) records another absolute path for the same corpus.
