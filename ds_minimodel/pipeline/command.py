@@ -66,6 +66,8 @@ def _run(args: argparse.Namespace) -> int:
         return print_jobs(pipeline)
     if args.lang is not None and not (args.only or "").startswith(f"{Step.ADAPT}-"):
         raise InputError("--lang goes with --only step2-<system>")
+    if args.only is not None:
+        pipeline.checked_job(args.only, args.lang)  # before the folder is claimed: a refused command writes nothing
     own_output(pipeline.out, args.config)
     with Workers(pipeline.root, cfg.ranks, args.launcher, verbose=args.verbose, off=args.launch_per_job):
         if args.only is None:  # one pipeline per folder; single jobs (batch jobs, Step-2 arrays) claim their runs

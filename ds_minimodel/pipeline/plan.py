@@ -214,11 +214,16 @@ class Pipeline:
                 summary = self.run(job.name, value)
         return summary
 
-    def run(self, name: str, value: str | None = None) -> dict[str, Any]:
-        """Run job ``name`` (for Step 2: for the target language ``value``, or all of them when None)."""
+    def checked_job(self, name: str, value: str | None = None) -> Job:
+        """Job ``name``, refused if it does not exist or does not run for ``value`` (a Step-2 job's language)."""
         job = self.job(name)
         if job.array and value is not None and value not in job.array:
             raise InputError(f"{self.source_path}: {name} runs for {', '.join(job.array)}; not for {value!r}")
+        return job
+
+    def run(self, name: str, value: str | None = None) -> dict[str, Any]:
+        """Run job ``name`` (for Step 2: for the target language ``value``, or all of them when None)."""
+        job = self.checked_job(name, value)
         if job.step == Step.PREPARE:
             return self._prepare()
         if job.step == Step.TRANSFER:

@@ -370,6 +370,22 @@ def test_a_script_claims_a_pipelines_folder_before_linking_finished_steps_into_i
     assert script.index("ds_minimodel.pipeline.ownership") < script.index("ln -s")
 
 
+def test_a_job_or_language_the_plan_does_not_have_is_refused_before_the_folder_is_claimed(tmp_path, capsys):
+    from ds_minimodel.pipeline.command import main as pipeline_main
+
+    path = pipeline_config(tmp_path)
+    cwd = os.getcwd()
+    os.chdir(REPO)
+    try:
+        assert pipeline_main(["--config", str(path), "--only", "step9"]) == 2
+        assert "no job 'step9' in this pipeline; its jobs are prepare, step1-base" in capsys.readouterr().err
+        assert pipeline_main(["--config", str(path), "--only", "step2-bl_base", "--lang", "fr"]) == 2
+        assert "step2-bl_base runs for de; not for 'fr'" in capsys.readouterr().err
+    finally:
+        os.chdir(cwd)
+    assert not (tmp_path / "out").exists()  # not even the pipeline's mark
+
+
 def test_a_folder_of_a_users_own_files_is_never_a_pipelines_and_its_files_survive(tmp_path, capsys):
     """Issue 30's data loss: a pipeline given a folder holding the user's own results.json used to run and replace
     it. Now it is refused before any work, and the file is untouched; the folders a pipeline made are marked as its
