@@ -1,7 +1,7 @@
 """Slurm batch jobs for a pipeline config: one job per step of the plan, chained with ``--dependency=afterok``.
 
-    python -m ds_minimodel submit --config configs/paper_xnli.json --dry-run   # print the scripts
-    python -m ds_minimodel submit --config configs/paper_xnli.json             # sbatch them, print the job ids
+    python -m ds_minimodel submit --config configs/paper.json --dry-run   # print the scripts
+    python -m ds_minimodel submit --config configs/paper.json             # sbatch them, print the job ids
 
 Jobs (``python -m ds_minimodel pipeline --config C --list``): ``prepare``; ``step1-<primary>``; ``step1b-minipost``;
 ``step2-<system>``, a job array with one task per target language; ``step3-<primary>`` (every task and seed);

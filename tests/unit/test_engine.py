@@ -98,6 +98,8 @@ def test_shipped_configs_parse_and_fit_their_clusters(name):
     config = load_ds_config(DS_CONFIGS / name)
     if name.startswith("finetune") or name == "cpu_bf16_finetune.json":
         assert resolve_batch(config, 1, source=name).global_batch == 32
+        if name.startswith("finetune"):  # the paper's Step 3 on a node of eight GPUs (configs/paper.json)
+            assert resolve_batch(config, 8, source=name) == BatchSizes(micro=4, accumulation=1, world_size=8)
     elif name in ("cpu_bf16_reference.json", "cpu_fp32_reference.json"):  # the CPU reference: 64 over 2 ranks
         assert resolve_batch(config, 2, source=name).global_batch == 64
     elif name == "gpu_bf16_reference.json":  # the GPU reference experiment: 256 sequences on one GPU
