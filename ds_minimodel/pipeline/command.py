@@ -38,7 +38,7 @@ def main(argv: list[str] | None = None) -> int:
                         "(CPU ranks only) fork: forked from one process that imports torch and DeepSpeed once, "
                         "seconds sooner per launch on a machine with few cores; or srun inside a batch job")
     p.add_argument("--list", action="store_true", help="print the jobs, what each needs and whether it is done "
-                   "(a Step-2 job: for which languages), then exit")
+                   "(a Step-2 job: for which languages; with --only, that job), then exit")
     p.add_argument("--verbose", action="store_true", help="the deepspeed launcher's own INFO and warning lines "
                    "too (by default it logs errors only: on one machine the rest repeats itself at every launch)")
     p.add_argument("--launch-per-job", action="store_true", help="start the ranks anew for each training job")
@@ -63,7 +63,7 @@ def _run(args: argparse.Namespace) -> int:
     if args.list:  # and what of it is done: nothing is started
         from ds_minimodel.pipeline.status import print_jobs
 
-        return print_jobs(pipeline)
+        return print_jobs(pipeline, args.only)
     if args.lang is not None and not (args.only or "").startswith(f"{Step.ADAPT}-"):
         raise InputError("--lang goes with --only step2-<system>")
     if args.only is not None:

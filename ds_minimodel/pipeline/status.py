@@ -65,9 +65,9 @@ def _scored(run: Any) -> bool:
     return True
 
 
-def print_jobs(pipeline: Any) -> int:
-    """``pipeline --list``: each job, what it needs and how much of it is done."""
-    for job in pipeline.jobs():
+def print_jobs(pipeline: Any, only: str | None = None) -> int:
+    """``pipeline --list``: each job (or job ``only``, ``--only``), what it needs and how much of it is done."""
+    for job in [pipeline.checked_job(only)] if only is not None else pipeline.jobs():
         print(f"{job.name:<20} after: {', '.join(job.after) or '-'}"
               + (f"; one run per language: {', '.join(job.array)}" if job.array else "")
               + f"  [{job_status(pipeline, job)}]")

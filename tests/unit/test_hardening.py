@@ -381,6 +381,10 @@ def test_a_job_or_language_the_plan_does_not_have_is_refused_before_the_folder_i
         assert "no job 'step9' in this pipeline; its jobs are prepare, step1-base" in capsys.readouterr().err
         assert pipeline_main(["--config", str(path), "--only", "step2-bl_base", "--lang", "fr"]) == 2
         assert "step2-bl_base runs for de; not for 'fr'" in capsys.readouterr().err
+        assert pipeline_main(["--config", str(path), "--list", "--only", "step9"]) == 2  # --list reads --only too
+        assert "no job 'step9'" in capsys.readouterr().err
+        assert pipeline_main(["--config", str(path), "--list", "--only", "step4"]) == 0
+        assert [line.split()[0] for line in capsys.readouterr().out.splitlines()] == ["step4"]
     finally:
         os.chdir(cwd)
     assert not (tmp_path / "out").exists()  # not even the pipeline's mark
