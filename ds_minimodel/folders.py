@@ -42,19 +42,21 @@ def describe(folder: Path) -> str:
 
 
 def require_output(out: Path, *, option: str = "--out", own: Callable[[Path], bool] | None = None,
-                   what: str = "its output") -> None:
+                   what: str = "its output", source: Path | str | None = None) -> None:
     """Refuse ``out`` unless it is new, an empty folder, or (``own``) already this command's output of the same
-    kind, which the command then continues or replaces as it documents."""
+    kind, which the command then continues or replaces as it documents. ``source``: the file whose ``option``
+    names ``out`` (a config), which the error then names first."""
     out = Path(out)
     if not out.exists():
         return
+    named = f"{out}: {option}" if source is None else f"{source}: {option} {out}"
     if not out.is_dir():
-        raise InputError(f"{out}: {option} names an existing file, not a folder; choose another {option}")
+        raise InputError(f"{named} names an existing file, not a folder; choose another {option}")
     if not any(p.name not in _HIDDEN for p in out.iterdir()):
         return
     if own is not None and own(out):
         return
-    raise InputError(f"{out}: {option} already holds {describe(out)}; this command writes {what} only into a new "
+    raise InputError(f"{named} already holds {describe(out)}; this command writes {what} only into a new "
                      f"or empty folder; choose another {option}")
 
 

@@ -25,7 +25,7 @@ def own_output(out: Path, config: Path | str) -> None:
     """Refuse a pipeline's folder ``out`` unless it is new, empty or a pipeline's (``is_pipeline_output``), then mark
     it as a pipeline's before any work: every command that writes a pipeline's folder (``pipeline``, ``submit``)
     calls this first."""
-    require_output(out, option=f"{config}: out", own=is_pipeline_output,
+    require_output(out, option="out", source=config, own=is_pipeline_output,
                    what=f"a pipeline's output (its folders carry {OWNER_MARK}; one a pipeline wrote before that file "
                         f"existed continues once you create it)")
     out.mkdir(parents=True, exist_ok=True)

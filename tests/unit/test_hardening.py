@@ -344,8 +344,11 @@ def test_a_pipeline_continues_only_a_folder_its_mark_names_never_one_of_the_same
     for name in ("results.json", "results.csv"):
         (out / name).write_text("the user's own")
     assert not is_pipeline_output(out)
-    with pytest.raises(InputError, match=f"{out}: p.json: out already holds .* {OWNER_MARK}"):
+    with pytest.raises(InputError, match=f"^p.json: out {out} already holds .* {OWNER_MARK}"):
         own_output(out, "p.json")
+    with pytest.raises(InputError, match=f"^p.json: out {out / 'results.json'} names an existing file, not a folder; "
+                                         "choose another out$"):
+        own_output(out / "results.json", "p.json")
     assert sorted(p.name for p in out.iterdir()) == ["data", "logs", "results.csv", "results.json", "step1"]
     (out / OWNER_MARK).write_text("made by a pipeline")
     own_output(out, "p.json")
@@ -364,7 +367,7 @@ def test_a_script_claims_a_pipelines_folder_before_linking_finished_steps_into_i
     (tmp_path / "mine").mkdir()
     (tmp_path / "mine" / "notes.txt").write_text("the user's")
     assert main([str(tmp_path / "mine"), "c.json"]) == 2
-    assert f"error: {tmp_path / 'mine'}: c.json: out already holds" in capsys.readouterr().err
+    assert f"error: c.json: out {tmp_path / 'mine'} already holds" in capsys.readouterr().err
     assert not is_pipeline_output(tmp_path / "mine")
     script = (Path(__file__).resolve().parents[2] / "scripts/reference_wechsel.sh").read_text()
     assert script.index("ds_minimodel.pipeline.ownership") < script.index("ln -s")
@@ -411,7 +414,7 @@ def test_a_folder_of_a_users_own_files_is_never_a_pipelines_and_its_files_surviv
     finally:
         os.chdir(cwd)
     err = capsys.readouterr().err
-    assert f"{out}: {path}: out already holds" in err and "choose another" in err
+    assert f"{path}: out {out} already holds" in err and "choose another out" in err
     assert (out / "results.json").read_text() == '{"mine": true}' and sorted(os.listdir(out)) == ["results.json"]
     assert not is_pipeline_output(out)
     (out / OWNER_MARK).write_text("made by a pipeline")
