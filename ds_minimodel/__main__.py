@@ -27,7 +27,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "evaluate": ("ds_minimodel.tasks.evaluate", "Step 4: swap target embeddings in and score zero-shot"),
     "baselines": ("ds_minimodel.tasks.baselines", "majority class and bag-of-words scores of a task"),
     "surgery": ("ds_minimodel.model.surgery", "extract a mini-model, plug embeddings into a model"),
-    "hf": ("ds_minimodel.model.hf_command", "import a Hugging Face BERT/RoBERTa folder, export ours"),
+    "hf": ("ds_minimodel.model.hf_command", "import a Hugging Face BERT/DistilBERT/RoBERTa folder, export ours"),
     "pipeline": ("ds_minimodel.pipeline.command", "the whole method from one config file, resumable"),
     "submit": ("ds_minimodel.pipeline.submit", "a pipeline as one Slurm batch job per step"),
     "analysis": ("ds_minimodel.pipeline.report", "the paper's tables, speedups and plots from results.json"),

@@ -1,4 +1,4 @@
-"""Hugging Face interoperability: import a BERT, RoBERTa or XLM-R model folder, export ours as a RoBERTa folder.
+"""Hugging Face interoperability: import a BERT, DistilBERT, RoBERTa or XLM-R model folder, export ours as RoBERTa.
 
     python -m ds_minimodel hf import --from HF_FOLDER --out MODEL_FOLDER
     python -m ds_minimodel hf export --model FOLDER [--embeddings STEP2_CHECKPOINT] --out HF_FOLDER
@@ -6,14 +6,18 @@
 This module owns every Hugging Face tensor name (STYLE: one module owns key names); the parity tests use it too.
 
 * Import (``import_folder``): ``config.json`` + ``model.safetensors`` / ``pytorch_model.bin`` (sharded or not) +
-  tokenizer files of a ``bert``, ``roberta`` or ``xlm-roberta`` masked LM or bare encoder, read from the folder only
-  (nothing is fetched). What the architectures do differently:
+  tokenizer files of a ``bert``, ``distilbert``, ``roberta`` or ``xlm-roberta`` masked LM or bare encoder, read from
+  the folder only (nothing is fetched). What the architectures do differently:
   - RoBERTa's position ids start at padding_idx + 1 (2): the first rows of its table are never used by real tokens.
   - BERT adds a token-type (segment) embedding; our model only ever feeds segment 0, so its row 0 is folded into
     every position row (see ``state_dict_from_hf``). Its pooler and next-sentence head are dropped (MLM does not
     use them) and said so in the import notes.
   - BERT's MLM head is ``cls.predictions.transform.{dense,LayerNorm}`` + ``cls.predictions.bias``, RoBERTa's
     ``lm_head.{dense,layer_norm,bias}``; both tie the decoder to the word embeddings, as we do.
+  - DistilBERT is BERT's layer under other names (``transformer.layer.i.attention.q_lin``, ``sa_layer_norm``,
+    ``ffn.lin1``, ...; head ``vocab_transform``, ``vocab_layer_norm``, ``vocab_projector``) and config keys
+    (``dim``, ``n_layers``, ``activation``, ...), without token types, LayerNorm eps fixed at 1e-12. Its
+    ``sinusoidal_pos_embds`` table is stored like a learned one and imported as one (said in the notes).
   - A bare encoder (``BertModel``: no MLM head) gets a freshly initialised head, recorded as
     ``"mlm_head": "initialised"``; Steps 1b and 2 refuse it until ``run_head.py`` trained it.
   - The tokenizer stays the folder's own (``tokenizer.HFTokenizer``); its five special tokens move to our reserved
@@ -29,6 +33,7 @@ This module owns every Hugging Face tensor name (STYLE: one module owns key name
 """
 from __future__ import annotations
 
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Mapping
 
@@ -52,8 +57,7 @@ EXPORT_RECORD = "ds_minimodel_export.json"
 HEAD_INITIALISED = "initialised"
 HEAD_PRETRAINED = "pretrained"
 
-MODEL_TYPES = ("bert", "roberta", "xlm-roberta")
-_BASE_PREFIX = {"bert": "bert.", "roberta": "roberta.", "xlm-roberta": "roberta."}
+MODEL_TYPES = ("bert", "distilbert", "roberta", "xlm-roberta")
 
 # --------------------------------------------------------------------------------------------- tensor names
 # Our name -> Hugging Face name (without the base model's prefix). Q, K and V are three HF tensors and one fused
@@ -64,15 +68,41 @@ _EMBEDDINGS = {"embeddings.tokens.weight": "embeddings.word_embeddings.weight",
                "embeddings.norm.bias": "embeddings.LayerNorm.bias"}
 _POSITIONS = ("embeddings.positions.weight", "embeddings.position_embeddings.weight")
 _TOKEN_TYPES = "embeddings.token_type_embeddings.weight"
-_LAYER = {"attention.out": "attention.output.dense", "attention_norm": "attention.output.LayerNorm",
-          "ffn_in": "intermediate.dense", "ffn_out": "output.dense", "ffn_norm": "output.LayerNorm"}
-_QKV = ("attention.self.query", "attention.self.key", "attention.self.value")  # in the order of our fused rows
-_MLM_HEAD = {
-    "bert": {"dense": "cls.predictions.transform.dense", "norm": "cls.predictions.transform.LayerNorm"},
-    "roberta": {"dense": "lm_head.dense", "norm": "lm_head.layer_norm"},
+
+
+@dataclass(frozen=True)
+class _Names:
+    """One architecture's tensor names (without the base model's prefix, which a bare encoder's lack)."""
+    prefix: str
+    layer: str  # the i-th layer is f"{layer}.{i}"
+    qkv: tuple[str, str, str]  # in the order of our fused rows
+    parts: dict[str, str]  # our name in a layer -> theirs
+    head: dict[str, str]  # the MLM head's dense and norm
+    head_bias: str
+    decoder: str  # tied to the word embeddings: a copy, if saved at all
+
+
+_BERT_LAYER = {"attention.out": "attention.output.dense", "attention_norm": "attention.output.LayerNorm",
+               "ffn_in": "intermediate.dense", "ffn_out": "output.dense", "ffn_norm": "output.LayerNorm"}
+_BERT_QKV = ("attention.self.query", "attention.self.key", "attention.self.value")
+_ROBERTA = _Names("roberta.", "encoder.layer", _BERT_QKV, _BERT_LAYER,
+                  {"dense": "lm_head.dense", "norm": "lm_head.layer_norm"}, "lm_head.bias", "lm_head.decoder")
+_NAMES = {
+    "bert": _Names("bert.", "encoder.layer", _BERT_QKV, _BERT_LAYER,
+                   {"dense": "cls.predictions.transform.dense", "norm": "cls.predictions.transform.LayerNorm"},
+                   "cls.predictions.bias", "cls.predictions.decoder"),
+    "distilbert": _Names("distilbert.", "transformer.layer", ("attention.q_lin", "attention.k_lin", "attention.v_lin"),
+                         {"attention.out": "attention.out_lin", "attention_norm": "sa_layer_norm",
+                          "ffn_in": "ffn.lin1", "ffn_out": "ffn.lin2", "ffn_norm": "output_layer_norm"},
+                         {"dense": "vocab_transform", "norm": "vocab_layer_norm"}, "vocab_projector.bias",
+                         "vocab_projector"),
+    "roberta": _ROBERTA,
+    "xlm-roberta": _ROBERTA,
 }
-_HEAD_BIAS = {"bert": "cls.predictions.bias", "roberta": "lm_head.bias"}
-_DECODER = {"bert": "cls.predictions.decoder", "roberta": "lm_head.decoder"}  # tied: a copy, if saved at all
+# DistilBERT's config.json keys -> BERT's (what _read_config reads); its LayerNorms' eps is fixed in its code.
+_DISTILBERT_KEYS = {"dim": "hidden_size", "n_layers": "num_hidden_layers", "n_heads": "num_attention_heads",
+                    "hidden_dim": "intermediate_size", "activation": "hidden_act", "dropout": "hidden_dropout_prob",
+                    "attention_dropout": "attention_probs_dropout_prob"}
 _TASK_HEADS = {  # RoBERTa's task heads, as RobertaFor{SequenceClassification,TokenClassification,QuestionAnswering}
     "sequence": {"dense": "classifier.dense", "out": "classifier.out_proj"},
     "token": {"out": "classifier"},
@@ -86,10 +116,6 @@ _DROPPED = {"pooler.": "the pooler (a [CLS] dense + tanh for next-sentence predi
 _BUFFERS = ("embeddings.position_ids", "embeddings.token_type_ids")
 
 
-def _head_family(model_type: str) -> str:
-    return "bert" if model_type == "bert" else "roberta"
-
-
 def _renamed(name: str) -> str:
     """Names of very old (TensorFlow-converted) BERT checkpoints: LayerNorm.gamma/beta for weight/bias."""
     return name.replace("LayerNorm.gamma", "LayerNorm.weight").replace("LayerNorm.beta", "LayerNorm.bias")
@@ -98,7 +124,7 @@ def _renamed(name: str) -> str:
 def state_dict_from_hf(tensors: Mapping[str, torch.Tensor], *, model_type: str, num_layers: int,
                        position_offset: int, source: str = "weights"
                        ) -> tuple[dict[str, torch.Tensor], dict[str, str], list[str]]:
-    """Our MaskedLM tensors from a BERT/RoBERTa state dict, in the HF vocabulary order.
+    """Our MaskedLM tensors from a BERT/DistilBERT/RoBERTa state dict, in the HF vocabulary order.
 
     ``tensors``: names as HF saves them, with or without the base prefix (``bert.`` / ``roberta.``; a bare encoder
     has none). ``position_offset``: the first position row real tokens use (RoBERTa: padding_idx + 1; BERT: 0).
@@ -106,9 +132,10 @@ def state_dict_from_hf(tensors: Mapping[str, torch.Tensor], *, model_type: str, 
     file has a head. Missing body tensors, unknown tensors and an untied output projection raise InputError naming
     ``source``.
     """
-    if model_type not in _BASE_PREFIX:
+    if model_type not in _NAMES:
         raise InputError(f"{source}: model type {model_type!r} is not one of {', '.join(MODEL_TYPES)}")
-    prefix, family = _BASE_PREFIX[model_type], _head_family(model_type)
+    names = _NAMES[model_type]
+    prefix = names.prefix
     hf = {}
     for name, tensor in tensors.items():
         name = _renamed(name)
@@ -136,21 +163,23 @@ def state_dict_from_hf(tensors: Mapping[str, torch.Tensor], *, model_type: str, 
         origin[_POSITIONS[0]] += f" + {_TOKEN_TYPES}[0]"
     state[_POSITIONS[0]] = positions
     for i in range(num_layers):
+        layer = f"{names.layer}.{i}"
         for kind in ("weight", "bias"):
-            parts = [take(f"encoder.layer.{i}.{part}.{kind}") for part in _QKV]
+            qkv = [f"{layer}.{part}.{kind}" for part in names.qkv]
+            parts = [take(name) for name in qkv]
             try:
                 state[f"layers.{i}.attention.qkv.{kind}"] = torch.cat(parts, dim=0)  # rows: q, k, v
             except RuntimeError:
-                raise InputError(f"{source}: encoder.layer.{i} query/key/value {kind}s have shapes "
+                raise InputError(f"{source}: {layer} query/key/value {kind}s have shapes "
                                  f"{[tuple(p.shape) for p in parts]}, which do not stack") from None
-            origin[f"layers.{i}.attention.qkv.{kind}"] = f"encoder.layer.{i}.attention.self.{{query,key,value}}.{kind}"
-            for ours, theirs in _LAYER.items():
-                state[f"layers.{i}.{ours}.{kind}"] = take(f"encoder.layer.{i}.{theirs}.{kind}")
-                origin[f"layers.{i}.{ours}.{kind}"] = f"encoder.layer.{i}.{theirs}.{kind}"
+            origin[f"layers.{i}.attention.qkv.{kind}"] = " + ".join(qkv)
+            for ours, theirs in names.parts.items():
+                state[f"layers.{i}.{ours}.{kind}"] = take(f"{layer}.{theirs}.{kind}")
+                origin[f"layers.{i}.{ours}.{kind}"] = f"{layer}.{theirs}.{kind}"
 
-    head = {f"{_MLM_HEAD[family][part]}.{kind}": f"heads.{MAIN_HEAD}.{part}.{kind}"
+    head = {f"{names.head[part]}.{kind}": f"heads.{MAIN_HEAD}.{part}.{kind}"
             for part in ("dense", "norm") for kind in ("weight", "bias")}
-    head[_HEAD_BIAS[family]] = f"heads.{MAIN_HEAD}.bias"
+    head[names.head_bias] = f"heads.{MAIN_HEAD}.bias"
     present = [name for name in head if name in hf]
     if present and len(present) < len(head):
         missing = sorted(set(head) - set(present))
@@ -159,7 +188,7 @@ def state_dict_from_hf(tensors: Mapping[str, torch.Tensor], *, model_type: str, 
         for theirs, ours in head.items():
             state[ours], origin[ours] = take(theirs), theirs
     notes: list[str] = []
-    decoder = _DECODER[family]
+    decoder = names.decoder
     if f"{decoder}.weight" in hf:  # a saved copy of the tied matrix: it must BE the word embeddings
         used.add(f"{decoder}.weight")
         if not torch.equal(hf[f"{decoder}.weight"], hf["embeddings.word_embeddings.weight"]):
@@ -167,8 +196,8 @@ def state_dict_from_hf(tensors: Mapping[str, torch.Tensor], *, model_type: str, 
                              "projection, which this model (tied, like BERT and RoBERTa) cannot hold")
     if f"{decoder}.bias" in hf:
         used.add(f"{decoder}.bias")
-        if present and not torch.equal(hf[f"{decoder}.bias"], hf[_HEAD_BIAS[family]]):
-            raise InputError(f"{source}: {decoder}.bias differs from {_HEAD_BIAS[family]}; they are one tensor")
+        if present and not torch.equal(hf[f"{decoder}.bias"], hf[names.head_bias]):
+            raise InputError(f"{source}: {decoder}.bias differs from {names.head_bias}; they are one tensor")
     for start, why in _DROPPED.items():
         if any(name.startswith(start) for name in hf):
             notes.append(f"dropped {why}")
@@ -188,7 +217,8 @@ def state_dict_to_hf(state: Mapping[str, torch.Tensor], *, num_layers: int, posi
     "span"). The ``position_offset`` leading position rows (padding_idx and below, which real tokens never use)
     and the ``type_vocab_size`` token-type rows are zeros: our model has neither.
     """
-    prefix = _BASE_PREFIX["roberta"]
+    names = _ROBERTA
+    prefix = names.prefix
     out: dict[str, torch.Tensor] = {}
     for ours, theirs in _EMBEDDINGS.items():
         out[prefix + theirs] = state[ours]
@@ -197,15 +227,15 @@ def state_dict_to_hf(state: Mapping[str, torch.Tensor], *, num_layers: int, posi
     out[prefix + _TOKEN_TYPES] = positions.new_zeros(type_vocab_size, positions.shape[1])
     for i in range(num_layers):
         for kind in ("weight", "bias"):
-            for part, tensor in zip(_QKV, state[f"layers.{i}.attention.qkv.{kind}"].chunk(3, dim=0)):
-                out[f"{prefix}encoder.layer.{i}.{part}.{kind}"] = tensor
-            for ours, theirs in _LAYER.items():
-                out[f"{prefix}encoder.layer.{i}.{theirs}.{kind}"] = state[f"layers.{i}.{ours}.{kind}"]
+            for part, tensor in zip(names.qkv, state[f"layers.{i}.attention.qkv.{kind}"].chunk(3, dim=0)):
+                out[f"{prefix}{names.layer}.{i}.{part}.{kind}"] = tensor
+            for ours, theirs in names.parts.items():
+                out[f"{prefix}{names.layer}.{i}.{theirs}.{kind}"] = state[f"layers.{i}.{ours}.{kind}"]
     if head == "mlm":
-        for part, theirs in _MLM_HEAD["roberta"].items():
+        for part, theirs in names.head.items():
             for kind in ("weight", "bias"):
                 out[f"{theirs}.{kind}"] = state[f"heads.{MAIN_HEAD}.{part}.{kind}"]
-        out[_HEAD_BIAS["roberta"]] = state[f"heads.{MAIN_HEAD}.bias"]
+        out[names.head_bias] = state[f"heads.{MAIN_HEAD}.bias"]
     else:
         for part, theirs in _TASK_HEADS[head].items():
             for kind in ("weight", "bias"):
@@ -237,20 +267,26 @@ def _read_config(folder: Path) -> dict[str, Any]:
         # Only post-LN encoders with learned absolute positions map one to one onto our model; HF gives pre-LN
         # (roberta-prelayernorm), rotary or relative variants model types of their own, refused here.
         raise InputError(f"{path}: model_type {model_type!r} is not supported; supported: {', '.join(MODEL_TYPES)}")
+    key: dict[str, str] = {}  # BERT's key -> this file's, for the errors
+    if model_type == "distilbert":
+        key = {bert: theirs for theirs, bert in _DISTILBERT_KEYS.items()}
+        config = {**{k: v for k, v in config.items() if k not in _DISTILBERT_KEYS}, "layer_norm_eps": 1e-12,
+                  **{bert: config[theirs] for theirs, bert in _DISTILBERT_KEYS.items() if theirs in config}}
     position_type = config.get("position_embedding_type", "absolute")
     if position_type != "absolute":
         raise InputError(f"{path}: position_embedding_type {position_type!r}; only learned absolute positions "
                          "are supported")
     act = config.get("hidden_act", "gelu")
     if act != "gelu":
-        raise InputError(f"{path}: hidden_act {act!r}; our layers use the exact (erf) GELU, HF's 'gelu'")
+        raise InputError(f"{path}: {key.get('hidden_act', 'hidden_act')} {act!r}; our layers use the exact (erf) "
+                         "GELU, HF's 'gelu'")
     for flag in ("is_decoder", "add_cross_attention"):
         if config.get(flag):
             raise InputError(f"{path}: {flag} is true; only bidirectional encoders without cross-attention are "
                              "supported")
     required = ("vocab_size", "hidden_size", "num_hidden_layers", "num_attention_heads", "intermediate_size",
                 "max_position_embeddings")
-    missing = [key for key in required if not isinstance(config.get(key), int)]
+    missing = [key.get(name, name) for name in required if not isinstance(config.get(name), int)]
     if missing:
         raise InputError(f"{path}: missing or non-integer {', '.join(missing)}")
     return config
@@ -311,12 +347,12 @@ def _model_config(config: dict[str, Any], path: Path, *, vocab_size: int, max_po
 
 
 def position_offset(config: dict[str, Any]) -> int:
-    """First position row a real token uses: RoBERTa counts positions from padding_idx + 1, BERT from 0."""
-    return 0 if config["model_type"] == "bert" else int(config.get("pad_token_id", PAD_ID)) + 1
+    """First position row a real token uses: RoBERTa counts positions from padding_idx + 1, (Distil)BERT from 0."""
+    return 0 if config["model_type"] in ("bert", "distilbert") else int(config.get("pad_token_id", PAD_ID)) + 1
 
 
 def import_folder(folder: Path) -> tuple[MaskedLM, checkpoint.Record]:
-    """Our MaskedLM and its meta from a Hugging Face BERT/RoBERTa folder (see the module docstring).
+    """Our MaskedLM and its meta from a Hugging Face BERT/DistilBERT/RoBERTa folder (see the module docstring).
 
     The meta is what a model folder records (kind "hf-import", model_config, tokenizer = the folder's tokenizer,
     weights_sha256 = the lineage every descendant carries), plus ``mlm_head`` ("pretrained" or "initialised") and
@@ -332,6 +368,9 @@ def import_folder(folder: Path) -> tuple[MaskedLM, checkpoint.Record]:
     state, origin, notes = state_dict_from_hf(tensors, model_type=config["model_type"],
                                               num_layers=config["num_hidden_layers"], position_offset=offset,
                                               source=str(weights_path))
+    if config.get("sinusoidal_pos_embds"):
+        notes.append("the sinusoidal position table (fixed in DistilBERT) is imported as a learned one: a run that "
+                     "trains the body's embeddings (run_head.py --train-body) trains it too")
     tokens_key, bias_key = "embeddings.tokens.weight", f"heads.{MAIN_HEAD}.bias"
     rows = state[tokens_key].shape[0]
     if rows != config["vocab_size"]:

@@ -1,5 +1,5 @@
-"""``ds-minimodel hf``: a Hugging Face BERT/RoBERTa folder imported as one of our model folders (``model.hf``), or
-one of ours exported as a Hugging Face RobertaFor* folder (``model.hf_export``)."""
+"""``ds-minimodel hf``: a Hugging Face BERT/DistilBERT/RoBERTa folder imported as one of our model folders
+(``model.hf``), or one of ours exported as a Hugging Face RobertaFor* folder (``model.hf_export``)."""
 from __future__ import annotations
 
 import argparse
@@ -16,7 +16,7 @@ def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="ds-minimodel hf", description=hf.__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = p.add_subparsers(dest="command", required=True)
-    im = sub.add_parser("import", help="a Hugging Face BERT/RoBERTa folder as one of our model folders")
+    im = sub.add_parser("import", help="a Hugging Face BERT/DistilBERT/RoBERTa folder as one of our model folders")
     im.add_argument("--from", dest="source", type=Path, required=True, help="Hugging Face model folder (local)")
     im.add_argument("--out", type=Path, required=True, help="model folder to write (new or empty)")
     ex = sub.add_parser("export", help="a model folder or checkpoint as a Hugging Face RobertaFor* folder")

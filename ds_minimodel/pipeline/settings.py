@@ -101,8 +101,8 @@ class CorpusSettings:
     'target_word<TAB>source_word' pair a line; ``scripts/make_dictionaries.py``)."""
     model: str | None = None
     """The source language only: an existing pretrained model to start from instead of pretraining one (a Hugging
-    Face BERT, RoBERTa or XLM-R folder, or a model folder or checkpoint of ours). It is BL_BASE's primary (and
-    MiniPost's source): Step 1 does not run for it, its tokenizer is the source language's, and a bare encoder gets
+    Face BERT, DistilBERT, RoBERTa or XLM-R folder, or a model folder or checkpoint of ours). It is BL_BASE's
+    primary (and MiniPost's source): Step 1 does not run for it, its tokenizer is the source language's, and a bare encoder gets
     its MLM head trained first (the ``head`` section). See ``GivenModel``."""
 
 

@@ -1,5 +1,6 @@
 """The pipeline's starting point when it is given one: an existing pretrained English model (``source.model``: a
-Hugging Face BERT, RoBERTa or XLM-R folder, or a model folder or checkpoint of ours) instead of a Step-1 run.
+Hugging Face BERT, DistilBERT, RoBERTa or XLM-R folder, or a model folder or checkpoint of ours) instead of a Step-1
+run.
 
 It stands for BL_BASE's primary (MiniPost's Step 1b starts from it too): no Step 1 runs for it, the source language
 is read with its tokenizer, a bare encoder gets its MLM head trained first (``run_head.py``), and

@@ -7,8 +7,8 @@
 - head training (``run_head.py``, ``HeadSpec``): only the MLM head of a pretrained encoder imported without one
   (``ds_minimodel.model.hf``).
 
-``--from`` takes our checkpoints and model folders or a Hugging Face BERT/RoBERTa folder (imported on the fly). Each
-entry works as a plain process, under the ``deepspeed`` launcher and under ``mpirun``.
+``--from`` takes our checkpoints and model folders or a Hugging Face BERT/DistilBERT/RoBERTa folder (imported on the
+fly). Each entry works as a plain process, under the ``deepspeed`` launcher and under ``mpirun``.
 """
 from __future__ import annotations
 

@@ -198,7 +198,7 @@ class FromModelSpec(MLMSpec):
     """A stage that trains on top of a pretrained model, everything it copies from that model frozen."""
 
     from_: Annotated[Path, tyro.conf.arg(name="from")]
-    """the pretrained primary model: a checkpoint, a model folder, or a Hugging Face BERT/RoBERTa folder"""
+    """the pretrained primary model: a checkpoint, a model folder, or a Hugging Face BERT/DistilBERT/RoBERTa folder"""
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -1,5 +1,5 @@
-"""Unit tests of ds_minimodel.model.hf: importing BERT/RoBERTa folders, exporting RobertaFor* folders, round trips, bad
-folders, and the entry points that take a Hugging Face folder (prepare, run_pretrain's minipost/head, Step 2's body).
+"""Unit tests of ds_minimodel.model.hf: importing BERT/DistilBERT/RoBERTa folders, exporting RobertaFor* folders, round
+trips, bad folders, and the entry points that take a Hugging Face folder (prepare, run_pretrain's minipost/head, Step 2's body).
 
 Tiny random transformers models (hidden 32, 2 layers) with tokenizers trained here on a slice of the demo corpus:
 nothing is downloaded. Their weights are perturbed away from HF's init (zero biases and identity LayerNorms would
@@ -93,7 +93,7 @@ def german(tmp_path_factory) -> Tokenizer:
 def folders(tmp_path_factory, german: Tokenizer) -> dict[str, tuple[Path, torch.nn.Module]]:
     """roberta: RobertaForMaskedLM in model.safetensors; bert: BertForMaskedLM in pytorch_model.bin with a vocabulary
     padded 3 rows beyond its tokenizer; bert-encoder: a bare BertModel (pooler, no MLM head) in model.safetensors;
-    xlm-roberta: XLMRobertaForMaskedLM with a SentencePiece (unigram) tokenizer.json, as XLM-R ships."""
+    distilbert: DistilBertForMaskedLM over the bert folder's tokenizer, in pytorch_model.bin; xlm-roberta: XLMRobertaForMaskedLM with a SentencePiece (unigram) tokenizer.json, as XLM-R ships."""
     root = tmp_path_factory.mktemp("hf")
     torch.manual_seed(0)
     out = {}
@@ -122,6 +122,16 @@ def folders(tmp_path_factory, german: Tokenizer) -> dict[str, tuple[Path, torch.
     encoder.save_pretrained(encoder_folder)
     out["bert-encoder"] = encoder_folder, encoder
 
+    folder = root / "distilbert"
+    shutil.copytree(out["bert"][0], folder)
+    config = transformers.DistilBertConfig(vocab_size=vocab, max_position_embeddings=MAX_POSITIONS, pad_token_id=0,
+                                           dim=32, n_layers=2, n_heads=4, hidden_dim=64, dropout=0.0,
+                                           attention_dropout=0.0)
+    model = _perturbed(transformers.DistilBertForMaskedLM(config))
+    config.save_pretrained(folder)
+    torch.save(model.state_dict(), folder / hf.PYTORCH_BIN)
+    out["distilbert"] = folder, model
+
     folder = root / "xlm-roberta"
     rust = tokenizers.Tokenizer.from_str(hf_export.sentencepiece_tokenizer_json(german))
     _save_tokenizer(rust, folder, bos_token="<s>", eos_token="</s>", sep_token="</s>", cls_token="<s>",
@@ -144,7 +154,7 @@ def _hf_inputs(folder: Path) -> tuple[torch.Tensor, torch.Tensor]:
 # --- done-means 1: import and export reproduce transformers' logits -------------------------------------------------
 
 
-@pytest.mark.parametrize("kind", ["roberta", "bert", "xlm-roberta"])
+@pytest.mark.parametrize("kind", ["roberta", "bert", "distilbert", "xlm-roberta"])
 def test_import_reproduces_hf_logits_and_export_round_trips(kind: str, folders, tmp_path: Path) -> None:
     folder, reference = folders[kind]
     model, meta = hf.import_folder(folder)
@@ -206,6 +216,25 @@ def test_bare_encoder_gets_a_reported_deterministic_head_that_later_steps_refuse
         hf.require_trained_head(meta, folder, "MiniPost")
 
 
+def test_a_bare_distilbert_with_sinusoidal_positions_imports_exactly_and_says_so(folders, tmp_path: Path) -> None:
+    """DistilBertModel saves no base prefix and no head; its fixed sinusoidal table is stored like a learned one."""
+    folder = tmp_path / "distilbert-encoder"
+    shutil.copytree(folders["distilbert"][0], folder)
+    (folder / hf.PYTORCH_BIN).unlink()
+    config = transformers.DistilBertConfig.from_pretrained(folder, sinusoidal_pos_embds=True)
+    torch.manual_seed(1)
+    reference = transformers.DistilBertModel(config).eval()
+    reference.save_pretrained(folder)
+    model, meta = hf.import_folder(folder)
+    assert meta.details["mlm_head"] == hf.HEAD_INITIALISED
+    assert any("sinusoidal position table" in note for note in meta.details["import_notes"])
+    hf_ids, mask = _hf_inputs(folder)
+    with torch.no_grad():
+        expected = reference(input_ids=hf_ids, attention_mask=mask.long()).last_hidden_state
+        *_, got = model.eval().hidden_states(torch.from_numpy(HFTokenizer.load(folder).ours_of_hf)[hf_ids], mask)
+    torch.testing.assert_close(got[mask], expected[mask], rtol=1e-5, atol=1e-5)
+
+
 # --- bad folders --------------------------------------------------------------------------------------------------
 
 
@@ -258,6 +287,16 @@ BAD_FOLDERS = {
         {"cls.predictions.decoder.weight": s["cls.predictions.decoder.weight"] + 1.0})),
                        ["cls.predictions.decoder.weight", "untied"]),
     "no tokenizer": ("bert", _remove("tokenizer.json", "vocab.txt"), ["no tokenizer vocabulary"]),
+    # DistilBERT's own names, in its config and its weights
+    "distilbert activation": ("distilbert", _edit_config(activation="relu"), [hf.CONFIG, "activation 'relu'"]),
+    "distilbert no dim": ("distilbert", _edit_config(dim=None), [hf.CONFIG, "missing or non-integer dim"]),
+    "distilbert missing tensor": ("distilbert", _edit_weights(
+        lambda s: s.pop("distilbert.transformer.layer.1.ffn.lin2.weight")),
+        ["distilbert.transformer.layer.1.ffn.lin2.weight", "missing"]),
+    "distilbert task head": ("distilbert", _edit_weights(
+        lambda s: s.update({"pre_classifier.weight": torch.zeros(32, 32)})), ["unexpected tensors", "pre_classifier"]),
+    "distilbert untied projector": ("distilbert", _edit_weights(lambda s: s.update(
+        {"vocab_projector.weight": s["vocab_projector.weight"] + 1.0})), ["vocab_projector.weight", "untied"]),
 }
 
 
