@@ -3,8 +3,9 @@
 The format is DeepSpeed's (and Open MPI's): one ``<host> slots=<N>`` per line, where N is the number of processes
 (GPUs) on that host; ``#`` starts a comment; blank lines are ignored. Refused, each naming the file and line:
 a line that is not ``host slots=N``, a missing, non-integer or non-positive slot count, a host listed twice, and a
-host name that is not a valid host name (RFC 1123 letters, digits, hyphens and dots, or an IPv4 address), so that
-nothing a shell would interpret reaches pdsh or ssh.
+host name that is not a valid host name (RFC 1123 letters, digits, hyphens and dots, plus the underscores of names
+such as Docker Compose's ``project_service_1``, which resolvers and ssh accept; or an IPv4 address), so that nothing
+a shell would interpret reaches pdsh or ssh.
 
     python -m ds_minimodel hostfile hostfiles/v100_64gpu --ds-config ds_configs/v100_fp16_zero1.json
 
@@ -20,7 +21,7 @@ from ds_minimodel.config import read_text
 from ds_minimodel.ds_config import BatchSizes, load_ds_config, resolve_batch
 from ds_minimodel.errors import InputError, report
 
-_LABEL = r"[A-Za-z0-9](?:[A-Za-z0-9-]{0,61}[A-Za-z0-9])?"
+_LABEL = r"[A-Za-z0-9_](?:[A-Za-z0-9_-]{0,61}[A-Za-z0-9_])?"
 _HOSTNAME = re.compile(rf"^{_LABEL}(?:\.{_LABEL})*$")
 _IPV4 = re.compile(r"^(?:(?:25[0-5]|2[0-4]\d|1?\d?\d)\.){3}(?:25[0-5]|2[0-4]\d|1?\d?\d)$")
 
@@ -45,7 +46,8 @@ def read_hostfile(path: Path) -> dict[str, int]:
         fields = line.split()
         host = fields[0]
         if not valid_host(host):
-            raise InputError(f"{where}: {host!r} is not a valid host name (letters, digits, '-' and '.' only)")
+            raise InputError(f"{where}: {host!r} is not a valid host name (letters, digits, '-', '_' and '.' only, "
+                             "not starting with '-')")
         slots = [f for f in fields[1:] if f.startswith("slots=")]
         if len(fields) != 2 or len(slots) != 1:
             raise InputError(f"{where}: expected '<host> slots=<number of GPUs>', got {line!r}")

@@ -22,8 +22,9 @@ def test_shipped_hostfiles_and_comments_and_blank_lines(tmp_path):
     assert read_hostfile(REPO / "hostfiles/local") == {"localhost": 2}
     v100 = read_hostfile(REPO / "hostfiles/v100_64gpu")
     assert len(v100) == 8 and sum(v100.values()) == 64
-    path = write(tmp_path, "# cluster\n\nworker-1.example.org slots=4  # first\n10.0.0.2 slots=8\n")
-    assert read_hostfile(path) == {"worker-1.example.org": 4, "10.0.0.2": 8}
+    path = write(tmp_path, "# cluster\n\nworker-1.example.org slots=4  # first\n10.0.0.2 slots=8\n"
+                           "run_worker_1 slots=1\n")  # Docker Compose's container names have underscores
+    assert read_hostfile(path) == {"worker-1.example.org": 4, "10.0.0.2": 8, "run_worker_1": 1}
 
 
 @pytest.mark.parametrize("text, line, problem", [
@@ -37,7 +38,8 @@ def test_shipped_hostfiles_and_comments_and_blank_lines(tmp_path):
     ("ok slots=1\nnode;rm -rf ~ slots=2\n", 2, "not a valid host name"),
     ("$(reboot) slots=2\n", 1, "not a valid host name"),
     ("-oProxyCommand=x slots=2\n", 1, "not a valid host name"),
-    ("node_1 slots=2\n", 1, "not a valid host name"),
+    ("node 1 slots=2\n", 1, "expected '<host> slots="),
+    ("node/1 slots=2\n", 1, "not a valid host name"),
     ("\ufeffnode1 slots=2\n", 1, "starts with a byte-order mark"),
 ])
 def test_errors_name_the_line_and_the_problem(tmp_path, text, line, problem):
