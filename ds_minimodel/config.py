@@ -297,6 +297,7 @@ def _explain(cls: type, errors: list[dict[str, Any]], source: str) -> str:
     expected = fields[key].type if key in fields else first["msg"].removeprefix("Input should be ")
     if first["type"] in RANGE_ERRORS or not isinstance(expected, str):  # a range, or an annotation's object
         expected = first["msg"].removeprefix("Input should be ").removeprefix("List should have ")
+        expected = expected.split(" after validation")[0]  # "at least 1 item after validation, not 0": got says it
     what = f"{where}[{key}]" if isinstance(key, int) else f"{where}: {key}"
     return f"{what} must be {expected}, got {first.get('input')!r}"
 

@@ -125,6 +125,7 @@ def test_the_pipeline_checks_everything_before_the_first_job(tmp_path):
         ({"step3__max_len": 512}, "task lohelp.s finetuning: needs max_len at most 64"),
         # A section sets its stage spec's fields, each checked by the spec's annotation; not the plan's own
         ({"step3__epochs": 0}, "step3: epochs must be greater than 0, got 0"),
+        ({"step3__seeds": []}, r"step3: seeds must be at least 1 item, got \[\]$"),
         ({"step2__rare_vectors": "grams"}, "step2: rare_vectors must be 'drawn' or 'ngrams', got 'grams'"),
         ({"step2__body": "x"}, r"step2: unknown key\(s\) body; known keys: ds_config, steps, save_every"),
         ({"step2__keep_checkpoints": 2}, r"step2: unknown key\(s\) keep_checkpoints"),  # Step 4 scores them all
