@@ -111,6 +111,7 @@ def measure_forward(cfg: ModelConfig, *, seq_len: int, batch: int, mask_prob: fl
     from deepspeed.profiling.flops_profiler.profiler import FlopsProfiler, get_module_flops
 
     model = _build(cfg, seed) if model is None else model.train()
+    model.masked_rows_multiple = 1  # the formula's rows only: training's bucket padding is not the method's compute
     ids, masked, _, p_eff = _batch(cfg, seq_len=seq_len, batch=batch, mask_prob=mask_prob, seed=seed)
     prof = FlopsProfiler(model)
     prof.start_profile()
@@ -198,6 +199,7 @@ def measure_update(step: Step | str, cfg: ModelConfig, *, seq_len: int, batch: i
             freeze_for_adaptation(model)
         else:
             model.requires_grad_(True)
+    model.masked_rows_multiple = 1  # as in measure_forward
     ids, masked, targets, p_eff = _batch(cfg, seq_len=seq_len, batch=batch, mask_prob=mask_prob, seed=seed)
     labels = torch.full_like(ids, IGNORE_INDEX)
     labels[masked] = targets  # row-major, the order the model returns masked positions in
