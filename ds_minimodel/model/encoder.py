@@ -235,10 +235,9 @@ class MaskedLM(Body):
                 selected, rows = x, None
                 if masked_positions is not None:
                     selected = x[masked_positions]  # (n_masked, h)
-                    rows = selected.shape[0]
-                    if rows % self.masked_rows_multiple:
-                        extra = selected.new_zeros(-rows % self.masked_rows_multiple, x.shape[-1])
-                        selected = torch.cat([selected, extra])
+                    rows = selected.shape[0]  # no branch on it: torch.compile makes one graph of any count
+                    extra = selected.new_zeros(-rows % self.masked_rows_multiple, x.shape[-1])
+                    selected = torch.cat([selected, extra])
                 for name in wanted[depth]:
                     out = self.heads[name](selected, self.embeddings.tokens.weight)
                     logits[name] = out if rows is None else out[:rows]
