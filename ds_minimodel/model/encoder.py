@@ -24,7 +24,8 @@ MASKED_ROWS_MULTIPLE = 64
 logits dropped). Their count changes every update, and every new matrix shape costs a kernel plan: on a CPU with AMX,
 oneDNN keeps one per shape with its own bf16 copy of the (V, h) projection, and glibc does not give the freed copies
 back, so a rank training MiniLM grew by 50 MB an update until the kernel killed it. In multiples of 64 a run meets a
-handful of shapes (held flat at about 0.6 GB where it grew past 3 GB); the rows added cost under 1% of an update.
+handful of shapes and its memory stays flat (BENCHMARKS.md, "Memory: the masked rows"); the rows added cost under 1%
+of an update.
 A model's ``masked_rows_multiple`` of 1 adds none (the FLOP check counts the paper's formula's compute)."""
 
 
