@@ -358,17 +358,24 @@ class MLMBatchStream(ShardedStream):
         }
 
 
+WIDTH_MULTIPLE = 8
+"""A cut batch keeps a multiple of this many columns (``trim_padding``): widths that change every batch made a bf16
+rank on an AMX CPU keep a oneDNN plan, with weight copies, per width (Step 3 of the MiniLM run grew 1.5 to 3.1 GB a
+rank in 11 minutes; the same cause as ``model.encoder.MASKED_ROWS_MULTIPLE``)."""
+
+
 def trim_padding(rows: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
-    """Rows of task features cut to their longest input: every per-position array (the second axis as long as
-    ``attention_mask``'s) loses the trailing columns that are padding in every row. Features are padded to
-    ``max_len`` (128 by default) while a classification input averages 27 tokens on lohelp, so an uncut batch is
-    mostly padding. Exact: padding sits after the real tokens, positions count from the left, and padded keys get no
-    attention, so the real positions' outputs are the same."""
+    """Rows of task features cut to their longest input, rounded up to ``WIDTH_MULTIPLE``: every per-position array
+    (the second axis as long as ``attention_mask``'s) loses the trailing columns that are padding in every row.
+    Features are padded to ``max_len`` (128 by default) while a classification input averages 27 tokens on lohelp,
+    so an uncut batch is mostly padding. Exact: padding sits after the real tokens, positions count from the left,
+    and padded keys get no attention, so the real positions' outputs are the same."""
     mask = rows.get("attention_mask")
     if mask is None or mask.ndim != 2 or not len(mask):
         return rows
     width = mask.shape[1]
     used = int(np.flatnonzero(mask.any(0)).max(initial=0)) + 1
+    used = min(width, -(-used // WIDTH_MULTIPLE) * WIDTH_MULTIPLE)
     if used == width:
         return rows
     return {name: a[:, :used] if a.ndim >= 2 and a.shape[1] == width else a for name, a in rows.items()}

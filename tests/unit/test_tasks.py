@@ -474,19 +474,20 @@ def test_batches_are_cut_to_their_longest_input_and_predictions_do_not_change() 
     from ds_minimodel.tasks.formats import predict
 
     rng = np.random.default_rng(0)
-    lengths = np.array([3, 7, 5, 2])
-    ids = np.ones((4, 12), dtype=np.int64)  # PAD_ID 1
+    lengths = np.array([3, 7, 13, 2])
+    ids = np.ones((4, 20), dtype=np.int64)  # PAD_ID 1
     for row, n in enumerate(lengths):
         ids[row, :n] = rng.integers(5, 50, n)
     arrays = {"input_ids": ids, "attention_mask": ids != 1, "labels": np.arange(4),
               "tags": np.where(ids != 1, 1, -100)}
-    cut = trim_padding(arrays)
-    assert cut["input_ids"].shape == (4, 7) and cut["tags"].shape == (4, 7) and cut["labels"].shape == (4,)
-    assert trim_padding({k: v[[0, 3]] for k, v in arrays.items()})["input_ids"].shape == (2, 3)
+    cut = trim_padding(arrays)  # the longest input, 13, rounded up to a multiple of WIDTH_MULTIPLE (8), at most 20
+    assert cut["input_ids"].shape == (4, 16) and cut["tags"].shape == (4, 16) and cut["labels"].shape == (4,)
+    assert trim_padding({k: v[[0, 3]] for k, v in arrays.items()})["input_ids"].shape == (2, 8)
+    assert trim_padding({k: v[[1]] for k, v in arrays.items()})["input_ids"].shape == (1, 8)
     stream = ArrayStream(arrays, micro_batch_size=2, world_size=1, rank=0, seed=1, source="t")
     batch = next(iter(stream))
-    assert batch["input_ids"].shape[1] == max(lengths[batch["labels"].numpy()])
-    cfg = ModelConfig(vocab_size=50, hidden_size=16, num_layers=2, num_heads=2, ffn_size=32, max_positions=12)
+    assert batch["input_ids"].shape[1] == min(20, -(-max(lengths[batch["labels"].numpy()]) // 8) * 8)
+    cfg = ModelConfig(vocab_size=50, hidden_size=16, num_layers=2, num_heads=2, ffn_size=32, max_positions=20)
     for kind in ("sequence", "token"):
         torch.manual_seed(0)
         model = TaskModel(cfg, kind, 3, pooling="mean" if kind == "sequence" else "cls")
