@@ -374,8 +374,8 @@ def trim_padding(rows: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
     if mask is None or mask.ndim != 2 or not len(mask):
         return rows
     width = mask.shape[1]
-    used = int(np.flatnonzero(mask.any(0)).max(initial=0)) + 1
-    used = min(width, -(-used // WIDTH_MULTIPLE) * WIDTH_MULTIPLE)
+    longest = int(np.flatnonzero(mask.any(0)).max(initial=0)) + 1
+    used = min(width, -(-longest // WIDTH_MULTIPLE) * WIDTH_MULTIPLE)
     if used == width:
         return rows
     return {name: a[:, :used] if a.ndim >= 2 and a.shape[1] == width else a for name, a in rows.items()}
