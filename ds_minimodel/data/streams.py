@@ -364,8 +364,8 @@ rank on an AMX CPU keep a oneDNN plan, with weight copies, per width (Step 3 of 
 rank in 11 minutes; the same cause as ``model.encoder.MASKED_ROWS_MULTIPLE``)."""
 
 
-def trim_padding(rows: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
-    """Rows of task features cut to their longest input, rounded up to ``WIDTH_MULTIPLE``: every per-position array
+def trim_padding(rows: dict[str, np.ndarray], multiple: int = WIDTH_MULTIPLE) -> dict[str, np.ndarray]:
+    """Rows of task features cut to their longest input, rounded up to ``multiple``: every per-position array
     (the second axis as long as ``attention_mask``'s) loses the trailing columns that are padding in every row.
     Features are padded to ``max_len`` (128 by default) while a classification input averages 27 tokens on lohelp,
     so an uncut batch is mostly padding. Exact: padding sits after the real tokens, positions count from the left,
@@ -375,7 +375,7 @@ def trim_padding(rows: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
         return rows
     width = mask.shape[1]
     longest = int(np.flatnonzero(mask.any(0)).max(initial=0)) + 1
-    used = min(width, -(-longest // WIDTH_MULTIPLE) * WIDTH_MULTIPLE)
+    used = min(width, -(-longest // multiple) * multiple)
     if used == width:
         return rows
     return {name: a[:, :used] if a.ndim >= 2 and a.shape[1] == width else a for name, a in rows.items()}

@@ -484,6 +484,8 @@ def test_batches_are_cut_to_their_longest_input_and_predictions_do_not_change() 
     assert cut["input_ids"].shape == (4, 16) and cut["tags"].shape == (4, 16) and cut["labels"].shape == (4,)
     assert trim_padding({k: v[[0, 3]] for k, v in arrays.items()})["input_ids"].shape == (2, 8)
     assert trim_padding({k: v[[1]] for k, v in arrays.items()})["input_ids"].shape == (1, 8)
+    assert trim_padding(arrays, multiple=1)["input_ids"].shape == (4, 13)  # as cut
+    assert trim_padding(arrays, multiple=16)["tags"].shape == (4, 16)
     stream = ArrayStream(arrays, micro_batch_size=2, world_size=1, rank=0, seed=1, source="t")
     batch = next(iter(stream))
     assert batch["input_ids"].shape[1] == min(20, -(-max(lengths[batch["labels"].numpy()]) // 8) * 8)
