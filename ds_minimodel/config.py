@@ -179,6 +179,10 @@ MAX_UPDATES = 10**9
 what a 64-bit step counter holds would fail mid-run instead of now."""
 
 
+PACKINGS = ("sentences", "blocks")
+"""How an MLM stage packs its corpus into blocks (``TrainConfig.packing``, ``data.streams.PackedDataset``)."""
+
+
 @dataclass(frozen=True, kw_only=True)
 class TrainConfig:
     """Settings of one training stage that the DeepSpeed JSON does not own."""
@@ -189,6 +193,11 @@ class TrainConfig:
     """Tokens per packed block, <s> and padding included (paper: 512)."""
     mask_prob: float = 0.15
     """Fraction of non-special tokens chosen for prediction (RoBERTa: 15%)."""
+    packing: str = "sentences"
+    """How the MLM stages cut the corpus into blocks (``PACKINGS``): ``sentences``, whole stored lines packed
+    greedily (RoBERTa's FULL-SENTENCES, fairseq's ``complete``; each block padded to ``seq_len``), or ``blocks``,
+    the token stream cut every ``seq_len - 1`` tokens whatever the lines (fairseq's ``none``, HF's ``group_texts``):
+    no padding, so every position trains and attention needs no mask."""
     seed: int = 1
     """Seeds initialisation, data order, masking and dropout."""
     save_every: int = field(default=1000, metadata=role(Role.HARMLESS))
@@ -219,6 +228,8 @@ class TrainConfig:
                 raise InputError(f"train config: {name} must be a positive integer, got {value!r}")
         if not 0.0 < self.mask_prob < 1.0:
             raise InputError(f"train config: mask_prob must be in (0, 1), got {self.mask_prob!r}")
+        if self.packing not in PACKINGS:
+            raise InputError(f"train config: packing must be one of {', '.join(PACKINGS)}, got {self.packing!r}")
         if not 0.0 <= self.warmup_ratio < 1.0:
             raise InputError(f"train config: warmup_ratio must be in [0, 1), got {self.warmup_ratio!r}")
         if self.keep_checkpoints is not None and self.keep_checkpoints < 1:

@@ -16,6 +16,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from ds_minimodel.config import PACKINGS
 from ds_minimodel.data.shards import DOCS_FILE, FORMAT_VERSION, LINES_FILE, META_FILE, read_meta
 from ds_minimodel.data.tokenizer import BOS_ID, IGNORE_INDEX, MASK_ID, NUM_SPECIAL, PAD_ID
 from ds_minimodel.errors import InputError
@@ -166,21 +167,29 @@ def _pack(lines: np.ndarray, capacity: int, window: int = 1 << 22) -> np.ndarray
 
 
 class PackedDataset:
-    """RoBERTa's FULL-SENTENCES input (Liu et al., 2019, Sec. 4.2) = fairseq's `--sample-break-mode complete`.
+    """The corpus as samples of at most ``seq_len`` tokens, by ``packing`` (``config.PACKINGS``):
 
-    Sample i is `<s>` followed by a block of whole stored lines, packed greedily in order so that the sample fits
-    in `seq_len` (no padding here). A line longer than seq_len - 1 is cut into consecutive pieces of seq_len - 1
-    tokens. A document boundary's lone `</s>` is kept even when it opens a block, so that the blocks concatenate
-    to exactly the stored stream (it costs one token in a few blocks).
+    - ``sentences``: RoBERTa's FULL-SENTENCES input (Liu et al., 2019, Sec. 4.2) = fairseq's `--sample-break-mode
+      complete`. Sample i is `<s>` followed by a block of whole stored lines, packed greedily in order so that the
+      sample fits in `seq_len` (no padding here; the batch pads it). A line longer than seq_len - 1 is cut into
+      consecutive pieces of seq_len - 1 tokens. A document boundary's lone `</s>` is kept even when it opens a
+      block, so that the blocks concatenate to exactly the stored stream (it costs one token in a few blocks).
+    - ``blocks``: fairseq's `--sample-break-mode none`: `<s>` followed by the next seq_len - 1 tokens of the stream,
+      lines and documents cut wherever a block ends (the `</s>` between documents stays in it); every sample is
+      `seq_len` long. The stream's last tokens short of a block are left out.
     """
 
-    def __init__(self, shards: TokenShards, seq_len: int) -> None:
+    def __init__(self, shards: TokenShards, seq_len: int, packing: str = "sentences") -> None:
         if seq_len < 2:
             raise InputError(f"seq_len must be at least 2 (<s> and one token), got {seq_len}")
-        self.shards = shards
-        self.seq_len = seq_len
-        # Token offsets of the blocks' starts, then num_tokens: block i is tokens[bounds[i]:bounds[i + 1]].
-        self.bounds = _pack(shards.lines, seq_len - 1)
+        if packing not in PACKINGS:
+            raise InputError(f"packing must be one of {', '.join(PACKINGS)}, got {packing!r}")
+        self.shards, self.seq_len, self.packing = shards, seq_len, packing
+        # Token offsets of the blocks' starts, then their end: block i is tokens[bounds[i]:bounds[i + 1]].
+        if packing == "blocks":
+            self.bounds = np.arange(0, shards.num_tokens // (seq_len - 1) * (seq_len - 1) + 1, seq_len - 1)
+        else:
+            self.bounds = _pack(shards.lines, seq_len - 1)
 
     def __len__(self) -> int:
         return self.bounds.size - 1
@@ -306,6 +315,15 @@ class ShardedStream:
         self.epoch, self.offset, self.samples_consumed = epoch, offset, consumed
 
 
+PADDED = "padded"
+"""An MLM micro-batch's flag, known on the host: False when its stream's blocks all fill the sequence (``packing``
+``blocks``), so the model goes without the attention mask. In eager mode the model would find that out itself by
+reading the mask, a wait on the GPU every forward; under ``torch.compile`` it cannot look, so it would pass the mask,
+which keeps SDPA off its flash kernels. The same for every batch of a stream: a compiled model keeps one graph. (With
+``sentences`` nearly every batch holds a short block: at 128 tokens a fifth of the reference corpus's positions are
+padding.)"""
+
+
 class MLMBatchStream(ShardedStream):
     """Masked micro-batches of packed blocks for MLM training (Steps 1, 1b and 2).
 
@@ -332,6 +350,7 @@ class MLMBatchStream(ShardedStream):
         super().__init__(len(dataset), micro_batch_size=micro_batch_size, world_size=world_size, rank=rank,
                          seed=seed, source=str(dataset.shards.path), unit=f"blocks of {dataset.seq_len} tokens")
         self.dataset = dataset
+        self.padded = dataset.packing != "blocks" or dataset.seq_len < seq_len  # PADDED
         self.vocab_size = vocab_size
         self.seq_len = seq_len
         self.mask_prob = mask_prob
@@ -354,6 +373,7 @@ class MLMBatchStream(ShardedStream):
             "attention_mask": torch.from_numpy(attention_mask),
             "labels": torch.from_numpy(labels),
             "num_tokens": int(lengths.sum()),
+            PADDED: self.padded,
             "sample_index": torch.from_numpy(indices.astype(np.int64)),  # dataset indices, for logs and tests
         }
 

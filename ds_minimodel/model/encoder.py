@@ -167,7 +167,8 @@ class Body(nn.Module):
         if attention_mask is not None and attention_mask.dtype != torch.bool:
             # A float 0/1 mask (HF style) would be ADDED to the attention scores by SDPA and mask nothing.
             raise TypeError(f"attention_mask must be bool (True at real tokens), got {attention_mask.dtype}")
-        # (Under torch.compile the mask is always passed: reading it on the host would break the graph.)
+        # (Under torch.compile the mask is always passed: reading it on the host would break the graph. Callers that
+        # know on the host that nothing is padded pass None: the MLM steps do, ``data.streams.PADDED``.)
         if attention_mask is not None and (torch.compiler.is_compiling() or not bool(attention_mask.all())):
             attn_mask = attention_mask[:, None, None, :]
         x = self.embeddings(input_ids)

@@ -4,6 +4,7 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
+from ds_minimodel.data.streams import PADDED
 from ds_minimodel.data.tokenizer import IGNORE_INDEX
 from ds_minimodel.model.encoder import AUX_HEAD, MAIN_HEAD
 from ds_minimodel.systems import AUX_WEIGHT
@@ -34,7 +35,9 @@ def mlm_losses(logits: dict[str, torch.Tensor], labels: torch.Tensor,
 
 def mlm_step(model: torch.nn.Module, batch: dict[str, torch.Tensor],
              aux_weight: float = AUX_WEIGHT) -> dict[str, torch.Tensor]:
-    """One MLM forward: only the positions with a target go through the vocabulary projection."""
+    """One MLM forward: only the positions with a target go through the vocabulary projection. A batch whose
+    ``PADDED`` is False (every block full, known on the host) goes in without its attention mask."""
     labels = batch["labels"]
-    logits = model(batch["input_ids"], batch["attention_mask"], labels != IGNORE_INDEX)
+    mask = batch["attention_mask"] if batch.get(PADDED, True) else None
+    logits = model(batch["input_ids"], mask, labels != IGNORE_INDEX)
     return mlm_losses(logits, labels, aux_weight)

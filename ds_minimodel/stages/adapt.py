@@ -203,12 +203,14 @@ def build(spec: AdaptSpec, ctx: Context) -> Built:
         disable_dropout(model)
     cfg = model.cfg
 
-    stream = MLMBatchStream(PackedDataset(shards, train_cfg.seq_len), micro_batch_size=batch.micro,
-                            world_size=info.world_size, rank=info.rank, seed=spec.seed, vocab_size=cfg.vocab_size,
-                            seq_len=train_cfg.seq_len, mask_prob=train_cfg.mask_prob)  # refuses too little data
+    dataset = PackedDataset(shards, train_cfg.seq_len, train_cfg.packing)
+    stream = MLMBatchStream(dataset, micro_batch_size=batch.micro, world_size=info.world_size, rank=info.rank,
+                            seed=spec.seed, vocab_size=cfg.vocab_size, seq_len=train_cfg.seq_len,
+                            mask_prob=train_cfg.mask_prob)  # refuses too little data
     record = {
         "variant": spec.system, "lang": lang, "model": cfg.to_dict(), "data": str(Path(spec.data).resolve()),
         "tokenizer_sha256": shards.tokenizer_sha256, "seq_len": spec.seq_len, "mask_prob": spec.mask_prob,
+        "packing": spec.packing,
         "source": body_sha256, "body": str(Path(spec.body).resolve()), "body_dropout": spec.body_dropout,
         "init": spec.init, "init_options": init_options, "trainable": trainable,
     }

@@ -100,7 +100,7 @@ def _mlm_built(spec: MLMSpec, ctx: Context, shards: TokenShards, model: MaskedLM
     train_cfg, info, batch, cfg = ctx.train_cfg, ctx.info, ctx.batch, model.cfg
     if train_cfg.seq_len > cfg.max_positions:
         raise InputError(f"--seq-len {train_cfg.seq_len} exceeds the model's max_positions {cfg.max_positions}")
-    dataset = PackedDataset(shards, train_cfg.seq_len)  # refuses data too small for one update
+    dataset = PackedDataset(shards, train_cfg.seq_len, train_cfg.packing)  # refuses data too small for one update
     stream = MLMBatchStream(dataset, micro_batch_size=batch.micro, world_size=info.world_size, rank=info.rank,
                             seed=spec.seed, vocab_size=cfg.vocab_size, seq_len=train_cfg.seq_len,
                             mask_prob=train_cfg.mask_prob)
@@ -113,7 +113,8 @@ def _mlm_built(spec: MLMSpec, ctx: Context, shards: TokenShards, model: MaskedLM
     return Built(
         stage=stage, stream=stream, train_cfg=train_cfg,
         record={**record, "model": cfg.to_dict(), "data": str(Path(spec.data).resolve()),
-                "tokenizer_sha256": shards.tokenizer_sha256, "seq_len": spec.seq_len, "mask_prob": spec.mask_prob},
+                "tokenizer_sha256": shards.tokenizer_sha256, "seq_len": spec.seq_len, "mask_prob": spec.mask_prob,
+                "packing": spec.packing},
         banner=f"[{stage.name}] {cfg.num_layers} layers, hidden {cfg.hidden_size}, vocab {cfg.vocab_size}, "
                f"{model.num_parameters():,} parameters ({trainable:,} trainable); {len(dataset):,} blocks of <= "
                f"{train_cfg.seq_len} tokens; global batch {batch.global_batch} = {batch.micro} x {batch.accumulation}"

@@ -76,7 +76,8 @@ def train_config(spec: RunSpec, ds_config: dict[str, Any], steps: int | None = N
         steps = spec.steps or scheduler_total_steps(ds_config)
         if steps is None:
             raise InputError(f"{spec.ds_config}: the scheduler's total_num_steps is not a number; pass --steps")
-        shape = {"seq_len": spec.seq_len, "mask_prob": spec.mask_prob, "keep_checkpoints": spec.keep_checkpoints}
+        shape = {"seq_len": spec.seq_len, "mask_prob": spec.mask_prob, "packing": spec.packing,
+                 "keep_checkpoints": spec.keep_checkpoints}
     check_ds_config(ds_config, str(spec.ds_config), steps=steps)
     return TrainConfig(steps=steps, seed=spec.seed, save_every=spec.save_every, log_every=spec.log_every,
                        warmup_ratio=spec.warmup_ratio, activation_checkpointing=spec.activation_checkpointing,

@@ -163,6 +163,9 @@ class MLMSpec(RunSpec):
     """tokens per training sequence"""
     mask_prob: Probability = TrainConfig.mask_prob
     """share of tokens masked"""
+    packing: typing.Literal["sentences", "blocks"] = TrainConfig.packing
+    """sentences: whole lines packed into each block, the rest padding (RoBERTa's FULL-SENTENCES); blocks: the text
+    cut every seq_len - 1 tokens, no padding (fairseq's none)"""
     keep_checkpoints: Annotated[PositiveInt | None, OWN_DEFAULT] = None
     """keep only the newest K checkpoints (default: all)"""
 

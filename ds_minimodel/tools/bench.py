@@ -31,6 +31,7 @@ from typing import Any, Callable
 import torch
 
 from ds_minimodel.config import ModelConfig, get_preset
+from ds_minimodel.data.streams import PADDED
 from ds_minimodel.data.tokenizer import IGNORE_INDEX, MASK_ID, NUM_SPECIAL
 from ds_minimodel.ds_config import uses_bf16, uses_fp16
 from ds_minimodel.model.encoder import MaskedLM
@@ -49,13 +50,14 @@ over each system's body."""
 
 
 def synthetic_batch(batch: int, seq_len: int, vocab: int, mask_prob: float, generator: torch.Generator
-                    ) -> dict[str, torch.Tensor]:
-    """Random tokens with a mask_prob share of targets: timing does not depend on the text."""
+                    ) -> dict[str, Any]:
+    """Random tokens with a mask_prob share of targets, every block full as packed text mostly is: timing does not
+    depend on the text."""
     ids = torch.randint(NUM_SPECIAL, vocab, (batch, seq_len), generator=generator)
     chosen = torch.rand(batch, seq_len, generator=generator) < mask_prob
     labels = torch.where(chosen, ids, torch.full_like(ids, IGNORE_INDEX))
     return {"input_ids": torch.where(chosen, torch.full_like(ids, MASK_ID), ids),
-            "attention_mask": torch.ones(batch, seq_len, dtype=torch.bool), "labels": labels}
+            "attention_mask": torch.ones(batch, seq_len, dtype=torch.bool), "labels": labels, PADDED: False}
 
 
 def precision_of(ds_config: dict[str, Any]) -> str:
@@ -293,11 +295,13 @@ def hf_comparison(args: BenchSpec) -> dict[str, Any]:
     vocabulary and uses ``scaled_dot_product_attention``; HF computes logits at every position."""
     from transformers import RobertaConfig, RobertaForMaskedLM
 
+    from ds_minimodel.train.engine import batch_to
+
     cfg = get_preset(args.preset).replace(vocab_size=args.vocab, dropout=0.0, attention_dropout=0.0)
     device = "cuda" if torch.cuda.is_available() else "cpu"
     generator = torch.Generator().manual_seed(0)
-    batch = {k: v.to(device) for k, v in
-             synthetic_batch(args.micro_batch, args.seq_len, cfg.vocab_size, args.mask_prob, generator).items()}
+    batch = batch_to(synthetic_batch(args.micro_batch, args.seq_len, cfg.vocab_size, args.mask_prob, generator),
+                     torch.device(device))
     autocast = torch.autocast(device, dtype=torch.bfloat16, enabled=args.bf16)
 
     def ours_step(model: torch.nn.Module) -> torch.Tensor:

@@ -13,11 +13,11 @@ from ds_minimodel.errors import InputError
 from ds_minimodel.folders import claim, require_output
 from ds_minimodel.train import checkpoint
 
-IDENTITY_KEYS = ("variant", "model", "data", "tokenizer_sha256", "seed", "seq_len", "mask_prob", "global_batch",
-                 "source", "init", "init_options", "forget_every")
+IDENTITY_KEYS = ("variant", "model", "data", "tokenizer_sha256", "seed", "seq_len", "mask_prob", "packing",
+                 "global_batch", "source", "init", "init_options", "forget_every")
 """Settings that define a run: resuming with any of these changed would silently train a different model."""
 IDENTITY_DEFAULTS = {"init": "overlap", "init_options": {"new_rows": "normal", "freeze_copied": False},
-                     "forget_every": 0}
+                     "forget_every": 0, "packing": "sentences"}
 """What a run written before a setting existed had, in effect."""
 SETUP_KEYS = ("ds_config", "train")
 """The training setup: changed on resume only with --allow-config-change."""

@@ -99,8 +99,10 @@ def test_compiled_training_is_one_graph_and_its_checkpoints_resume_eagerly(en_da
     # twelve on 2 CPU cores), and one graph over three layers with both heads asks the same questions.
     shallow = tmp_path / "model.json"
     shallow.write_text(json.dumps({"num_layers": 3}))
+    # Blocks cut from the stream: every batch goes in without its attention mask, the compiled graph's only input
+    # that differs from whole lines packed (whose every batch brings its mask; the forward test below has both).
     common = ["--variant", "minijoint", *TINY, "--model-config", str(shallow), "--aux-layer", "2", "--data",
-              str(en_data), "--save-every", "3", "--log-every", "1"]
+              str(en_data), "--save-every", "3", "--log-every", "1", "--packing", "blocks"]
     out = tmp_path / "compiled"
     proc = run_cmd(pretrain_cmd(1, *common, "--out", str(out), "--steps", "3", "--compile"),
                    env={"TORCH_LOGS": "graph_breaks,recompiles"})
@@ -109,6 +111,7 @@ def test_compiled_training_is_one_graph_and_its_checkpoints_resume_eagerly(en_da
     assert "Graph break" not in proc.stderr and "Recompiling" not in proc.stderr, proc.stderr[-3000:]
     losses = [r["loss"] for r in read_metrics(out)]
     assert len(losses) == 3 and all(7.0 < x < 8.5 for x in losses), losses  # about ln(2,000) = 7.6 at the start
+    assert json.loads((out / "run.json").read_text())["packing"] == "blocks"
     # compiled in place: the checkpoint has the usual names, and an eager run resumes from it
     run_cmd(pretrain_cmd(1, *common, "--out", str(out), "--steps", "6", "--resume"))
     first = torch.load(out / "checkpoints/step_00000003/model.pt", weights_only=True)
@@ -128,12 +131,15 @@ def test_the_compiled_forward_equals_the_eager_one():
 
 
 def check_against_eager(model: torch.nn.Module, compiled: torch.nn.Module) -> None:
-    for masked_share, padded in ((0.15, False), (0.3, True)):  # other numbers of masked tokens, and padding
+    # other numbers of masked tokens, padding, and no mask at all (packing "blocks": the MLM step passes none)
+    for masked_share, padded in ((0.15, False), (0.3, True), (0.15, None)):
         ids = torch.randint(5, 300, (3, 32))
         attention = torch.ones(3, 32, dtype=torch.bool)
         if padded:
             attention[1, 20:] = False
         masked = (torch.rand(3, 32) < masked_share) & attention
+        if padded is None:
+            attention = None
         with torch.no_grad():
             want, got = model(ids, attention, masked), compiled(ids, attention, masked)
         assert want.keys() == got.keys()

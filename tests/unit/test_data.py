@@ -314,6 +314,27 @@ def test_packing_keeps_whole_lines(shards: TokenShards, seq_len: int) -> None:
         dataset[len(dataset)]
 
 
+@pytest.mark.parametrize("seq_len", [12, 64])
+def test_packing_blocks_cuts_the_stream_into_full_samples(shards: TokenShards, seq_len: int) -> None:
+    """``blocks``: every sample is <s> and the next seq_len - 1 tokens, lines cut anywhere; the stream's tail short
+    of a block is left out. Its batches carry no padding and say so."""
+    from ds_minimodel.data.streams import PADDED
+
+    dataset = PackedDataset(shards, seq_len, "blocks")
+    samples = [dataset[i] for i in range(len(dataset))]
+    assert len(samples) == shards.num_tokens // (seq_len - 1)
+    assert all(s.size == seq_len and s[0] == BOS_ID and BOS_ID not in s[1:] for s in samples)
+    kept = len(samples) * (seq_len - 1)
+    assert np.array_equal(np.concatenate([s[1:] for s in samples]), shards.tokens(0, kept))
+    assert len(samples) < len(PackedDataset(shards, seq_len))  # fewer samples than whole lines give: no padding
+    stream = MLMBatchStream(dataset, micro_batch_size=4, world_size=1, rank=0, seed=1, vocab_size=VOCAB_SIZE,
+                            seq_len=seq_len)
+    for batch in take(stream, 5):
+        assert batch[PADDED] is False and batch["attention_mask"].all() and batch["num_tokens"] == 4 * seq_len
+    with pytest.raises(InputError, match="packing must be one of sentences, blocks"):
+        PackedDataset(shards, seq_len, "documents")
+
+
 def test_packing_in_windows_matches_the_whole(shards: TokenShards) -> None:
     whole = streams._pack(np.asarray(shards.lines), 40)
     assert np.array_equal(streams._pack(np.asarray(shards.lines), 40, window=100), whole)
@@ -399,6 +420,16 @@ def test_batch_format(dataset: PackedDataset) -> None:
     for row, index in enumerate(batch["sample_index"].tolist()):
         original = torch.where(labels[row] != IGNORE_INDEX, labels[row], ids[row])[attention[row]]
         assert np.array_equal(original.numpy(), dataset[index])
+
+
+def test_whole_lines_make_padded_batches_all_along(dataset: PackedDataset) -> None:
+    """PADDED is the stream's, not the batch's: with whole lines packed it is True even for a batch whose blocks
+    happen to be full, so a compiled model never meets the two kinds (a second graph); ``blocks``: the next test."""
+    from ds_minimodel.data.streams import PADDED
+
+    batches = take(make_stream(dataset, micro_batch_size=2), len(dataset) // 2)
+    assert any(b["attention_mask"].all() for b in batches) and not all(b["attention_mask"].all() for b in batches)
+    assert all(b[PADDED] is True for b in batches)
 
 
 def test_ranks_are_disjoint_and_cover_the_single_rank_stream(dataset: PackedDataset) -> None:

@@ -152,7 +152,7 @@ def test_an_output_folder_that_holds_another_run_is_refused(tmp_path):
 
 
 def test_a_run_recorded_before_a_setting_existed_resumes_with_its_default(tmp_path):
-    """Runs written before pre_norm (model config) and --init (Step 2) existed resume as what they were."""
+    """Runs written before pre_norm (model config), --init (Step 2) and --packing existed resume as what they were."""
     from ds_minimodel.config import get_preset
     from ds_minimodel.train.run_record import write_run_description
 
@@ -160,7 +160,10 @@ def test_a_run_recorded_before_a_setting_existed_resumes_with_its_default(tmp_pa
     model = get_preset("tiny").to_dict()
     old = {k: v for k, v in model.items() if k != "pre_norm"}
     write_run_description(run, {"variant": "bl_base", "model": old, "seed": 1}, resume=False)
-    write_run_description(run, {"variant": "bl_base", "model": model, "init": "overlap", "seed": 1}, resume=True)
+    write_run_description(run, {"variant": "bl_base", "model": model, "init": "overlap", "seed": 1,
+                                "packing": "sentences"}, resume=True)
+    with pytest.raises(InputError, match="differ from the run in this folder: packing"):  # other samples, not resumed
+        write_run_description(run, {"variant": "bl_base", "model": model, "seed": 1, "packing": "blocks"}, resume=True)
     with pytest.raises(InputError, match="differ from the run in this folder: init, model"):
         write_run_description(run, {"variant": "bl_base", "model": {**model, "pre_norm": True}, "init": "specials",
                                     "seed": 1}, resume=True)

@@ -90,6 +90,33 @@ def test_masked_only_logits_equal_full_logits_at_masked_positions(cfg: ModelConf
         torch.testing.assert_close(only[head], full[head][masked], rtol=1e-5, atol=1e-6)
 
 
+def test_an_mlm_batch_marked_unpadded_goes_in_without_its_mask_and_trains_the_same() -> None:
+    """mlm_step leaves the attention mask out when the batch says no block is padded (known on the host: no wait on
+    the device, and a compiled model can use SDPA's unmasked kernels); in eager mode the model would drop an all-True
+    mask itself, so the losses and gradients are the same, bitwise. A batch marked padded keeps its mask."""
+    from ds_minimodel.data.streams import PADDED
+    from ds_minimodel.model.losses import mlm_step
+
+    cfg = ModelConfig(vocab_size=60, hidden_size=16, num_layers=2, num_heads=2, ffn_size=32, max_positions=12)
+    model = _perturbed(cfg)
+    ids = _random_ids(cfg, 3, 12)
+    labels = torch.where(torch.rand(3, 12) < 0.3, ids, torch.full_like(ids, -100))
+    labels[0, 1] = ids[0, 1]
+    batch = {"input_ids": ids, "attention_mask": torch.ones(3, 12, dtype=torch.bool), "labels": labels}
+    seen = []
+    hook = model.register_forward_pre_hook(lambda _, args: seen.append(args[1]))
+    grads = []
+    for flag in (True, False):
+        model.zero_grad()
+        loss = mlm_step(model, {**batch, PADDED: flag})["loss"]
+        loss.backward()
+        grads.append((loss.detach(), [p.grad.clone() for p in model.parameters()]))
+    hook.remove()
+    assert seen[0] is batch["attention_mask"] and seen[1] is None
+    assert torch.equal(grads[0][0], grads[1][0])
+    assert all(torch.equal(a, b) for a, b in zip(grads[0][1], grads[1][1]))
+
+
 def test_the_masked_rows_reach_the_vocabulary_in_a_few_shapes_and_train_as_without_them() -> None:
     """The masked count changes every update; a shape per count made oneDNN keep a bf16 copy of the projection per
     shape on AMX CPUs (a rank grew 50 MB an update). The heads see multiples of MASKED_ROWS_MULTIPLE rows, and the
