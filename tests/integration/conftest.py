@@ -122,15 +122,22 @@ PIPELINE_TEST_SIZE = 100
 
 
 @pytest.fixture(scope="session")
-def demo_pipeline(tmp_path_factory) -> dict:
+def demo_pipeline(tmp_path_factory, en_data, de_data) -> dict:
     """configs/demo.json through the pipeline (the demo preset) with its output in a temporary folder, shorter stages
     and one CPU rank where the demo has two (same global batch, in one micro-batch): at this model size an update
     takes as long on one rank as on two, and the suite's other worker gets the second core. The pipeline's
     two-rank launches are tested in test_slurm.py (and every stage's own two-rank runs in test_pretrain.py,
     test_adapt.py, test_cluster.py). Its Step-1 and Step-1b models are also the bodies the Step-2 tests adapt
     (test_adapt.py), and its Step-2 runs are the ones test_adapt.py checks: under ZeRO stage 1 here (stage 0 is every
-    other run's, and test_adapt.py's FOCUS run trains under stage 2 in bf16 on two ranks)."""
+    other run's, and test_adapt.py's FOCUS run trains under stage 2 in bf16 on two ranks). Its data are the session's
+    (the same corpora and tokenizer settings, so the pipeline finds them done): the worker that runs it prepares them
+    once for its other tests too. The pipeline's own prepare job runs in test_source_model.py and test_systems.py."""
+    from ds_minimodel.pipeline.ownership import OWNER_MARK
+
     root = tmp_path_factory.mktemp("pipeline")
+    for lang, data in (("en", en_data), ("de", de_data)):
+        shutil.copytree(data, root / "out" / "data" / lang)
+    (root / "out" / OWNER_MARK).write_text("a pipeline's folder, its data prepared by the test")
     config = json.loads((REPO / "configs/demo.json").read_text())
     config["out"] = str(root / "out")
     config["ranks"] = 1
