@@ -121,21 +121,13 @@ PIPELINE_STEP2_SAVES = [0, 30, 60]  # Step 2 saves its initial rows as update 0,
 PIPELINE_TEST_SIZE = 100
 
 
-@pytest.fixture(scope="session")
-def demo_pipeline(tmp_path_factory, en_data, de_data) -> dict:
-    """configs/demo.json through the pipeline (the demo preset) with its output in a temporary folder, shorter stages
-    and one CPU rank where the demo has two (same global batch, in one micro-batch): at this model size an update
-    takes as long on one rank as on two, and the suite's other worker gets the second core. The pipeline's
-    two-rank launches are tested in test_slurm.py (and every stage's own two-rank runs in test_pretrain.py,
-    test_adapt.py, test_cluster.py). Its Step-1 and Step-1b models are also the bodies the Step-2 tests adapt
-    (test_adapt.py), and its Step-2 runs are the ones test_adapt.py checks: under ZeRO stage 1 here (stage 0 is every
-    other run's, and test_adapt.py's FOCUS run trains under stage 2 in bf16 on two ranks). Its data are the session's
-    (the same corpora and tokenizer settings, so the pipeline finds them done): the worker that runs it prepares them
-    once for its other tests too. The pipeline's own prepare job runs in test_source_model.py and test_systems.py."""
+def demo_test_config(root: Path, prepared: dict[str, Path]) -> dict:
+    """The demo pipeline fixture's config (see ``demo_pipeline``), its output in ``root/out`` with the ``prepared``
+    languages' data copied in, its DeepSpeed files and test-file heads written into ``root``. Also read by
+    ``scripts/experiments/fixture_variants.py``, which times variants of it."""
     from ds_minimodel.pipeline.ownership import OWNER_MARK
 
-    root = tmp_path_factory.mktemp("pipeline")
-    for lang, data in (("en", en_data), ("de", de_data)):
+    for lang, data in prepared.items():
         shutil.copytree(data, root / "out" / "data" / lang)
     (root / "out" / OWNER_MARK).write_text("a pipeline's folder, its data prepared by the test")
     config = json.loads((REPO / "configs/demo.json").read_text())
@@ -161,6 +153,22 @@ def demo_pipeline(tmp_path_factory, en_data, de_data) -> dict:
         head.write_text("".join((REPO / source).read_text(encoding="utf-8").splitlines(keepends=True)
                                 [:PIPELINE_TEST_SIZE]))
         config["tasks"][0]["test"][lang] = str(head)
+    return config
+
+
+@pytest.fixture(scope="session")
+def demo_pipeline(tmp_path_factory, en_data, de_data) -> dict:
+    """configs/demo.json through the pipeline (the demo preset) with its output in a temporary folder, shorter stages
+    and one CPU rank where the demo has two (same global batch, in one micro-batch): at this model size an update
+    takes as long on one rank as on two, and the suite's other worker gets the second core. The pipeline's
+    two-rank launches are tested in test_slurm.py (and every stage's own two-rank runs in test_pretrain.py,
+    test_adapt.py, test_cluster.py). Its Step-1 and Step-1b models are also the bodies the Step-2 tests adapt
+    (test_adapt.py), and its Step-2 runs are the ones test_adapt.py checks: under ZeRO stage 1 here (stage 0 is every
+    other run's, and test_adapt.py's FOCUS run trains under stage 2 in bf16 on two ranks). Its data are the session's
+    (the same corpora and tokenizer settings, so the pipeline finds them done): the worker that runs it prepares them
+    once for its other tests too. The pipeline's own prepare job runs in test_source_model.py and test_systems.py."""
+    root = tmp_path_factory.mktemp("pipeline")
+    config = demo_test_config(root, {"en": en_data, "de": de_data})
     path = root / "pipeline.json"
     path.write_text(json.dumps(config))
     # Its 14 training launches go through torchrun, which starts one interpreter fewer than the deepspeed launcher
