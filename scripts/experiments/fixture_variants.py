@@ -38,12 +38,14 @@ def main() -> None:
     parser.add_argument("--step2-steps", type=int, help="Step 2's updates, saved at the end (default: the fixture's)")
     args = parser.parse_args()
 
+    root = args.root / args.name
+    if root.exists():
+        parser.error(f"{root} exists: give this variant another --name")
     prepared = {}
     for lang in ("en", "de"):
         prepared[lang] = args.root / "data" / lang
         if not prepared[lang].exists():
             prepare(DEMO / f"corpus/{lang}.txt", prepared[lang])
-    root = args.root / args.name
     root.mkdir(parents=True)
     config = demo_test_config(root, prepared)
     step1_ds = Path(config["step1"]["ds_config"])
