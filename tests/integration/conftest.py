@@ -92,17 +92,23 @@ def de_data(tmp_path_factory) -> Path:
     return prepare(DEMO / "corpus/de.txt", tmp_path_factory.mktemp("data") / "de")
 
 
+def seeded_pipeline_folder(out: Path, prepared: dict[str, Path]) -> Path:
+    """``out`` made a pipeline's folder holding the ``prepared`` languages' data (same corpora and tokenizer
+    settings as the pipeline's own prepare job, so it finds them done)."""
+    from ds_minimodel.pipeline.ownership import OWNER_MARK
+
+    for lang, data in prepared.items():
+        shutil.copytree(data, out / "data" / lang)
+    (out / OWNER_MARK).write_text("a pipeline's folder, its data prepared by the test")
+    return out
+
+
 def tiny_pipeline(tmp_path: Path, name: str, prepared: dict[str, Path], **sections: dict) -> Path:
     """A pipeline config of the tiny preset cut to two layers (``model``; what these runs test does not depend on the
     depth, and tiny's twelve made most of their CPU) on 2 CPU ranks, BL_BASE alone, English to German, no task, in
     ``tmp_path/name`` with the ``prepared`` languages' data copied in (the pipeline finds them done); ``sections``
     update the step sections' settings."""
-    from ds_minimodel.pipeline.ownership import OWNER_MARK
-
-    out = tmp_path / name
-    for lang, data in prepared.items():
-        shutil.copytree(data, out / "data" / lang)
-    (out / OWNER_MARK).write_text("a pipeline's folder, its data prepared by the test")
+    out = seeded_pipeline_folder(tmp_path / name, prepared)
     config = {
         "out": str(out), "ranks": 2, "preset": "tiny", "model": {"num_layers": 2}, "seq_len": 64, "vocab_size": 2000,
         "systems": ["bl_base"], "source": {"lang": "en", "corpus": str(DEMO / "corpus/en.txt")},
@@ -125,11 +131,7 @@ def demo_test_config(root: Path, prepared: dict[str, Path]) -> dict:
     """The demo pipeline fixture's config (see ``demo_pipeline``), its output in ``root/out`` with the ``prepared``
     languages' data copied in, its DeepSpeed files and test-file heads written into ``root``. Also read by
     ``scripts/experiments/fixture_variants.py``, which times variants of it."""
-    from ds_minimodel.pipeline.ownership import OWNER_MARK
-
-    for lang, data in prepared.items():
-        shutil.copytree(data, root / "out" / "data" / lang)
-    (root / "out" / OWNER_MARK).write_text("a pipeline's folder, its data prepared by the test")
+    seeded_pipeline_folder(root / "out", prepared)
     config = json.loads((REPO / "configs/demo.json").read_text())
     config["out"] = str(root / "out")
     config["ranks"] = 1

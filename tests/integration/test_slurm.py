@@ -10,15 +10,13 @@ from __future__ import annotations
 
 import json
 import re
-import shutil
 import sys
 import time
 from pathlib import Path
 
 import pytest
 
-from ds_minimodel.pipeline.ownership import OWNER_MARK
-from tests.integration.conftest import DEMO, REPO, run_cmd
+from tests.integration.conftest import DEMO, REPO, run_cmd, seeded_pipeline_folder
 from tests.integration.hosts import Slurm, why_no_slurm
 
 # Timing-bound (peers lost within a timeout, Slurm's timers): in one xdist worker, one after another.
@@ -55,9 +53,7 @@ def job_fields(slurm: Slurm, job_id: str) -> list[dict[str, str]]:
 def test_submitted_chain_runs_in_order_and_a_signalled_job_requeues_and_resumes(slurm, en_data, de_data, tmp_path):
     out = tmp_path / "runs" / "chain"
     # The session's prepared data, so the prepare job finds it done (same corpora, same tokenizer arguments).
-    for lang, data in (("en", en_data), ("de", de_data)):
-        shutil.copytree(data, out / "data" / lang)
-    (out / OWNER_MARK).write_text("a pipeline's folder, its data prepared by the test")
+    seeded_pipeline_folder(out, {"en": en_data, "de": de_data})
     tasks = DEMO / "tasks" / "lohelp"
     config = tmp_path / "chain.json"
     config.write_text(json.dumps({
