@@ -227,7 +227,10 @@ class PipelineConfig:
     def architecture(self, source: str = "pipeline config") -> ModelConfig:
         """The shape of the primaries Step 1 pretrains: the preset's, with ``model``'s fields over it (an unknown
         field or a bad value is one InputError naming ``source``)."""
-        preset = get_preset(self.preset)
+        try:
+            preset = get_preset(self.preset)
+        except InputError as e:
+            raise InputError(f"{source}: preset: {e}") from None
         if self.model is None:
             return preset
         for key, setting in (("vocab_size", "each language's vocabulary (vocab_size)"), ("aux_head_layer", "aux_layer")):

@@ -70,6 +70,20 @@ def test_flipped_byte_and_truncation_are_named(folder: Path) -> None:
         load_mlm(folder)
 
 
+def test_a_meta_json_describing_another_shape_is_one_line_naming_the_first_tensor(folder: Path) -> None:
+    """A meta.json edited by hand or copied from another checkpoint (its weights' checksum still holds): one line,
+    not torch's line per tensor."""
+    meta_file = folder / "meta.json"
+    meta = json.loads(meta_file.read_text())
+    meta["model_config"]["hidden_size"] *= 2
+    meta_file.write_text(json.dumps(meta))
+    with pytest.raises(InputError) as err:
+        load_mlm(folder)
+    message = str(err.value)
+    assert len(message.splitlines()) == 1 and message.startswith(f"{folder / 'model.pt'}: weights do not match")
+    assert "embeddings.tokens.weight is [100, 64] in the weights, [100, 128] by the config (and " in message
+
+
 def test_a_task_model_loads_from_its_recorded_head_and_one_written_before_heads_were_recorded_too(tmp_path):
     """model.loading rebuilds a finetuned model's head from meta.json alone: ``task.kind`` where recorded, the
     format's kind for task models written before it was (no ``kind`` key); a head of unknown kind is refused."""

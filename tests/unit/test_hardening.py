@@ -122,6 +122,7 @@ def test_the_pipeline_checks_everything_before_the_first_job(tmp_path):
         ({"step2__steps": 0}, "step2: steps must be greater than or equal to 1"),
         ({"seq_len": 4096}, "seq_len 4096 exceeds the demo preset's 64 positions"),
         ({"aux_layer": 9}, "aux_layer must be between 1 and 5"),
+        ({"preset": "huge"}, r"pipeline.json: preset: unknown model preset 'huge'; known presets: base, demo"),
         ({"step3__max_len": 512}, "task lohelp.s finetuning: needs max_len at most 64"),
         # A section sets its stage spec's fields, each checked by the spec's annotation; not the plan's own
         ({"step3__epochs": 0}, "step3: epochs must be greater than 0, got 0"),
