@@ -86,12 +86,21 @@ def mask(text: str) -> str:
     return re.sub(MASK + r"(?:[\s-]*" + MASK + r")+", MASK, PRODUCT.sub(MASK, text))
 
 
-def _read_jsonl(task: Path, name: str) -> list[dict]:
+def read_jsonl(task: Path, name: str) -> list[dict] | None:
+    """The items of ``task/name``, or of ``task/name.xz`` where only the shipped archive is there; None where neither
+    is (also read by ``make_word_order_task.py``)."""
     for path in (task / name, task / f"{name}.xz"):
         if path.is_file():
             raw = lzma.decompress(path.read_bytes()) if path.suffix == ".xz" else path.read_bytes()
             return [json.loads(line) for line in raw.decode("utf-8").splitlines() if line.strip()]
-    raise SystemExit(f"{task / name}: not found (nor its .xz): the English items to translate")
+    return None
+
+
+def _english_items(task: Path, name: str) -> list[dict]:
+    items = read_jsonl(task, name)
+    if items is None:
+        raise SystemExit(f"{task / name}: not found (nor its .xz): the English items to translate")
+    return items
 
 
 def splits(task: Path) -> dict[str, str]:
@@ -192,7 +201,7 @@ def main(argv: list[str] | None = None) -> int:
         if existing and not args.force:
             raise SystemExit(f"{existing[0]}: exists (an earlier build); --force writes over it")
     split_of = splits(args.task)
-    english = {split: _read_jsonl(args.task, f"{split}.en.jsonl") for split in ("dev", "test")}
+    english = {split: _english_items(args.task, f"{split}.en.jsonl") for split in ("dev", "test")}
     english_pages, _ = help_pages(*PACKAGES["en"], args.debs, cases=True)
     for lang, (suffix, sha256) in langs.items():
         pages, digest = help_pages(suffix, sha256, args.debs, cases=True)  # each page as its application shows it

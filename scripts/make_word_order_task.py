@@ -23,9 +23,11 @@ from __future__ import annotations
 import argparse
 import hashlib
 import json
-import lzma
 import sys
 from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from make_language_data import read_jsonl
 
 LABELS = ("original", "inverted")
 SPLITS = ("train", "dev", "test")
@@ -47,10 +49,7 @@ def inverted(words: list[str], seed: int, item_id: str) -> list[str] | None:
     return [*words[:i], words[i + 1], words[i], *words[i + 2:]]
 
 
-def read_items(path: Path) -> list[dict]:
-    opener = lzma.open if path.suffix == ".xz" else open
-    with opener(path, "rt", encoding="utf-8") as f:
-        items = [json.loads(line) for line in f if line.strip()]
+def check_items(items: list[dict], path: Path) -> list[dict]:
     for number, item in enumerate(items, 1):
         if not isinstance(item.get("text"), str) or "id" not in item:
             raise SystemExit(f"make_word_order_task.py: {path}:{number}: needs a text and an id")
@@ -76,13 +75,6 @@ def build(items: list[dict], seed: int, min_words: int, max_words: int) -> list[
     return out
 
 
-def source_file(folder: Path, split: str, lang: str) -> Path | None:
-    for name in (f"{split}.{lang}.jsonl", f"{split}.{lang}.jsonl.xz"):
-        if (folder / name).is_file():
-            return folder / name
-    return None
-
-
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--from", dest="source", type=Path, required=True,
@@ -96,14 +88,15 @@ def main(argv: list[str] | None = None) -> int:
     args = p.parse_args(argv)
     if not 2 <= args.min_words <= args.max_words:
         p.error(f"need 2 <= --min-words <= --max-words, got {args.min_words} and {args.max_words}")
-    found = {(split, lang): source_file(args.source, split, lang) for split in SPLITS for lang in args.langs}
-    if not any(found.values()):
+    found = {(split, lang): read_jsonl(args.source, f"{split}.{lang}.jsonl") for split in SPLITS for lang in args.langs}
+    if not any(items is not None for items in found.values()):
         p.error(f"{args.source}: no {{train,dev,test}}.<lang>.jsonl[.xz] for {', '.join(args.langs)}")
     args.out.mkdir(parents=True, exist_ok=True)
-    for (split, lang), path in found.items():
-        if path is None:
+    for (split, lang), items in found.items():
+        if items is None:
             continue
-        items = read_items(path)
+        path = args.source / f"{split}.{lang}.jsonl"
+        items = check_items(items, path)
         if len(items) > 20 and sum(" " in item["text"] for item in items) < len(items) / 2:
             p.error(f"{path}: most texts have no spaces (a script written without them): words cannot be swapped")
         examples = build(items, args.seed, args.min_words, args.max_words)

@@ -37,16 +37,15 @@ def load(folder: Path) -> tuple[MaskedLM | TaskModel, Record]:
         model = MaskedLM(cfg)
     weights = checkpoint.load_weights(folder)
     expected = model.state_dict()
+    mismatch = f"{folder / checkpoint.WEIGHTS}: weights do not match the model config in {checkpoint.META}"
     missing, unexpected = set(expected) - set(weights), set(weights) - set(expected)
     if missing or unexpected:
-        raise InputError(f"{folder / checkpoint.WEIGHTS}: weights do not match the model config in "
-                         f"{checkpoint.META}: missing {sorted(missing)[:5]}, unexpected {sorted(unexpected)[:5]}")
+        raise InputError(f"{mismatch}: missing {sorted(missing)[:5]}, unexpected {sorted(unexpected)[:5]}")
     # A meta.json edited by hand, or copied from another checkpoint: torch would list every tensor on its own line.
-    wrong = [name for name, tensor in expected.items() if tuple(weights[name].shape) != tuple(tensor.shape)]
+    wrong = [name for name, tensor in expected.items() if weights[name].shape != tensor.shape]
     if wrong:
         more = f" (and {len(wrong) - 1} more tensors)" if len(wrong) > 1 else ""
-        raise InputError(f"{folder / checkpoint.WEIGHTS}: weights do not match the model config in {checkpoint.META}: "
-                         f"{wrong[0]} is {list(weights[wrong[0]].shape)} in the weights, "
+        raise InputError(f"{mismatch}: {wrong[0]} is {list(weights[wrong[0]].shape)} in the weights, "
                          f"{list(expected[wrong[0]].shape)} by the config{more}")
     try:
         model.load_state_dict(weights)
