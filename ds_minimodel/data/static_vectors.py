@@ -18,13 +18,15 @@ import zipfile
 from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from ds_minimodel.data.shards import META_FILE
-from ds_minimodel.data.streams import TokenShards
 from ds_minimodel.errors import InputError
+
+if TYPE_CHECKING:
+    from ds_minimodel.data.streams import TokenShards
 
 logger = logging.getLogger(__name__)
 CACHE_DIR = ".static_vectors"
@@ -99,6 +101,10 @@ def train_static_vectors(data_dir: Path | str, pieces: list[str], settings: Stat
         raise InputError("static vectors (--init focus or wechsel) need gensim: pip install gensim, or the "
                          "package's [focus] extra") from None
     import gensim
+
+    # Here, not at the top: the streams module imports torch, and the pipeline's settings (StaticSettings) are
+    # also read by ``ds-minimodel analysis``, which never loads it.
+    from ds_minimodel.data.streams import TokenShards
 
     shards = TokenShards.open(data_dir)
     if shards.vocab_size != len(pieces):

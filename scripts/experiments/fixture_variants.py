@@ -7,6 +7,8 @@ Step-1 run's last loss, each classifier's English dev accuracy, their mean and t
     python scripts/experiments/fixture_variants.py --root runs/fixture --name b16 --batch 16
     python scripts/experiments/fixture_variants.py --root runs/fixture --name lr3e3 --lr 3e-3 --steps 450 \\
         --systems bl_base --step2-steps 1
+    python scripts/experiments/fixture_variants.py --root runs/fixture --name preln --model '{"pre_norm": true}' \\
+        --steps 450 --systems bl_base --step2-steps 1
 
 BENCHMARKS.md, "The test suite (CPU)", has what each variant gave.
 """
@@ -36,6 +38,8 @@ def main() -> None:
     parser.add_argument("--seed", type=int, help="the pipeline's seed (default: the demo's)")
     parser.add_argument("--systems", help="comma-separated (default: the demo's four)")
     parser.add_argument("--step2-steps", type=int, help="Step 2's updates, saved at the end (default: the fixture's)")
+    parser.add_argument("--model", type=json.loads, default={},
+                        help='model fields over the demo preset\'s, as JSON: e.g. \'{"pre_norm": true}\'')
     args = parser.parse_args()
 
     root = args.root / args.name
@@ -63,6 +67,8 @@ def main() -> None:
         config["systems"] = args.systems.split(",")
     if args.step2_steps is not None:
         config["step2"].update(steps=args.step2_steps, save_every=args.step2_steps)
+    if args.model:
+        config["model"] = {**config.get("model", {}), **args.model}
     path = root / "pipeline.json"
     path.write_text(json.dumps(config))
 
