@@ -11,8 +11,8 @@ an item translated into several languages (lohelp's dev and test are parallel by
 
 Why: both labels hold the same words, so a bag of words reads it at chance (the majority class, about 50) and a
 body can only answer it from the order it reads (Conneau et al., 2018, "What you can cram into a single vector",
-one of their probing tasks). lohelp is answered mostly by its
-words (RESULTS.md, "Does the task reward depth"): this is the task where BL_SMALL can fall below BL_BASE by depth.
+one of their probing tasks). lohelp is answered mostly by its words (RESULTS.md, "Does the task reward depth"): this
+is the task where BL_SMALL can fall below BL_BASE by depth.
 Words are spaces' pieces: for scripts written without spaces (Japanese, Chinese, Khmer) the script refuses.
 
 lohelp's dev and test paragraphs are in no corpus of the reference data (its README), so Step 1 and Step 2 never see
