@@ -644,3 +644,13 @@ def test_the_fp32_continued_reference_is_the_bf16_run_but_for_precision():
     for section in ("head", "step1b", "step2", "step3"):
         fp32[section]["ds_config"] = twins[fp32[section]["ds_config"]]
     assert fp32.pop("out") == bf16.pop("out") + "-fp32" and fp32 == bf16
+
+
+def test_the_long_continued_reference_is_the_fp32_run_but_for_step2s_length():
+    # minilm_long_test.sh's config: the fp32 continued run with Step 2 three times as long, in a folder of its own.
+    configs = Path(__file__).resolve().parents[2] / "configs"
+    fp32, long = (json.loads((configs / name).read_text()) for name in
+                  ("reference_minilm_continued_fp32.json", "reference_minilm_continued_long.json"))
+    assert (long["step2"]["steps"], long["step2"]["save_every"]) == (3 * fp32["step2"]["steps"], 300)
+    long["step2"].update(steps=fp32["step2"]["steps"], save_every=fp32["step2"]["save_every"])
+    assert long.pop("out") != fp32.pop("out") and long == fp32
