@@ -217,8 +217,16 @@ class TrainConfig:
     prefetch: int | None = field(default=None, metadata=role(Role.HARMLESS))
     """Micro-batches built ahead on a background thread, in pinned memory; 0 builds each when needed. None: 2 on a
     GPU, 0 on a CPU, where the thread would only compete with the model for the same cores."""
+    profile_updates: int = field(default=0, metadata=role(Role.HARMLESS))
+    """Profile this many updates with torch.profiler, after the process's first ten (``train.kernel_classes``):
+    their time by kernel class in ``profile.json`` in the run folder, the largest kernels in ``profile.txt``. The
+    profiled updates run slower; 0 profiles none."""
 
     def __post_init__(self) -> None:
+        if not isinstance(self.profile_updates, int) or isinstance(self.profile_updates, bool) \
+                or self.profile_updates < 0:
+            raise InputError(f"train config: profile_updates must be a non-negative integer, got "
+                             f"{self.profile_updates!r}")
         if self.prefetch is not None and (not isinstance(self.prefetch, int) or isinstance(self.prefetch, bool)
                                           or self.prefetch < 0):
             raise InputError(f"train config: prefetch must be a non-negative integer, got {self.prefetch!r}")

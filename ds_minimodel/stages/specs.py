@@ -86,6 +86,9 @@ class RunSpec:
     """torch.compile the model: faster updates after a compilation of about a minute"""
     prefetch: Annotated[Count | None, OWN_DEFAULT] = None
     """micro-batches built ahead on a background thread, pinned on a GPU (default: 2 on a GPU, 0 on a CPU)"""
+    profile_updates: Count = 0
+    """profile this many updates after the first ten with torch.profiler: their time by kernel class in
+    <out>/profile.json, the largest kernels in <out>/profile.txt"""
     dist_timeout: Positive = field(default=DEFAULT_DIST_TIMEOUT_S, metadata=role(Role.HARMLESS))
     """a collective that waits longer than this many seconds on a dead or hung peer ends the run with an error
     (every process group)"""

@@ -39,8 +39,8 @@ from ds_minimodel.model.losses import mlm_step
 from ds_minimodel.stages import steps
 from ds_minimodel.systems import Depths, Step, system_names
 from ds_minimodel.tools import bench_data
-from ds_minimodel.tools.kernel_classes import summarise_profile
 from ds_minimodel.tools.machine import GPU_PEAK_TFLOPS, BenchSpec, environment
+from ds_minimodel.train.kernel_classes import summarise_profile
 
 DUAL = "dual"
 STAGES = (Step.PRETRAIN, f"{Step.PRETRAIN}-{DUAL}", Step.MINIPOST,

@@ -235,11 +235,11 @@ def part_bench(run: Run, budget: float) -> dict[str, Any]:
 # ----------------------------------------------------------------------------------------------- profile
 def part_profile(run: Run, budget: float) -> dict[str, Any]:
     """Step 1 at the benchmark's shapes under torch.profiler: where an update's time goes, by kernel class
-    (``tools.kernel_classes``): plain bf16, then with the levers the first profile pointed to (no gradient
+    (``train.kernel_classes``): plain bf16, then with the levers the first profile pointed to (no gradient
     overflow check: the host waited on the GPU in each optimizer step; ``--compile``: fused norm, activation and
     copies). Each row's torch table goes to the log."""
     from ds_minimodel.tools.bench import summarise
-    from ds_minimodel.tools.kernel_classes import profile_table
+    from ds_minimodel.train.kernel_classes import profile_table
 
     s, end = run.sizes, time.monotonic() + budget
     micro = (run.figures["parts"].get("bench") or {}).get("micro_batch") or s.profile_micro
@@ -322,7 +322,7 @@ def summary_markdown(figures: dict[str, Any]) -> str:
                          f"{hf.get('micro_batch')}, length {hf.get('seq_len')}, bf16 autocast).")
     profiled = [r for r in (parts.get("profile") or {}).get("rows", []) if r.get("profile")]
     if profiled:
-        from ds_minimodel.tools.kernel_classes import profile_table
+        from ds_minimodel.train.kernel_classes import profile_table
 
         lines += ["", "## Profile (Step 1, torch.profiler over the timed updates)"]
         for r in profiled:

@@ -34,6 +34,7 @@ from ds_minimodel.train.faults import (
     non_finite_loss,
     peer_lost,
 )
+from ds_minimodel.train.kernel_classes import UpdateProfiler
 from ds_minimodel.train.metrics import MetricsLogger, UpdateStats, reduce_update
 
 # ----------------------------------------------------------------------------------------------- the loop
@@ -244,12 +245,19 @@ class Loop:
         stopped_by = None
         signals = StopSignals().install()
         in_updates = 0.0
+        profiler = (UpdateProfiler(cfg.profile_updates, start=self.step, steps=cfg.steps,
+                                   cuda=self.engine.device.type == "cuda")
+                    if cfg.profile_updates and self.rank == 0 else None)
         try:
             if stage.save_initial and latest is None:
                 self.save(0)
             while self.step < cfg.steps:
+                if profiler is not None:
+                    profiler.before(self.step + 1)
                 stats, seconds = self.update(signals.stop_requested)
                 in_updates += seconds
+                if profiler is not None and profiler.after(seconds):
+                    profiler.write(self.run_dir)
                 step, loss = self.step, stats.losses["loss"]
                 if not math.isfinite(loss) and self.scale_watch is None:
                     raise non_finite_loss(self.run_dir, stage.name, loss, step, self.last_ckpt)
@@ -281,6 +289,8 @@ class Loop:
                      else f"during update {self.step + 1}")
             raise peer_lost(self.run_dir, stage.name, self.rank, where, err, self.last_ckpt) from None
         finally:
+            if profiler is not None:
+                profiler.write(self.run_dir)
             signals.restore()
             progress.close()
             logger.close()

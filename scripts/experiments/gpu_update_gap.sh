@@ -7,6 +7,10 @@
 #               "target": the same shapes), each job's own update_seconds / STEPS (summary.json)
 #   prefetch 0  the same jobs with batches built on demand (no background thread, no pinned copies)
 #   unchecked   the same jobs without DeepSpeed's bf16 gradient overflow check
+#   blocks      the same jobs over full blocks (--packing blocks): no padding, so no (B, H, S, S) ALiBi mask
+#   profiled    the same jobs with --profile-updates 10: updates 11-20 under torch.profiler, their time by kernel
+#               class in the row ("profile"), torch's table of the largest kernels in gap.log
+# ROWS picks a subset, in that order (default: all but blocks, the first lease's four), e.g. ROWS=blocks STEPS=200.
 # Each row's figures go to $OUT/gap.jsonl, the whole output to $OUT/gap.log. For a lease (about 5 minutes; after `gpu_run.sh --minutes 6` in the same lease):
 #     device run: bash scripts/experiments/gpu_update_gap.sh      carry [".gpu"]   (after scripts/gpu_prepare.py)
 # On a CPU at a size of seconds: PRESET=tiny MICRO=4 STEPS=6 PYTHON=.venv/bin/python bash scripts/experiments/gpu_update_gap.sh
@@ -16,6 +20,8 @@ OUT=${OUT:-runs/gpu_update_gap}; mkdir -p "$OUT"
 source scripts/gpu_env.sh
 WORK=${WORK:-/tmp/ds_minimodel_gap}; rm -rf "$WORK"; mkdir -p "$WORK"
 PRESET=${PRESET:-reference_gpu} VOCAB=${VOCAB:-8000} MICRO=${MICRO:-256} STEPS=${STEPS:-200}
+ROWS=,${ROWS:-bench,job,prefetch0,unchecked},
+wanted() { [[ $ROWS == *",$1,"* ]]; }
 log() { tee -a "$OUT/gap.log"; }
 "$PY" - "$WORK" "$MICRO" <<'PY'
 import json, lzma, sys
@@ -36,12 +42,14 @@ if not run.cuda:  # bf16 matmuls crawl on a CPU without native bf16: the check i
     checked.write_text(json.dumps(config))
 PY
 "$PY" -m ds_minimodel prepare --corpus "$WORK/en.txt" --out "$WORK/en" --vocab-size "$VOCAB" --no-progress 2>&1 | log
-echo "### bench" | log
+wanted bench && { echo "### bench" | log
 timeout 200 "$PY" -m ds_minimodel bench one-stage step1,step2-bl_base --preset "$PRESET" --vocab "$VOCAB" --seq-len 128 \
   --micro-batch "$MICRO" --warmup 3 --updates 10 --ds-config "$WORK/ds_checked.json" 2>&1 | log \
-  | grep '^{' | "$PY" -c "import json,sys; [print(json.dumps({'row': 'bench', **json.loads(l)})) for l in sys.stdin]" >> "$OUT/gap.jsonl"
+  | grep '^{' | "$PY" -c "import json,sys; [print(json.dumps({'row': 'bench', **json.loads(l)})) for l in sys.stdin]" \
+  >> "$OUT/gap.jsonl"; }
 job() {  # row name, DeepSpeed JSON, extra arguments
   local row=$1 ds=$2; shift 2
+  wanted "$row" || return 0
   echo "### $row" | log
   local common=(--ds-config "$ds" --steps "$STEPS" --save-every "$STEPS" --log-every "$STEPS" --seq-len 128 "$@")
   timeout 200 "$PY" run_pretrain.py --variant base --preset "$PRESET" --data "$WORK/en" --out "$WORK/$row/step1" \
@@ -55,14 +63,26 @@ row, folder, steps = sys.argv[1], Path(sys.argv[2]), int(sys.argv[3])
 for stage in ("step1", "step2"):
     summary = folder / stage / "summary.json"
     seconds = json.loads(summary.read_text())["update_seconds"] if summary.is_file() else None
+    profile = folder / stage / "profile.json"
     print(json.dumps({"row": row, "stage": stage, "updates": steps, "update_seconds": seconds,
-                      "s_per_update": seconds / steps if seconds else None}))
+                      "s_per_update": seconds / steps if seconds else None,
+                      **({"profile": json.loads(profile.read_text())} if profile.is_file() else {})}))
 PY
+  for stage in step1 step2; do
+    local table=$WORK/$row/$stage/profile.txt
+    [ -f "$table" ] && { echo "### $row $stage: profile.txt"; cat "$table"; } | log
+  done
 }
 job job "$WORK/ds_checked.json"
 job prefetch0 "$WORK/ds_checked.json" --prefetch 0
 [ "$("$PY" -c 'import torch; print(torch.cuda.is_available())')" = True ] && job unchecked "$WORK/ds_unchecked.json"
+job blocks "$WORK/ds_checked.json" --packing blocks
+job profiled "$WORK/ds_checked.json" --profile-updates 10
 "$PY" -c "
 import json
 for l in open('$OUT/gap.jsonl'):
-    r = json.loads(l); print(r['row'], r['stage'], r.get('median_s') or r.get('s_per_update'))" | log
+    r = json.loads(l); p = r.get('profile')
+    print(r['row'], r['stage'], r.get('median_s') or r.get('s_per_update'), *([
+        'profiled %.4f s/update:' % p['seconds_per_update'],
+        ', '.join('%s %.0f%%' % (k, 100 * v) for k, v in sorted(p['shares'].items(), key=lambda kv: -kv[1]))]
+        if p else []))" | log

@@ -6,7 +6,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from ds_minimodel.tools.kernel_classes import IDLE, OTHER, kernel_class, summarise_profile
+from ds_minimodel.train.kernel_classes import IDLE, OTHER, kernel_class, summarise_profile
 
 
 @pytest.mark.parametrize("name,label", [

@@ -117,11 +117,11 @@ class InfAt(Engine):
         return float("inf") if self.updates == self.bad else 1.0
 
 
-def loop(tmp_path, stream, steps=6, engine=Engine, unchecked=False, **stage_options) -> Loop:
+def loop(tmp_path, stream, steps=6, engine=Engine, unchecked=False, profile=0, **stage_options) -> Loop:
     torch.manual_seed(0)
     model = torch.nn.Linear(2, 1, bias=False)
     stage = Stage(name="toy", model=model, loss_fn=mse, flops_per_update=10.0, meta={"variant": "toy"}, **stage_options)
-    cfg = TrainConfig(steps=steps, log_every=2, save_every=4, prefetch=0)
+    cfg = TrainConfig(steps=steps, log_every=2, save_every=4, prefetch=0, profile_updates=profile)
     return Loop(stage, stream, engine(model), train_cfg=cfg, batch=BatchSizes(micro=4, accumulation=1, world_size=1),
                 run_dir=tmp_path / "run", unchecked=unchecked)
 
@@ -172,6 +172,22 @@ def test_without_the_bf16_overflow_check_an_update_with_an_infinite_gradient_is_
     assert sorted(saves) == [4, 6]
     assert unchecked_bf16({"bf16": {"enabled": True, "check_grad_overflow": False}})
     assert not unchecked_bf16({"bf16": {"enabled": True}}) and not unchecked_bf16({"fp16": {"enabled": True}})
+
+
+def test_profile_updates_profiles_that_many_updates_after_the_warm_up_and_classifies_their_time(one_rank, saves,
+                                                                                              tmp_path):
+    # 14 updates: the first 10 are the warm-up, 11-13 are profiled; a 6-update run profiles its last 3 (4-6).
+    for steps, first in ((14, 11), (6, 4)):
+        loop(tmp_path / str(steps), Stream(), steps=steps, profile=3).run(resume=False)
+        record = json.loads((tmp_path / str(steps) / "run/profile.json").read_text())
+        assert (record["first_update"], record["updates"]) == (first, 3)
+        assert record["basis"] == "aten operators' self CPU time" and record["seconds"]["matmul"] > 0
+        assert record["seconds_per_update"] == pytest.approx(record["wall_s"] / 3)
+        assert sum(record["shares"].values()) == pytest.approx(1.0)  # the classes and idle make up the wall clock
+        assert f"# updates {first}-{first + 2}" in (tmp_path / str(steps) / "run/profile.txt").read_text()
+    profiled = saves[6]["weights"]
+    loop(tmp_path / "none", Stream()).run(resume=False)
+    assert not (tmp_path / "none/run/profile.json").exists() and torch.equal(saves[6]["weights"], profiled)
 
 
 def test_the_closing_summary_is_one_readable_line_and_a_file(tmp_path):

@@ -8,6 +8,8 @@ profile keeps the twenty largest names of each class with their times: a reader 
 """
 from __future__ import annotations
 
+import json
+from pathlib import Path
 from typing import Any
 
 CLASSES: tuple[tuple[str, tuple[str, ...]], ...] = (
@@ -89,6 +91,56 @@ class _Stored:
         self.key, self.self_cpu_time_total = key, seconds * 1e6
 
 
+class UpdateProfiler:
+    """torch.profiler over ``count`` updates of a training run (``TrainConfig.profile_updates``), those after the
+    first ``warmup`` of this process: kernel choice, autotuning and the allocator's first growth stay outside. The
+    loop calls ``before`` and ``after`` each update; ``write`` puts the profiled updates' time by kernel class in
+    ``<run>/profile.json`` and torch's table of the largest kernels in ``<run>/profile.txt``. On a GPU the updates'
+    own wall clock is the basis, so "idle" is the time the device waited for the host inside them."""
+
+    WARMUP = 10
+
+    def __init__(self, count: int, *, start: int, steps: int, cuda: bool) -> None:
+        self.count, self.cuda = count, cuda
+        self.first = start + min(self.WARMUP, max(steps - start - count, 0)) + 1
+        self.profiler: Any = None
+        self.seconds, self.done = 0.0, 0
+
+    def before(self, update: int) -> None:
+        if update == self.first and self.profiler is None:
+            import torch
+
+            kinds = torch.profiler.ProfilerActivity
+            self.profiler = torch.profiler.profile(activities=[kinds.CPU, *([kinds.CUDA] if self.cuda else [])])
+            self.profiler.__enter__()
+
+    def after(self, seconds: float) -> bool:
+        """Count an update's seconds; True once the profiled updates are all done."""
+        if self.profiler is None or self.done >= self.count:
+            return False
+        self.seconds += seconds
+        self.done += 1
+        return self.done == self.count
+
+    def write(self, run_dir: Path) -> None:
+        """Stop profiling and write what it saw (nothing if no update was profiled: a run resumed past them)."""
+        if self.profiler is None:
+            return
+        profiler, self.profiler = self.profiler, None
+        profiler.__exit__(None, None, None)
+        if not self.done:
+            return
+        events = profiler.key_averages()
+        summary = summarise_profile(events, self.seconds, self.cuda)
+        sort = "self_cuda_time_total" if self.cuda else "self_cpu_time_total"
+        table = events.table(sort_by=sort, row_limit=30, max_name_column_width=60)
+        (run_dir / "profile.txt").write_text(f"# updates {self.first}-{self.first + self.done - 1}, sorted by {sort}\n"
+                                             + table + "\n", encoding="utf-8")
+        record = {"first_update": self.first, "updates": self.done, "seconds_per_update": self.seconds / self.done,
+                  **summary}
+        (run_dir / "profile.json").write_text(json.dumps(record, indent=1) + "\n", encoding="utf-8")
+
+
 def profile_table(summary: dict[str, Any]) -> str:
     """The classes as a Markdown table (seconds per update and share of the wall clock)."""
     lines = ["| class | s in all | share of wall clock |", "|---|---:|---:|"]
@@ -103,7 +155,7 @@ def main(argv: list[str] | None = None) -> int:
     import json
     from pathlib import Path
 
-    p = argparse.ArgumentParser(prog="python -m ds_minimodel.tools.kernel_classes", description=main.__doc__)
+    p = argparse.ArgumentParser(prog="python -m ds_minimodel.train.kernel_classes", description=main.__doc__)
     p.add_argument("gpu_run_json", type=Path)
     args = p.parse_args(argv)
     figures = json.loads(args.gpu_run_json.read_text(encoding="utf-8"))
