@@ -98,6 +98,9 @@ class GpuRunSpec:
     """also train a body of the CPU reference's shape beside the reference run"""
     relearn: bool = False
     """keep the config's source-relearn control"""
+    plan_from: Path | None = None
+    """an earlier gpu-run's gpu_run.json on the same kind of device: the reference run is planned from what its jobs
+    took (``gpu_reference.stored_sizing``) instead of timing the bench first"""
     argv: tuple[str, ...] = ()
     """the command line as given, for the record"""
 
@@ -216,6 +219,17 @@ def json_lines(output: str) -> list[dict[str, Any]]:
             except json.JSONDecodeError:
                 continue
     return found
+
+
+def device_name(cuda: bool) -> str:
+    """This machine's device as the figures name it: the GPU's name, or the CPU's kind and cores."""
+    if cuda:
+        import torch
+
+        return torch.cuda.get_device_properties(0).name
+    import platform
+
+    return f"CPU ({platform.machine()}, {os.cpu_count()} cores); no CUDA device"
 
 
 def skipped(reason: str) -> dict[str, Any]:

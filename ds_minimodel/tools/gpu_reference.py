@@ -18,7 +18,7 @@ from ds_minimodel.config import get_preset, read_json, write_json
 from ds_minimodel.errors import InputError
 from ds_minimodel.pipeline.settings import PipelineConfig
 from ds_minimodel.systems import Step, get_system
-from ds_minimodel.tools.gpu_common import REPO, GpuRunSpec, Run, bench_cmd, ds_config, skipped
+from ds_minimodel.tools.gpu_common import REPO, GpuRunSpec, Run, bench_cmd, device_name, ds_config, skipped
 
 CPU_REFERENCE = REPO / "configs/reference.json"
 """The CPU reference run's config: the body trained beside the GPU run has its shape and tokenizer."""
@@ -34,6 +34,12 @@ SAVE_S = 2.0
 STEP2_SAVES = 6
 """Seconds per checkpoint written (the weights and their consolidated copy; about 1.5 s measured on the H200 at stop
 33), and how many a Step-2 launch writes (``run_pipeline`` saves every fifth of its updates, and at the end)."""
+PACK_S = 10.0
+"""Seconds kept after a pipeline planned from an earlier run's jobs (``stored_sizing``, whose per-job seconds include
+Step 4 and the analysis): packing the results."""
+STORED_MARGIN = 0.9
+"""The share of what is left that a plan from an earlier run's jobs gives its updates: the rest absorbs a lease's
+variation (the sixth and seventh leases' Step-1 jobs took 0.096 and 0.113 s an update at the same shapes)."""
 JOB_SETUP_S = 5.0
 """Allowed for each job's own set-up in the shared launch (model, engine, data; the process start is paid once, in
 ``startup_s``): a planning allowance, not a measurement; the reference part's log times each job."""
@@ -115,6 +121,13 @@ def argument_problem(spec: GpuRunSpec) -> str | None:
             return f"{option}: {', '.join(unknown)} not among {spec.config}'s ({', '.join(known)})"
     if spec.english and not Path(spec.english).is_file():
         return f"--english {spec.english}: not a file"
+    if spec.plan_from is not None:
+        import torch
+
+        try:
+            stored_sizing(spec.plan_from, device_name(torch.cuda.is_available()))
+        except InputError as err:
+            return str(err)
     return None
 
 
@@ -174,6 +187,51 @@ def start_data(run: Run) -> None:
         f"tokenizer=Path({str(tok / 'spm.model')!r}), progress=False)")])
 
 
+def stored_sizing(path: Path, device: str) -> dict[str, Any]:
+    """What ``plan_reference`` needs, from an earlier gpu-run's ``gpu_run.json`` on the same kind of device rather
+    than from the bench: each stage's seconds per update as that run's jobs took them (on the seventh lease 1.75-2.2
+    times the bench's medians at the same shapes), its launch's start-up, and the pipeline's other seconds per job
+    (set-up, checkpoints, Step 4, the analysis). Refused with the file named when the run cannot serve."""
+    where = f"--plan-from {path}"
+    try:
+        figures = json.loads(Path(path).read_text(encoding="utf-8"))
+        parts = figures["parts"]
+    except (OSError, ValueError, KeyError, TypeError) as err:
+        raise InputError(f"{where}: not a gpu-run's gpu_run.json ({type(err).__name__}: {err})") from None
+    ref = parts.get("reference") or {}
+    measured_on = ref.get("device") or (parts.get("env") or {}).get("device")
+    if measured_on != device:
+        raise InputError(f"{where}: measured on {measured_on or 'a device it does not name'}, not on this {device}")
+    pipeline, sizing = ref.get("pipeline") or {}, ref.get("sizing") or {}
+    jobs = pipeline.get("job_updates") or {}
+    if not jobs and pipeline.get("job_updates_s"):  # written before each job's updates were recorded
+        steps = (ref.get("plan") or {}).get("steps") or {}
+        jobs = {name: {"seconds": seconds, "updates": steps.get(name.split("-", 1)[0])}
+                for name, seconds in pipeline["job_updates_s"].items()}
+    if pipeline.get("status") != "ok" or not jobs or "startup_s" not in sizing:
+        raise InputError(f"{where}: its reference pipeline did not finish with its jobs timed (status "
+                         f"{pipeline.get('status', 'missing')!r}), so there is nothing to plan from")
+    rates: dict[str, float] = {}
+    for name, job in jobs.items():
+        step, _, rest = name.partition("-")
+        key = {"step1": {"base": "step1", "minijoint": "step1-dual", "small": "step1-small"}.get(rest),
+               "step1b": "step1b", "step3": "step3"}.get(step) or (f"step2-{rest.split('-', 1)[-1]}"
+                                                                 if step == "step2" else None)
+        if key and job.get("updates"):
+            rates.setdefault(key, job["seconds"] / job["updates"])
+    if "step3" not in rates:  # no count of Step-3 updates: the bench's median times the other stages' job/bench
+        benched = {**(sizing.get("reference") or {}).get("median_s", {}),
+                   **(sizing.get("reference step3") or {}).get("median_s", {})}
+        ratios = [rate / benched[key] for key, rate in rates.items() if benched.get(key)]
+        if "step3" not in benched or not ratios:
+            raise InputError(f"{where}: no Step-3 job time or bench median in it to plan Step 3 from")
+        rates["step3"] = benched["step3"] * sum(ratios) / len(ratios)
+    step3 = rates.pop("step3")
+    outside = pipeline["seconds"] - pipeline["update_seconds"] - sizing["startup_s"]
+    return {"from": str(path), "reference": {"median_s": rates}, "reference step3": {"median_s": {"step3": step3}},
+            "startup_s": sizing["startup_s"], "per_job_s": max(outside, 0.0) / len(jobs)}
+
+
 def plan_reference(run: Run, config: PipelineConfig, sizing: dict[str, Any], *, body_beside: bool = True
                    ) -> dict[str, Any]:
     """Step counts that fit the time left: every launch's measured start-up taken off first, the rest shared out
@@ -188,7 +246,7 @@ def plan_reference(run: Run, config: PipelineConfig, sizing: dict[str, Any], *, 
     preset = get_preset(config.preset).replace(vocab_size=config.vocab_size)
     shape = {"seq_len": config.seq_len, "batch": 1, "mask_prob": 0.15}
     # BL_SMALL's Step 1 is not timed: the plain update scaled by the analytic FLOPs of 4 layers against 12.
-    small = beside + (t["step1"] - beside) * (
+    small = t.pop("step1-small", None) or beside + (t["step1"] - beside) * (
         flops.per_update_flops(Step.PRETRAIN, preset.replace(num_layers=config.small_layers), **shape)
         / flops.per_update_flops(Step.PRETRAIN, preset, **shape))
     langs, systems, seeds = len(config.targets), config.systems, config.step3.seeds
@@ -197,12 +255,16 @@ def plan_reference(run: Run, config: PipelineConfig, sizing: dict[str, Any], *, 
             + len(config.source_relearn)
             + primaries * len(seeds))
     startup = sizing["startup_s"]
-    available = run.left() - RESERVE_S
-    # Every job but Step 3's writes STEP2_SAVES (Step 2) or one or two (Steps 1, 1b) checkpoints.
-    saves = SAVE_S * (jobs + (STEP2_SAVES - 1) * (len(systems) * langs + len(config.source_relearn)))
-    # The jobs share one launch (pipeline.workers): one start-up, then each job's own set-up (its model, engine and
-    # data), JOB_SETUP_S allowed for each.
-    train_s = 0.8 * (available - startup - jobs * JOB_SETUP_S - saves)
+    if "per_job_s" in sizing:  # an earlier run's jobs (stored_sizing): their measured seconds outside the updates
+        available = run.left() - PACK_S
+        train_s = STORED_MARGIN * (available - startup - jobs * sizing["per_job_s"])
+    else:
+        available = run.left() - RESERVE_S
+        # Every job but Step 3's writes STEP2_SAVES (Step 2) or one or two (Steps 1, 1b) checkpoints.
+        saves = SAVE_S * (jobs + (STEP2_SAVES - 1) * (len(systems) * langs + len(config.source_relearn)))
+        # The jobs share one launch (pipeline.workers): one start-up, then each job's own set-up (its model, engine
+        # and data), JOB_SETUP_S allowed for each.
+        train_s = 0.8 * (available - startup - jobs * JOB_SETUP_S - saves)
     step2_each = langs * sum(t[f"step2-{name}"] for name in systems) + sum(
         t[f"step2-{name}"] for name in config.source_relearn)
     train_lines = sum(1 for _ in open(config.tasks[0].train, encoding="utf-8"))
@@ -238,7 +300,10 @@ def part_reference(run: Run, budget: float) -> dict[str, Any]:
     found: dict[str, Any] = {"config": str(spec.config), "english": spec.english or "the config's",
                              "languages": ",".join(spec.languages), "seeds": ",".join(map(str, spec.seeds))}
     sizing = dict((run.figures["parts"].get("bench") or {}).get("sizing") or {})
-    if spec.tiny:  # a check that the steps run (CI, or a GPU's last minutes): the caps alone
+    found["device"] = device_name(run.cuda)
+    if spec.plan_from is not None:  # checked before any work started (argument_problem)
+        sizing = found["sizing"] = stored_sizing(spec.plan_from, found["device"])
+    elif spec.tiny:  # a check that the steps run (CI, or a GPU's last minutes): the caps alone
         sizing = {"tiny": True}
     elif not all(sizing.get(k, {}).get("status") == "ok"
                  for k in ("reference", "reference step3", *(("body",) if spec.body else ()))):
@@ -246,7 +311,7 @@ def part_reference(run: Run, budget: float) -> dict[str, Any]:
         if not all(sizing[k]["status"] == "ok" for k in sizing):
             return {**found, **skipped("the reference shapes could not be timed, so no run could be sized to the "
                                        "time left")}
-    if "reference step3" in sizing:
+    if "reference step3" in sizing and "from" not in sizing:
         sizing["startup_s"] = startup_seconds(run, sizing["reference step3"])
     found["prepare"] = run.join("reference_prepare", run.left() - RESERVE_S)
     config = PipelineConfig.load(run.config_path)
@@ -309,12 +374,15 @@ def in_updates(out: Path, seconds: float) -> dict[str, Any]:
     at its end), in all and per job: the share issue 47's target is about (75% of a device command's)."""
     from ds_minimodel.stages.cli import SUMMARY_FILE
 
-    jobs = {}
+    jobs, updates = {}, {}
     for summary in sorted(out.rglob(SUMMARY_FILE)):
         figures = read_json(summary)
-        jobs[figures.get("run", str(summary.parent))] = round(figures.get("update_seconds", 0.0), 2)
+        name = figures.get("run", str(summary.parent))
+        jobs[name] = round(figures.get("update_seconds", 0.0), 2)
+        updates[name] = {"updates": figures.get("step"), "seconds": figures.get("update_seconds", 0.0)}
     total = sum(jobs.values())
-    return {"update_seconds": total, "update_share": total / seconds if seconds else None, "job_updates_s": jobs}
+    return {"update_seconds": total, "update_share": total / seconds if seconds else None, "job_updates_s": jobs,
+            "job_updates": updates}
 
 
 def pack_reference(run: Run, out: Path) -> dict[str, Any]:

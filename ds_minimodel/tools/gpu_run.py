@@ -22,7 +22,9 @@ Parts, in order (``--parts`` picks a subset, e.g. to rerun what failed; by defau
   attention, norm/activation, loss, optimizer, copy/cast, other, idle), and torch's table of the largest kernels in
   the log.
 - ``reference``: ``configs/reference_gpu.json`` through the whole pipeline (Steps 1-4, all four systems) with step
-  counts set from the throughput just measured so that it ends before the deadline, its jobs in one launch; with
+  counts set from the throughput just measured so that it ends before the deadline, its jobs in one launch (with
+  ``--plan-from`` an earlier run's ``gpu_run.json`` on the same kind of device, from what that run's jobs took:
+  their seconds per update and outside the updates, no bench timed first); with
   ``--body``, beside it on the same GPU, a Step-1 body of the CPU reference's shape trained for as long as the time
   allows (``bodies``), for the CPU reference experiment to start its Steps 2-4 from.
 
@@ -45,7 +47,18 @@ from pathlib import Path
 from typing import Any, Callable
 
 from ds_minimodel.config import read_json, write_json
-from ds_minimodel.tools.gpu_common import GPU, NO_CUDA, REPO, TINY, GpuRunSpec, Run, bench_cmd, ds_config, skipped
+from ds_minimodel.tools.gpu_common import (
+    GPU,
+    NO_CUDA,
+    REPO,
+    TINY,
+    GpuRunSpec,
+    Run,
+    bench_cmd,
+    device_name,
+    ds_config,
+    skipped,
+)
 from ds_minimodel.tools.gpu_reference import argument_problem, part_reference, start_data, time_reference_shapes
 
 PARTS = ("env", "tests", "bench", "profile", "reference")
@@ -83,14 +96,14 @@ def part_env(run: Run, budget: float) -> dict[str, Any]:
             found[name] = f"not importable: {err}"
     if run.cuda:
         props = torch.cuda.get_device_properties(0)
-        found.update(device=props.name, capability=f"{props.major}.{props.minor}",
+        found.update(device=device_name(True), capability=f"{props.major}.{props.minor}",
                      multiprocessors=props.multi_processor_count, memory_gib=props.total_memory / 2**30)
         code, output, _ = run.sh("nvidia-smi", ["nvidia-smi", "--query-gpu=name,memory.total,driver_version,"
                                                 "clocks.max.sm,power.limit", "--format=csv,noheader"], 30)
         found["nvidia_smi"] = output.strip() if code == 0 else f"failed: {output[-500:]}"
         run.sh("nvidia-smi (full)", ["nvidia-smi"], 30)
     else:
-        found["device"] = f"CPU ({platform.machine()}, {os.cpu_count()} cores); no CUDA device"
+        found["device"] = device_name(False)
     failed = {}
     for module in pkgutil.walk_packages(ds_minimodel.__path__, "ds_minimodel."):
         try:
@@ -372,6 +385,9 @@ def main(argv: list[str] | None = None) -> int:
                    "(its JSON, log, archives and body parts); without it such a folder is refused")
     p.add_argument("--relearn", action="store_true", help="keep the config's source-relearn control (one more "
                    "Step-2 launch)")
+    p.add_argument("--plan-from", type=Path, help="an earlier gpu-run's gpu_run.json on the same kind of device: plan "
+                   "the reference run from what its jobs took (their seconds per update and outside the updates), "
+                   "without timing the bench first")
     args = p.parse_args(argv)
     parts = args.parts.split(",")
     unknown = [name for name in parts if name not in PARTS]
@@ -387,7 +403,7 @@ def main(argv: list[str] | None = None) -> int:
                       english=english, languages=tuple(args.languages.split(",")),
                       seeds=tuple(int(k) for k in args.seeds.split(",")),
                       systems=tuple(args.systems.split(",")) if args.systems else None, body=args.body,
-                      relearn=args.relearn, argv=tuple(argv))
+                      relearn=args.relearn, plan_from=args.plan_from, argv=tuple(argv))
     problem = argument_problem(spec) if "reference" in parts else None
     if problem:
         p.error(problem)
@@ -411,8 +427,8 @@ def main(argv: list[str] | None = None) -> int:
     (work / WORK_MARK).write_text("scratch of ds-minimodel gpu-run: a later run with this folder replaces it\n")
     run = Run(spec, sizes)
     budgets = dict(sizes.budgets)
-    if run.cuda and {"env", "tests", "bench", "profile"} & set(parts):
-        run.spawn("fused_adam", fused_adam_cmd())  # nvcc takes a minute: from the first second
+    if run.cuda:  # nvcc takes a minute: from the first second, beside the data (else a part's first process waits)
+        run.spawn("fused_adam", fused_adam_cmd())
     try:
         if "reference" in parts:
             start_data(run)

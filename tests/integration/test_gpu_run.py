@@ -145,3 +145,25 @@ def test_a_folder_it_did_not_make_is_refused_before_any_work(tmp_path):
                     "--systems", "bl_base,bl_huge"], check=False)
     assert proc.returncode == 2 and "--systems: bl_huge not among configs/reference_gpu.json's" in proc.stderr
     assert not (tmp_path / "o").exists()
+
+
+def test_the_reference_part_plans_from_an_earlier_runs_jobs_and_records_each_jobs_updates(tmp_path):
+    from ds_minimodel.tools.gpu_common import device_name
+
+    # The seventh lease's figures as if measured on this machine: the plan comes from them (here clamped by the
+    # --tiny caps), no bench process is timed, and this run's record of its jobs is one a later plan can read.
+    figures = json.loads((REPO / "benchmarks/gpu_h200_lease7.json").read_text())
+    figures["parts"]["env"]["device"] = device_name(False)
+    earlier = tmp_path / "earlier.json"
+    earlier.write_text(json.dumps(figures))
+    out = tmp_path / "out"
+    run_cmd([sys.executable, "-m", "ds_minimodel", "gpu-run", "--tiny", "--out", str(out), "--work",
+             str(tmp_path / "work"), "--systems", "bl_base", "--parts", "reference", "--plan-from", str(earlier)],
+            timeout=600)
+    ref = json.loads((out / "gpu_run.json").read_text())["parts"]["reference"]
+    assert ref["status"] == "ok" and ref["sizing"]["from"] == str(earlier) and ref["device"] == device_name(False)
+    assert ref["plan"]["steps"] == {"step1": 1, "step1b": 1, "step2": 2} and ref["plan"]["jobs"] == 3
+    assert "### sizing" not in (out / "gpu_run.log").read_text()
+    jobs = ref["pipeline"]["job_updates"]
+    assert jobs["step1-base"]["updates"] == 1 and jobs["step2-de-bl_base"]["updates"] == 2
+    assert all(job["seconds"] > 0 for job in jobs.values())

@@ -5,6 +5,8 @@ import dataclasses
 import json
 from types import SimpleNamespace
 
+import pytest
+
 from ds_minimodel.pipeline.settings import PipelineConfig
 from ds_minimodel.tools.gpu_common import GPU, REPO, TINY
 from ds_minimodel.tools.gpu_reference import JOB_SETUP_S, RESERVE_S, SAVE_S, SHARES, STEP2_SAVES, plan_reference
@@ -106,3 +108,70 @@ def test_without_a_body_the_sizing_times_two_processes_and_the_launch_cost_comes
     # One launch's fixed cost: the Step-3 process's 18 s less its timed updates, with a fifth and 3 s of room.
     updates = (GPU.warmup + GPU.updates) * 0.05
     assert startup_seconds(run, sizing["reference step3"]) == 1.2 * (18.0 - updates) + 3
+
+
+LEASE7 = REPO / "benchmarks/gpu_h200_lease7.json"  # the seventh lease's call: its jobs' times, no Step-3 count
+
+
+def test_a_plan_from_an_earlier_lease_uses_what_its_jobs_took_and_its_seconds_outside_them(tmp_path):
+    from ds_minimodel.tools.gpu_reference import PACK_S, STORED_MARGIN, stored_sizing
+
+    sizing = stored_sizing(LEASE7, "NVIDIA H200")
+    t = sizing["reference"]["median_s"]
+    # Each stage's seconds per update as the jobs took them: the lease's job times over its planned step counts.
+    assert t["step1"] == 10.75 / 95 and t["step1-dual"] == 10.66 / 95 and t["step1-small"] == 5.62 / 95
+    assert t["step1b"] == 4.3 / 90 and t["step2-bl_base"] == 8.79 / 154 and t["step2-minipost"] == 6.86 / 154
+    # Step 3's count was not recorded then: the bench's median times the other stages' mean job/bench ratio.
+    bench = json.loads(LEASE7.read_text())["parts"]["reference"]["sizing"]
+    ratios = [t[k] / bench["reference"]["median_s"][k] for k in t if k in bench["reference"]["median_s"]]
+    assert len(ratios) == 7 and 1.3 < min(ratios) and max(ratios) < 3.5  # the gap BENCHMARKS.md records
+    step3 = sizing["reference step3"]["median_s"]["step3"]
+    assert step3 == bench["reference step3"]["median_s"]["step3"] * sum(ratios) / 7
+    # Outside the updates: the measured start-up, and the rest of the pipeline's seconds shared over its 11 jobs.
+    assert sizing["startup_s"] == bench["startup_s"]
+    assert sizing["per_job_s"] == (168.34325938100002 - 69.09 - bench["startup_s"]) / 11
+    cfg = config(tmp_path, ["bl_base", "bl_small", "minijoint", "minipost"])
+    plan = plan_reference(fake_run(480), cfg, sizing)
+    assert plan["train_s"] == STORED_MARGIN * (480 - PACK_S - sizing["startup_s"] - 11 * sizing["per_job_s"])
+    assert plan["steps"]["step1"] == int(SHARES["step1"] * plan["train_s"] / (t["step1"] + t["step1-dual"]
+                                                                              + t["step1-small"]))
+    assert plan["epochs"] == round(SHARES["step3"] * plan["train_s"] / (3 * 100 * step3), 3)
+
+
+def test_a_plan_from_an_earlier_lease_reads_step3_counts_where_recorded_and_refuses_what_cannot_serve(tmp_path):
+    from ds_minimodel.errors import InputError
+    from ds_minimodel.tools.gpu_common import GpuRunSpec
+    from ds_minimodel.tools.gpu_reference import argument_problem, stored_sizing
+
+    figures = json.loads(LEASE7.read_text())
+    pipeline = figures["parts"]["reference"]["pipeline"]
+    pipeline["job_updates"] = {"step1-base": {"updates": 95, "seconds": 10.75},
+                               "step3-lohelp-base-seed1": {"updates": 42, "seconds": 5.25}}
+    newer = tmp_path / "newer.json"
+    newer.write_text(json.dumps(figures))
+    sizing = stored_sizing(newer, "NVIDIA H200")
+    assert sizing["reference step3"]["median_s"]["step3"] == 5.25 / 42
+    assert sizing["per_job_s"] == (pipeline["seconds"] - pipeline["update_seconds"] - sizing["startup_s"]) / 2
+    with pytest.raises(InputError, match=r"--plan-from .*gpu_h200_lease7.json: measured on NVIDIA H200, not on this "
+                                         r"NVIDIA H100 80GB HBM3"):
+        stored_sizing(LEASE7, "NVIDIA H100 80GB HBM3")
+    pipeline["status"] = "timed out"
+    newer.write_text(json.dumps(figures))
+    with pytest.raises(InputError, match=r"newer.json: its reference pipeline did not finish .*'timed out'"):
+        stored_sizing(newer, "NVIDIA H200")
+    newer.write_text("{not json")
+    with pytest.raises(InputError, match=r"newer.json: not a gpu-run's gpu_run.json"):
+        stored_sizing(newer, "NVIDIA H200")
+    # Before any work: the command line's check names the file and the problem (here: this machine has no H200).
+    spec = GpuRunSpec(out=tmp_path / "out", work=tmp_path / "work", parts=("reference",), plan_from=LEASE7)
+    problem = argument_problem(spec)
+    assert problem is not None and problem.startswith(f"--plan-from {LEASE7}: measured on NVIDIA H200, not on this")
+
+
+def test_the_command_refuses_a_plan_from_another_device_before_any_work(tmp_path, capsys):
+    from ds_minimodel.tools import gpu_run
+
+    with pytest.raises(SystemExit) as stop:
+        gpu_run.main(["--out", str(tmp_path / "out"), "--parts", "reference", "--plan-from", str(LEASE7)])
+    assert stop.value.code == 2 and "measured on NVIDIA H200, not on this" in capsys.readouterr().err
+    assert not (tmp_path / "out").exists()
