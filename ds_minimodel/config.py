@@ -217,6 +217,10 @@ class TrainConfig:
     prefetch: int | None = field(default=None, metadata=role(Role.HARMLESS))
     """Micro-batches built ahead on a background thread, in pinned memory; 0 builds each when needed. None: 2 on a
     GPU, 0 on a CPU, where the thread would only compete with the model for the same cores."""
+    prefetch_process: bool = field(default=False, metadata=role(Role.HARMLESS))
+    """Build the prefetched micro-batches in a process of their own rather than on a thread (``data.prefetch``):
+    the building, mostly Python, then takes no turns of the interpreter lock from the loop that launches kernels.
+    The same batches either way. With ``prefetch`` unset, 2 are built ahead, on a CPU too."""
     profile_updates: int = field(default=0, metadata=role(Role.HARMLESS))
     """Profile this many updates with torch.profiler, after the process's first ten (``train.kernel_classes``):
     their time by kernel class in ``profile.json`` in the run folder, the largest kernels in ``profile.txt``. The
@@ -230,6 +234,9 @@ class TrainConfig:
         if self.prefetch is not None and (not isinstance(self.prefetch, int) or isinstance(self.prefetch, bool)
                                           or self.prefetch < 0):
             raise InputError(f"train config: prefetch must be a non-negative integer, got {self.prefetch!r}")
+        if self.prefetch_process and self.prefetch == 0:
+            raise InputError("train config: prefetch_process builds the prefetched micro-batches in a process, and "
+                             "prefetch is 0: none are prefetched (leave prefetch unset for 2, or give a depth)")
         for name in ("steps", "seq_len", "save_every", "log_every"):
             value = getattr(self, name)
             if not isinstance(value, int) or isinstance(value, bool) or value <= 0:

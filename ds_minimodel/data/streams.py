@@ -3,14 +3,12 @@
 ``TokenShards`` reads a prepared folder, memory-mapped; ``PackedDataset`` cuts it into blocks of whole lines
 (RoBERTa's FULL-SENTENCES packing); ``MLMBatchStream`` masks them (BERT's dynamic 80/10/10) in a deterministic
 per-rank order that resumes exactly;
-``ArrayStream`` serves finetuning features the same way; ``Prefetcher`` builds batches ahead in a thread.
+``ArrayStream`` serves finetuning features the same way (``data.prefetch`` builds batches ahead).
 """
 
 from __future__ import annotations
 
 import logging
-import queue
-import threading
 from pathlib import Path
 
 import numpy as np
@@ -419,77 +417,3 @@ class ArrayStream(ShardedStream):
         if "attention_mask" in batch:
             batch["num_tokens"] = int(batch["attention_mask"].sum())
         return batch
-
-
-class Prefetcher:
-    """Builds a stream's next micro-batches on a background thread while the model computes on the current one, in
-    page-locked memory when they are bound for a GPU (so that ``.to(device, non_blocking=True)`` copies while the
-    GPU works). Same batches in the same order as the stream itself.
-
-    ``state_dict`` describes the batches handed out, not the ones built ahead, so a checkpoint resumes exactly. The
-    thread starts at the first ``next``; ``load_state_dict`` (before or after) stops it and rewinds the stream.
-    """
-
-    def __init__(self, stream: ShardedStream, *, depth: int = 2, pin_for: torch.device | None = None) -> None:
-        """``pin_for``: the CUDA device the batches go to (pinned memory), or None."""
-        if depth < 1:
-            raise InputError(f"prefetch depth must be at least 1, got {depth}")
-        self.stream, self.depth = stream, depth
-        self.pin_for = pin_for if pin_for is not None and pin_for.type == "cuda" else None
-        self._state = stream.state_dict()
-        self._queue: queue.Queue | None = None
-        self._thread: threading.Thread | None = None
-        self._stop = threading.Event()
-
-    def __iter__(self) -> Prefetcher:
-        return self
-
-    def __next__(self) -> dict:
-        if self._thread is None:
-            self._queue, self._stop = queue.Queue(self.depth), threading.Event()
-            self._thread = threading.Thread(target=self._produce, name="ds_minimodel-prefetch", daemon=True)
-            self._thread.start()
-        batch, state, error = self._queue.get()
-        if error is not None:
-            self.close()
-            raise error
-        self._state = state
-        return batch
-
-    def _produce(self) -> None:
-        if self.pin_for is not None:  # else this thread's pinned allocations would open a context on GPU 0
-            torch.cuda.set_device(self.pin_for)
-        while not self._stop.is_set():
-            try:
-                batch = next(self.stream)
-                if self.pin_for is not None:
-                    batch = {k: v.pin_memory() if isinstance(v, torch.Tensor) else v for k, v in batch.items()}
-                item = (batch, self.stream.state_dict(), None)
-            except BaseException as err:  # handed to the consumer, raised there
-                item = (None, None, err)
-            while not self._stop.is_set():
-                try:
-                    self._queue.put(item, timeout=0.1)
-                    break
-                except queue.Full:
-                    continue
-            if item[2] is not None:
-                return
-
-    def state_dict(self) -> dict:
-        return dict(self._state)
-
-    def load_state_dict(self, state: dict) -> None:
-        self.close()
-        self.stream.load_state_dict(state)
-        self._state = self.stream.state_dict()
-
-    def close(self) -> None:
-        """Stop the thread and leave the stream where the batches handed out end (its position for the next user)."""
-        if self._thread is None:
-            return
-        self._stop.set()
-        self._thread.join()
-        self._thread = self._queue = None
-        self.stream.load_state_dict(self._state)
-

@@ -82,7 +82,7 @@ def train_config(spec: RunSpec, ds_config: dict[str, Any], steps: int | None = N
     return TrainConfig(steps=steps, seed=spec.seed, save_every=spec.save_every, log_every=spec.log_every,
                        warmup_ratio=spec.warmup_ratio, activation_checkpointing=spec.activation_checkpointing,
                        compile=spec.compile, prefetch=spec.prefetch,
-                       profile_updates=spec.profile_updates, **shape)
+                       prefetch_process=spec.prefetch_process, profile_updates=spec.profile_updates, **shape)
 
 
 def cpu_has_native_bf16() -> bool:

@@ -50,8 +50,9 @@ def loader(args: BenchSpec) -> dict[str, Any]:
     ``--preset`` Step-1 micro-batch at 45% of an H100's bf16 peak (target 4's utilisation)."""
     import tempfile
 
+    from ds_minimodel.data.prefetch import Prefetcher
     from ds_minimodel.data.prepare import prepare
-    from ds_minimodel.data.streams import MLMBatchStream, PackedDataset, Prefetcher, TokenShards
+    from ds_minimodel.data.streams import MLMBatchStream, PackedDataset, TokenShards
     from ds_minimodel.train.engine import batch_to
 
     cfg = get_preset(args.preset)

@@ -20,7 +20,7 @@ import torch.distributed as dist
 from torch import nn
 
 from ds_minimodel.config import TrainConfig
-from ds_minimodel.data.streams import Prefetcher
+from ds_minimodel.data.prefetch import Prefetcher
 from ds_minimodel.ds_config import BatchSizes, fill_schedule, half_precision, unchecked_bf16, uses_fp16
 from ds_minimodel.errors import InputError, TrainingError
 from ds_minimodel.flops import to_gpu_days
@@ -160,8 +160,10 @@ class Loop:
                  frozen: dict[str, torch.Tensor] | None = None):
         self.stage, self.engine, self.cfg, self.batch, self.run_dir = stage, engine, train_cfg, batch, run_dir
         self.frozen = frozen  # the frozen parameters' full-precision values, for checkpoints (checkpoint.frozen_values)
-        prefetch = train_cfg.prefetch if train_cfg.prefetch is not None else (2 if engine.device.type == "cuda" else 0)
-        self.stream = Prefetcher(stream, depth=prefetch, pin_for=engine.device) if prefetch else stream
+        prefetch = train_cfg.prefetch if train_cfg.prefetch is not None else (
+            2 if engine.device.type == "cuda" or train_cfg.prefetch_process else 0)
+        self.stream = (Prefetcher(stream, depth=prefetch, pin_for=engine.device,
+                                  process=train_cfg.prefetch_process) if prefetch else stream)
         self.rank = dist.get_rank()
         self.scale_watch = LossScaleWatch(engine) if fp16 else None
         # bf16 without DeepSpeed's overflow check applies an update whose gradient is not finite, and that update's

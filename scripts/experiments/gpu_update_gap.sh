@@ -10,7 +10,9 @@
 #   blocks      the same jobs over full blocks (--packing blocks): no padding, so no (B, H, S, S) ALiBi mask
 #   profiled    the same jobs with --profile-updates 10: updates 11-20 under torch.profiler, their time by kernel
 #               class in the row ("profile"), torch's table of the largest kernels in gap.log
-# ROWS picks a subset, in that order (default: all but blocks, the first lease's four), e.g. ROWS=blocks STEPS=200.
+#   process     the same jobs with their micro-batches built in a process of their own (--prefetch-process), not
+#               on a thread that takes turns of the interpreter lock from the loop launching the kernels
+# ROWS picks a subset, in that order (default: the first lease's four), e.g. ROWS=blocks; ROWS=none prepares the data.
 # Each row's figures go to $OUT/gap.jsonl, the whole output to $OUT/gap.log. For a lease (about 5 minutes; after `gpu_run.sh --minutes 6` in the same lease):
 #     device run: bash scripts/experiments/gpu_update_gap.sh      carry [".gpu"]   (after scripts/gpu_prepare.py)
 # On a CPU at a size of seconds: PRESET=tiny MICRO=4 STEPS=6 PYTHON=.venv/bin/python bash scripts/experiments/gpu_update_gap.sh
@@ -78,6 +80,8 @@ job prefetch0 "$WORK/ds_checked.json" --prefetch 0
 [ "$("$PY" -c 'import torch; print(torch.cuda.is_available())')" = True ] && job unchecked "$WORK/ds_unchecked.json"
 job blocks "$WORK/ds_checked.json" --packing blocks
 job profiled "$WORK/ds_checked.json" --profile-updates 10
+job process "$WORK/ds_checked.json" --prefetch-process
+[ -f "$OUT/gap.jsonl" ] || exit 0  # ROWS=none
 "$PY" -c "
 import json
 for l in open('$OUT/gap.jsonl'):

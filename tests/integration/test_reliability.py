@@ -111,6 +111,40 @@ def test_sigterm_sigusr1_and_ctrl_c_save_and_resume_exactly(en_data, tmp_path, r
     assert_same(final_weights(out), reference)
 
 
+def test_with_batches_built_in_a_process_a_stop_to_the_group_saves_exactly_and_a_kill_leaves_no_orphan(
+        en_data, tmp_path, reference):
+    """``--prefetch-process``: the builder is a fork of the trainer. A scheduler's SIGTERM reaches both; the trainer
+    saves and stops it, the builder ignores the signal. A SIGKILL reaches the trainer alone; its builder ends itself."""
+    import psutil
+
+    out = tmp_path / "run"
+    cmd = pretrain(en_data, out, "--save-every", "100", "--prefetch-process")
+    env = {k: v for k, v in os.environ.items() if k not in RANK_VARS}
+    env.update(DS_ACCELERATOR="cpu", OMP_NUM_THREADS="1", PYTHONUNBUFFERED="1")
+
+    def launch(*extra: str) -> subprocess.Popen:  # its own process group, as a batch job's
+        return subprocess.Popen(cmd + list(extra), cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                text=True, start_new_session=True)
+
+    proc = launch()
+    wait_for(lambda: updates_logged(out) >= 4, proc)
+    assert [c.name() for c in psutil.Process(proc.pid).children()] != []  # the builder
+    os.killpg(proc.pid, signal.SIGTERM)
+    stdout, stderr = proc.communicate(timeout=120)
+    assert proc.returncode == 0 and "SIGTERM: saved" in stdout, stderr[-3000:]
+    step = checkpoint.load_meta(checkpoint.latest_checkpoint(out)).step
+    proc = launch("--resume")
+    wait_for(lambda: updates_logged(out) >= step + 2, proc)
+    builders = psutil.Process(proc.pid).children()
+    assert builders
+    proc.kill()
+    proc.communicate(timeout=60)
+    _, alive = psutil.wait_procs(builders, timeout=30)
+    assert not alive, f"orphaned builders: {alive}"
+    run_cmd(cmd + ["--resume"])
+    assert_same(final_weights(out), reference)
+
+
 @pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGKILL])
 def test_ranks_save_and_exit_when_their_launcher_is_killed(en_data, tmp_path, sig):
     """SIGTERM to the ``deepspeed`` runner (what ``kill PID`` or a job system that signals only the top process

@@ -89,6 +89,7 @@ def test_configs_are_frozen_and_replace_validates() -> None:
     {"steps": 0}, {"seq_len": -1}, {"save_every": 0}, {"log_every": True},
     {"mask_prob": 0.0}, {"mask_prob": 1.0}, {"keep_checkpoints": 0}, {"prefetch": -1}, {"prefetch": 1.5},
     {"packing": "documents"}, {"profile_updates": -1}, {"profile_updates": True},
+    {"prefetch_process": True, "prefetch": 0},
 ])
 def test_train_config_rejects_bad_values(changes: dict) -> None:
     with pytest.raises(InputError, match=next(iter(changes))):

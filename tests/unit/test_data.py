@@ -19,9 +19,10 @@ import torch
 
 from ds_minimodel.data import shards as data
 from ds_minimodel.data import streams
+from ds_minimodel.data.prefetch import Prefetcher
 from ds_minimodel.data.prepare import main
 from ds_minimodel.data.shards import prepare_corpus
-from ds_minimodel.data.streams import MLMBatchStream, PackedDataset, Prefetcher, TokenShards, mask_tokens
+from ds_minimodel.data.streams import MLMBatchStream, PackedDataset, TokenShards, mask_tokens
 from ds_minimodel.data.tokenizer import (
     BOS_ID,
     EOS_ID,
@@ -32,7 +33,7 @@ from ds_minimodel.data.tokenizer import (
     Tokenizer,
     train_sentencepiece,
 )
-from ds_minimodel.errors import InputError
+from ds_minimodel.errors import InputError, TrainingError
 
 VOCAB_SIZE = 300
 SHARD_TOKENS = 5000  # several shards, so reads cross shard boundaries
@@ -495,10 +496,11 @@ def test_resume_refuses_an_offset_inside_a_chunk(dataset: PackedDataset) -> None
         stream.load_state_dict({"epoch": 0})
 
 
-def test_prefetching_hands_out_the_same_batches_and_the_consumed_position(dataset: PackedDataset) -> None:
+@pytest.mark.parametrize("process", [False, True], ids=["thread", "process"])
+def test_prefetching_hands_out_the_same_batches_and_the_consumed_position(dataset: PackedDataset, process) -> None:
     reference = take(make_stream(dataset, micro_batch_size=32), 12)  # crosses the epoch end after 7 or 8
     plain = make_stream(dataset, micro_batch_size=32)
-    prefetched = Prefetcher(make_stream(dataset, micro_batch_size=32), depth=3)
+    prefetched = Prefetcher(make_stream(dataset, micro_batch_size=32), depth=3, process=process)
     for step in range(9):
         assert same(next(prefetched), reference[step])
         next(plain)
@@ -506,11 +508,12 @@ def test_prefetching_hands_out_the_same_batches_and_the_consumed_position(datase
         while prefetched._queue.qsize() < 3 and time.monotonic() < deadline:
             time.sleep(0.001)
         assert prefetched.state_dict() == plain.state_dict()
-    assert prefetched.stream.state_dict() != plain.state_dict()  # built ahead...
+    if not process:  # a process builds ahead on its own copy of the stream
+        assert prefetched.stream.state_dict() != plain.state_dict()  # built ahead...
     state = prefetched.state_dict()
     prefetched.close()
     assert prefetched.stream.state_dict() == state  # ...and rewound on close, for whoever uses the stream next
-    resumed = Prefetcher(make_stream(dataset, micro_batch_size=32))
+    resumed = Prefetcher(make_stream(dataset, micro_batch_size=32), process=process)
     resumed.load_state_dict(state)
     assert all(same(a, b) for a, b in zip(take(resumed, 3), reference[9:]))
     resumed.load_state_dict(plain.state_dict())  # rewinding a running prefetcher stops it first
@@ -520,7 +523,8 @@ def test_prefetching_hands_out_the_same_batches_and_the_consumed_position(datase
         Prefetcher(plain, depth=0)
 
 
-def test_an_error_while_prefetching_is_raised_in_the_consumer(dataset: PackedDataset) -> None:
+@pytest.mark.parametrize("process", [False, True], ids=["thread", "process"])
+def test_an_error_while_prefetching_is_raised_in_the_consumer(dataset: PackedDataset, process) -> None:
     class Broken(MLMBatchStream):
         def _collate(self, indices: np.ndarray) -> dict:
             if self.offset >= 2 * self.samples_per_step:
@@ -528,11 +532,22 @@ def test_an_error_while_prefetching_is_raised_in_the_consumer(dataset: PackedDat
             return super()._collate(indices)
 
     prefetched = Prefetcher(Broken(dataset, micro_batch_size=8, world_size=1, rank=0, seed=5, vocab_size=VOCAB_SIZE,
-                                   seq_len=SEQ_LEN))
+                                   seq_len=SEQ_LEN), process=process)
     take(prefetched, 2)
     with pytest.raises(InputError, match="block 3 is damaged"):
         next(prefetched)
-    assert prefetched._thread is None and prefetched.stream.state_dict()["offset"] == 16
+    assert prefetched._worker is None and prefetched.stream.state_dict()["offset"] == 16
+
+
+def test_a_prefetching_process_that_dies_is_a_clear_error_naming_the_batches_handed_out(dataset: PackedDataset):
+    prefetched = Prefetcher(make_stream(dataset, micro_batch_size=8), process=True)
+    take(prefetched, 1)
+    prefetched._worker.kill()  # what the kernel's out-of-memory killer does
+    prefetched._worker.join()
+    with pytest.raises(TrainingError, match=r"the process building micro-batches ended \(exit code -9\) before "
+                                            r"handing out the next one; the batches handed out end at \{"):
+        take(prefetched, 4)  # the ones already queued, then the error
+    assert prefetched._worker is None
 
 
 def test_too_few_blocks_is_an_input_error(dataset: PackedDataset) -> None:
