@@ -98,6 +98,8 @@ class GpuRunSpec:
     """also train a body of the CPU reference's shape beside the reference run"""
     relearn: bool = False
     """keep the config's source-relearn control"""
+    prefetch_process: bool = False
+    """the reference run's MLM stages build their micro-batches in a process of their own (``data.prefetch``)"""
     plan_from: Path | None = None
     """an earlier gpu-run's gpu_run.json on the same kind of device: the reference run is planned from what its jobs
     took (``gpu_reference.stored_sizing``) instead of timing the bench first"""

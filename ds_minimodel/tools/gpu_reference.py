@@ -141,7 +141,10 @@ def reference_config(run: Run) -> PipelineConfig:
     def fused(section: str, settings: Any) -> Any:  # DeepSpeed's fused Adam on a GPU, torch's on a CPU
         path = str(ds_config(run, f"reference_{section}", base=settings.ds_config, batch=None if section == "step3"
                              else s.sizing_micro))
-        return replace(settings, ds_config=path)
+        # --prefetch-process: the MLM stages' micro-batches built in a process of their own (Step 3's features
+        # need no building)
+        process = {"prefetch_process": True} if spec.prefetch_process and section != "step3" else {}
+        return replace(settings, ds_config=path, **process)
 
     return replace(
         config, out=str(run.work / "reference_gpu"), preset=s.reference_preset or config.preset,

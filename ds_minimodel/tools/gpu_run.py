@@ -385,6 +385,8 @@ def main(argv: list[str] | None = None) -> int:
                    "(its JSON, log, archives and body parts); without it such a folder is refused")
     p.add_argument("--relearn", action="store_true", help="keep the config's source-relearn control (one more "
                    "Step-2 launch)")
+    p.add_argument("--prefetch-process", action="store_true", help="the reference run's MLM stages build their "
+                   "micro-batches in a process of their own, not on a thread (README, prefetching)")
     p.add_argument("--plan-from", type=Path, help="an earlier gpu-run's gpu_run.json on the same kind of device: plan "
                    "the reference run from what its jobs took (their seconds per update and outside the updates), "
                    "without timing the bench first")
@@ -403,7 +405,8 @@ def main(argv: list[str] | None = None) -> int:
                       english=english, languages=tuple(args.languages.split(",")),
                       seeds=tuple(int(k) for k in args.seeds.split(",")),
                       systems=tuple(args.systems.split(",")) if args.systems else None, body=args.body,
-                      relearn=args.relearn, plan_from=args.plan_from, argv=tuple(argv))
+                      relearn=args.relearn, plan_from=args.plan_from,
+                      prefetch_process=args.prefetch_process, argv=tuple(argv))
     problem = argument_problem(spec) if "reference" in parts else None
     if problem:
         p.error(problem)

@@ -147,7 +147,7 @@ def test_a_folder_it_did_not_make_is_refused_before_any_work(tmp_path):
     assert not (tmp_path / "o").exists()
 
 
-def test_the_reference_part_plans_from_an_earlier_runs_jobs_and_records_each_jobs_updates(tmp_path):
+def test_the_reference_part_plans_from_an_earlier_runs_jobs_and_builds_batches_in_a_process(tmp_path):
     from ds_minimodel.tools.gpu_common import device_name
 
     # The seventh lease's figures as if measured on this machine: the plan comes from them (here clamped by the
@@ -158,8 +158,8 @@ def test_the_reference_part_plans_from_an_earlier_runs_jobs_and_records_each_job
     earlier.write_text(json.dumps(figures))
     out = tmp_path / "out"
     run_cmd([sys.executable, "-m", "ds_minimodel", "gpu-run", "--tiny", "--out", str(out), "--work",
-             str(tmp_path / "work"), "--systems", "bl_base", "--parts", "reference", "--plan-from", str(earlier)],
-            timeout=600)
+             str(tmp_path / "work"), "--systems", "bl_base", "--parts", "reference", "--plan-from", str(earlier),
+             "--prefetch-process"], timeout=600)
     ref = json.loads((out / "gpu_run.json").read_text())["parts"]["reference"]
     assert ref["status"] == "ok" and ref["sizing"]["from"] == str(earlier) and ref["device"] == device_name(False)
     assert ref["plan"]["steps"] == {"step1": 1, "step1b": 1, "step2": 2} and ref["plan"]["jobs"] == 3
@@ -167,3 +167,7 @@ def test_the_reference_part_plans_from_an_earlier_runs_jobs_and_records_each_job
     jobs = ref["pipeline"]["job_updates"]
     assert jobs["step1-base"]["updates"] == 1 and jobs["step2-de-bl_base"]["updates"] == 2
     assert all(job["seconds"] > 0 for job in jobs.values())
+    # --prefetch-process: the MLM stages' jobs built their batches in a process of their own (2 ahead, on a CPU too)
+    runs = tmp_path / "work/reference_gpu"
+    for stage in ("step1/base", "step2/de/bl_base"):
+        assert json.loads((runs / stage / "run.json").read_text())["train"]["prefetch_process"] is True
