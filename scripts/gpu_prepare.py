@@ -246,8 +246,12 @@ def main() -> int:
         print(f"gpu_prepare: {total / 2**20:.1f} MiB would travel, over the device tool's {LIMIT / 2**20:.0f} MiB; "
               "pass a smaller --english or remove untracked files", file=sys.stderr)
         return 1
-    print("\nThe device call (device tool `run`):\n"
-          '  command:   bash scripts/gpu_run.sh\n  carry:     [".gpu"]\n  timeout_s: 600\n'
+    print("\nThe next lease's device calls (device tool `run`, carry [\".gpu\"]), in order (RESULTS.md, \"Next\"):\n"
+          "  1. ROWS=profiled,process,job bash scripts/experiments/gpu_update_gap.sh          timeout_s 300\n"
+          "     (where a job's update goes, and whether batches built in a process take the gap away)\n"
+          "  2. bash scripts/gpu_run.sh --parts reference --plan-from benchmarks/gpu_h200_lease7.json --minutes 7.5\n"
+          "     timeout_s 540; on an H200 (the plan comes from that lease's jobs); add --prefetch-process if row\n"
+          "     process beat row job in call 1. On another device: bash scripts/gpu_run.sh, timeout_s 600.\n"
           "On a GPU node of your own, with DeepSpeed installed: ds-minimodel gpu-run --out runs/gpu")
     return 0
 
