@@ -125,9 +125,15 @@ def argument_problem(spec: GpuRunSpec) -> str | None:
         import torch
 
         try:
-            stored_sizing(spec.plan_from, device_name(torch.cuda.is_available()))
+            timed = stored_sizing(spec.plan_from, device_name(torch.cuda.is_available()))["reference"]["median_s"]
         except InputError as err:
             return str(err)
+        # What plan_reference reads: every Step-1 kind, Step 1b, and Step 2 of each system this run trains.
+        needed = ["step1", "step1-dual", "step1b", *(f"step2-{name}" for name in spec.systems or config.systems)]
+        missing = [stage for stage in needed if stage not in timed]
+        if missing:
+            return (f"--plan-from {spec.plan_from}: its jobs time no {', '.join(missing)}, which this run needs; "
+                    "plan without it, or from a run of these systems")
     return None
 
 
@@ -218,7 +224,7 @@ def stored_sizing(path: Path, device: str) -> dict[str, Any]:
     for name, job in jobs.items():
         step, _, rest = name.partition("-")
         key = {"step1": {"base": "step1", "minijoint": "step1-dual", "small": "step1-small"}.get(rest),
-               "step1b": "step1b", "step3": "step3"}.get(step) or (f"step2-{rest.split('-', 1)[-1]}"
+               "step1b": "step1b", "step3": "step3"}.get(step) or (f"step2-{rest.rsplit('-', 1)[-1]}"
                                                                  if step == "step2" else None)
         if key and job.get("updates"):
             rates.setdefault(key, job["seconds"] / job["updates"])

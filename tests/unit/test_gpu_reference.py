@@ -140,7 +140,7 @@ def test_a_plan_from_an_earlier_lease_uses_what_its_jobs_took_and_its_seconds_ou
 
 def test_a_plan_from_an_earlier_lease_reads_step3_counts_where_recorded_and_refuses_what_cannot_serve(tmp_path):
     from ds_minimodel.errors import InputError
-    from ds_minimodel.tools.gpu_common import GpuRunSpec
+    from ds_minimodel.tools.gpu_common import GpuRunSpec, device_name
     from ds_minimodel.tools.gpu_reference import argument_problem, stored_sizing
 
     figures = json.loads(LEASE7.read_text())
@@ -162,6 +162,21 @@ def test_a_plan_from_an_earlier_lease_reads_step3_counts_where_recorded_and_refu
     newer.write_text("{not json")
     with pytest.raises(InputError, match=r"newer.json: not a gpu-run's gpu_run.json"):
         stored_sizing(newer, "NVIDIA H200")
+    # A Step-2 job in a language whose code holds a hyphen (the ladder's fi-small) is still its system's.
+    figures = json.loads(LEASE7.read_text())
+    jobs = figures["parts"]["reference"]["pipeline"]["job_updates_s"]
+    jobs["step2-fi-small-bl_base"] = jobs.pop("step2-de-bl_base")
+    del jobs["step2-de-minipost"]
+    figures["parts"]["env"]["device"] = device = device_name(False)
+    subset = tmp_path / "subset.json"
+    subset.write_text(json.dumps(figures))
+    timed = stored_sizing(subset, device)["reference"]["median_s"]
+    assert timed["step2-bl_base"] == 8.79 / 154 and "step2-minipost" not in timed
+    # ...and a run that would need what it did not time is refused before any work, the stages named.
+    spec = GpuRunSpec(out=tmp_path / "out", work=tmp_path / "work", parts=("reference",), plan_from=subset)
+    assert argument_problem(spec) == (f"--plan-from {subset}: its jobs time no step2-minipost, which this run needs; "
+                                      "plan without it, or from a run of these systems")
+    assert argument_problem(dataclasses.replace(spec, systems=("bl_base", "bl_small"))) is None
     # Before any work: the command line's check names the file and the problem (here: this machine has no H200).
     spec = GpuRunSpec(out=tmp_path / "out", work=tmp_path / "work", parts=("reference",), plan_from=LEASE7)
     problem = argument_problem(spec)
