@@ -227,13 +227,11 @@ class TrainConfig:
     profiled updates run slower; 0 profiles none."""
 
     def __post_init__(self) -> None:
-        if not isinstance(self.profile_updates, int) or isinstance(self.profile_updates, bool) \
-                or self.profile_updates < 0:
-            raise InputError(f"train config: profile_updates must be a non-negative integer, got "
-                             f"{self.profile_updates!r}")
-        if self.prefetch is not None and (not isinstance(self.prefetch, int) or isinstance(self.prefetch, bool)
-                                          or self.prefetch < 0):
-            raise InputError(f"train config: prefetch must be a non-negative integer, got {self.prefetch!r}")
+        for name in ("prefetch", "profile_updates"):  # counts that may be 0 (prefetch: None too, its default)
+            value = getattr(self, name)
+            if (value is not None or name != "prefetch") and (
+                    not isinstance(value, int) or isinstance(value, bool) or value < 0):
+                raise InputError(f"train config: {name} must be a non-negative integer, got {value!r}")
         if self.prefetch_process and self.prefetch == 0:
             raise InputError("train config: prefetch_process builds the prefetched micro-batches in a process, and "
                              "prefetch is 0: none are prefetched (leave prefetch unset for 2, or give a depth)")

@@ -40,7 +40,7 @@ from ds_minimodel.stages import steps
 from ds_minimodel.systems import Depths, Step, system_names
 from ds_minimodel.tools import bench_data
 from ds_minimodel.tools.machine import GPU_PEAK_TFLOPS, BenchSpec, environment
-from ds_minimodel.train.kernel_classes import summarise_profile
+from ds_minimodel.train.kernel_classes import kernel_table, start_profiler, summarise_profile
 
 DUAL = "dual"
 STAGES = (Step.PRETRAIN, f"{Step.PRETRAIN}-{DUAL}", Step.MINIPOST,
@@ -162,9 +162,7 @@ def time_stage(stage: str, args: BenchSpec) -> dict[str, Any]:
     profiler = None
     for i in range(args.warmup + args.updates):
         if i == args.warmup and args.profile:
-            kinds = torch.profiler.ProfilerActivity
-            profiler = torch.profiler.profile(activities=[kinds.CPU, *([kinds.CUDA] if cuda else [])])
-            profiler.__enter__()
+            profiler = start_profiler(cuda)
         if cuda:
             torch.cuda.synchronize()
         start = time.perf_counter()
@@ -180,10 +178,9 @@ def time_stage(stage: str, args: BenchSpec) -> dict[str, Any]:
             times.append(time.perf_counter() - start)
     if profiler is not None:
         profiler.__exit__(None, None, None)
-        sort = "self_cuda_time_total" if cuda else "self_cpu_time_total"
         args.profile.parent.mkdir(parents=True, exist_ok=True)
-        args.profile.write_text(f"# {stage}: {args.updates} updates profiled, sorted by {sort}\n"
-                                + profiler.key_averages().table(sort_by=sort, row_limit=30, max_name_column_width=60)
+        args.profile.write_text(f"# {stage}: {args.updates} updates profiled, "
+                                + kernel_table(profiler.key_averages(), cuda)
                                 + "\n# the three phases of an update (inclusive times)\n"
                                 + profiler.key_averages().table(sort_by="cpu_time_total", row_limit=8,
                                                                 max_name_column_width=60))

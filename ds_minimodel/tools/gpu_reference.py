@@ -198,9 +198,10 @@ def start_data(run: Run) -> None:
 
 def stored_sizing(path: Path, device: str) -> dict[str, Any]:
     """What ``plan_reference`` needs, from an earlier gpu-run's ``gpu_run.json`` on the same kind of device rather
-    than from the bench: each stage's seconds per update as that run's jobs took them (on the seventh lease 1.75-2.2
-    times the bench's medians at the same shapes), its launch's start-up, and the pipeline's other seconds per job
-    (set-up, checkpoints, Step 4, the analysis). Refused with the file named when the run cannot serve."""
+    than from the bench: each stage's seconds per update as that run's jobs took them (on the seventh lease 1.3-3.5
+    times the bench's medians at the same shapes, 27-49 ms more an update), its launch's start-up, and the
+    pipeline's other seconds per job (set-up, checkpoints, Step 4, the analysis). Refused with the file named when
+    the run cannot serve."""
     where = f"--plan-from {path}"
     try:
         figures = json.loads(Path(path).read_text(encoding="utf-8"))

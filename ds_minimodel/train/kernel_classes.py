@@ -91,6 +91,22 @@ class _Stored:
         self.key, self.self_cpu_time_total = key, seconds * 1e6
 
 
+def start_profiler(cuda: bool) -> Any:
+    """torch.profiler recording the host's operators, and the GPU's kernels where ``cuda``; started."""
+    import torch
+
+    kinds = torch.profiler.ProfilerActivity
+    profiler = torch.profiler.profile(activities=[kinds.CPU, *([kinds.CUDA] if cuda else [])])
+    profiler.__enter__()
+    return profiler
+
+
+def kernel_table(events: Any, cuda: bool) -> str:
+    """torch's table of the thirty largest kernels (GPU) or operators (CPU) by their own time, the order named first."""
+    sort = "self_cuda_time_total" if cuda else "self_cpu_time_total"
+    return f"sorted by {sort}\n" + events.table(sort_by=sort, row_limit=30, max_name_column_width=60)
+
+
 class UpdateProfiler:
     """torch.profiler over ``count`` updates of a training run (``TrainConfig.profile_updates``), those after the
     first ``warmup`` of this process: kernel choice, autotuning and the allocator's first growth stay outside. The
@@ -108,11 +124,7 @@ class UpdateProfiler:
 
     def before(self, update: int) -> None:
         if update == self.first and self.profiler is None:
-            import torch
-
-            kinds = torch.profiler.ProfilerActivity
-            self.profiler = torch.profiler.profile(activities=[kinds.CPU, *([kinds.CUDA] if self.cuda else [])])
-            self.profiler.__enter__()
+            self.profiler = start_profiler(self.cuda)
 
     def after(self, seconds: float) -> bool:
         """Count an update's seconds; True once the profiled updates are all done."""
@@ -132,10 +144,8 @@ class UpdateProfiler:
             return
         events = profiler.key_averages()
         summary = summarise_profile(events, self.seconds, self.cuda)
-        sort = "self_cuda_time_total" if self.cuda else "self_cpu_time_total"
-        table = events.table(sort_by=sort, row_limit=30, max_name_column_width=60)
-        (run_dir / "profile.txt").write_text(f"# updates {self.first}-{self.first + self.done - 1}, sorted by {sort}\n"
-                                             + table + "\n", encoding="utf-8")
+        (run_dir / "profile.txt").write_text(f"# updates {self.first}-{self.first + self.done - 1}, "
+                                             + kernel_table(events, self.cuda) + "\n", encoding="utf-8")
         record = {"first_update": self.first, "updates": self.done, "seconds_per_update": self.seconds / self.done,
                   **summary}
         (run_dir / "profile.json").write_text(json.dumps(record, indent=1) + "\n", encoding="utf-8")
