@@ -215,12 +215,16 @@ class TrainConfig:
     """``torch.compile`` the model (DeepSpeed's ``engine.compile()``, in place: checkpoints are unchanged). The
     first updates pay for compilation."""
     prefetch: int | None = field(default=None, metadata=role(Role.HARMLESS))
-    """Micro-batches built ahead on a background thread, in pinned memory; 0 builds each when needed. None: 2 on a
-    GPU, 0 on a CPU, where the thread would only compete with the model for the same cores."""
-    prefetch_process: bool = field(default=False, metadata=role(Role.HARMLESS))
-    """Build the prefetched micro-batches in a process of their own rather than on a thread (``data.prefetch``):
-    the building, mostly Python, then takes no turns of the interpreter lock from the loop that launches kernels.
-    The same batches either way. With ``prefetch`` unset, 2 are built ahead, on a CPU too."""
+    """Micro-batches built ahead of the loop (``prefetch_process`` says where), in pinned memory on a GPU; 0 builds
+    each when needed. None: 2 on a GPU, 0 on a CPU, where building ahead would only compete with the model for the
+    same cores (2 with ``prefetch_process`` true)."""
+    prefetch_process: bool | None = field(default=None, metadata=role(Role.HARMLESS))
+    """Where the prefetched micro-batches are built (``data.prefetch``): true, in a process of their own; false, on a
+    thread of the training process; None, in a process on a GPU and on a thread on a CPU. Building one is mostly
+    Python, and on a thread it takes turns of the interpreter's lock from the loop that launches the kernels: with
+    the loop launch-bound, as a GPU update's host side is, a thread added twice the batch's building time to each
+    update and a process 2-4 ms (``ds-minimodel bench loader --launches``, BENCHMARKS.md). The same batches either
+    way."""
     profile_updates: int = field(default=0, metadata=role(Role.HARMLESS))
     """Profile this many updates with torch.profiler, after the process's first ten (``train.kernel_classes``):
     their time by kernel class in ``profile.json`` in the run folder, the largest kernels in ``profile.txt``. The

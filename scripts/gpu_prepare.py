@@ -247,11 +247,11 @@ def main() -> int:
               "pass a smaller --english or remove untracked files", file=sys.stderr)
         return 1
     print("\nThe next lease's device calls (device tool `run`, carry [\".gpu\"]), in order (RESULTS.md, \"Next\"):\n"
-          "  1. ROWS=profiled,process bash scripts/experiments/gpu_update_gap.sh          timeout_s 300\n"
-          "     (where a job's update goes, and whether batches built in a process take the gap away; one row took 147 s)\n"
+          "  1. ROWS=job,thread bash scripts/experiments/gpu_update_gap.sh                timeout_s 240\n"
+          "     (a job's update with its batches built in a process, now a GPU's default, and on a thread as before)\n"
           "  2. bash scripts/gpu_run.sh --parts reference --plan-from benchmarks/gpu_h200_lease7.json --minutes 8\n"
-          "     timeout_s 540; on an H200 (the plan comes from that lease's jobs); add --prefetch-process if row\n"
-          "     process beat row profiled in call 1. On another device: bash scripts/gpu_run.sh, timeout_s 600.\n"
+          "     timeout_s 540; on an H200 (the plan comes from that lease's jobs, whose batches were built on a\n"
+          "     thread). On another device: bash scripts/gpu_run.sh, timeout_s 600.\n"
           "On a GPU node of your own, with DeepSpeed installed: ds-minimodel gpu-run --out runs/gpu")
     return 0
 

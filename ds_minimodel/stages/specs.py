@@ -85,9 +85,10 @@ class RunSpec:
     compile: bool = False
     """torch.compile the model: faster updates after a compilation of about a minute"""
     prefetch: Annotated[Count | None, OWN_DEFAULT] = None
-    """micro-batches built ahead on a background thread, pinned on a GPU (default: 2 on a GPU, 0 on a CPU)"""
-    prefetch_process: bool = False
-    """build the prefetched micro-batches in a process of their own, not on a thread (the same batches)"""
+    """micro-batches built ahead of the loop, pinned on a GPU (default: 2 on a GPU, 0 on a CPU)"""
+    prefetch_process: Annotated[bool | None, OWN_DEFAULT] = None
+    """build the prefetched micro-batches in a process of their own (True) or on a thread (False); the same batches
+    (default: a process on a GPU, a thread on a CPU)"""
     profile_updates: Count = 0
     """profile this many updates after the first ten with torch.profiler: their time by kernel class in
     <out>/profile.json, the largest kernels in <out>/profile.txt"""

@@ -357,11 +357,14 @@ def print_table(result: dict[str, Any]) -> None:
             print(f"{name}: " + ", ".join(f"{k} {v:.3f}" if isinstance(v, float) else f"{k} {v}"
                                           for k, v in ratio.items()))
     elif result["benchmark"] == "loader":
-        print(f"compute stood in for: {result['compute_ms']:.2f} ms per micro-batch of {result['micro_batch']} x "
-              f"{result['seq_len']}")
+        stood_in = (f"{result['launches']} tensor operations" if result.get("launches")
+                    else f"a sleep of {result['compute_ms']:.2f} ms")
+        print(f"an update stood in for by {stood_in} ({result['stand_in_alone_ms']:.2f} ms alone), micro-batches of "
+              f"{result['micro_batch']} x {result['seq_len']}")
         for r in result["runs"]:
-            print(f"prefetch {r['prefetch']}: waits {r['mean_wait_ms']:.3f} ms on average (max "
-                  f"{r['max_wait_ms']:.3f}), {r['stall_share']:.2%} of each step")
+            print(f"{r['builder']:>7} (prefetch {r['prefetch']}): waits {r['mean_wait_ms']:.3f} ms on average (max "
+                  f"{r['max_wait_ms']:.3f}), stand-in {r['stand_in_ms']:.3f} ms, update {r['update_ms']:.3f} ms: "
+                  f"{r['cost_ms']:+.3f} ms against the stand-in alone")
     elif result["benchmark"] == "hf":
         print(f"ours {result['ours']['median_s']:.4f} s/update, HF RobertaForMaskedLM {result['hf']['median_s']:.4f}"
               f" s/update: ours is {result['speedup']:.2f}x as fast (target {result['target']})")
@@ -429,14 +432,20 @@ def build_parser() -> argparse.ArgumentParser:
     h.add_argument("--bf16", action="store_true", help="bf16 autocast for both (GPU)")
     h.add_argument("--hf-attention", default="sdpa", choices=("sdpa", "eager"),
                    help="HF's attention implementation (default sdpa: the same fused kernel as ours)")
-    ld = sub.add_parser("loader", help="the loop's wait for each micro-batch, built on demand and prefetched")
+    ld = sub.add_parser("loader", help="the loop's wait for each micro-batch and its cost to the loop, built on "
+                        "demand, on a thread and in a process")
     _shape_args(ld, updates=200)
     ld.set_defaults(seq_len=512, micro_batch=16)
     ld.add_argument("--data", type=Path, help="a prepared folder (default: the demo corpus, prepared in a temp dir)")
     ld.add_argument("--corpus", type=Path, default=Path("demo_data/corpus/en.txt"),
                     help="text prepared when --data is not given")
-    ld.add_argument("--compute-ms", type=float,
-                    help="compute per micro-batch to stand in for (default: analytic, H100 bf16 at 45%% MFU)")
+    stand_in = ld.add_mutually_exclusive_group()
+    stand_in.add_argument("--compute-ms", type=float,
+                          help="compute per micro-batch stood in for by a sleep (default: analytic, H100 bf16 at "
+                          "45%% MFU)")
+    stand_in.add_argument("--launches", type=int,
+                          help="stand in for an update by this many small tensor operations instead of a sleep: the "
+                          "host's side of a GPU update, which launches kernels")
     pre = sub.add_parser("prepare", help="SentencePiece encoding into shards: MB/s with 1 worker and every core")
     pre.add_argument("--corpus", type=Path, default=Path("demo_data/corpus/en.txt"), help="the text encoded")
     pre.add_argument("--vocab", type=int, default=8000, help="vocabulary of the tokenizer trained first")

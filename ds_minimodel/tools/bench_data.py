@@ -6,6 +6,7 @@ import os
 import platform
 import statistics
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -13,6 +14,7 @@ import torch
 
 from ds_minimodel import flops
 from ds_minimodel.config import get_preset
+from ds_minimodel.errors import InputError
 from ds_minimodel.systems import Step
 from ds_minimodel.tools.machine import GPU_PEAK_TFLOPS, BenchSpec, environment
 
@@ -43,11 +45,21 @@ def preprocessing(args: BenchSpec) -> dict[str, Any]:
             "cpu_count": os.cpu_count(), "runs": runs, "python": platform.python_version()}
 
 
+BUILDERS = (("demand", 0, False), ("thread", 2, False), ("process", 2, True))
+"""The loader benchmark's rows: (name, prefetch depth, in a process of its own)."""
+
+
 def loader(args: BenchSpec) -> dict[str, Any]:
     """How long the training loop waits for each micro-batch (masking and collation from the memory-mapped shards,
-    then the copy to the device), built when asked for and prefetched on a thread. The model's compute is stood in
-    for by a sleep, which is what the host thread does while a GPU computes: by default the analytic FLOPs of a
-    ``--preset`` Step-1 micro-batch at 45% of an H100's bf16 peak (target 4's utilisation)."""
+    then the copy to the device) and what building it costs the loop, with the batches built when asked for, on a
+    thread and in a process (``Prefetcher``). The model's compute is stood in for in one of two ways:
+
+    - a sleep (the default), which is what the host thread does while a GPU computes, its length by default the
+      analytic FLOPs of a ``--preset`` Step-1 micro-batch at 45% of an H100's bf16 peak (target 4's utilisation);
+    - ``--launches N``: N small tensor operations, each of which lets go of the interpreter's lock and takes it
+      back as launching a GPU kernel does, timed alone first. A builder that runs Python on a thread then takes
+      turns of that lock from them, and the row's ``cost_ms`` is what that adds to each update.
+    """
     import tempfile
 
     from ds_minimodel.data.prefetch import Prefetcher
@@ -55,12 +67,16 @@ def loader(args: BenchSpec) -> dict[str, Any]:
     from ds_minimodel.data.streams import MLMBatchStream, PackedDataset, TokenShards
     from ds_minimodel.train.engine import batch_to
 
+    if args.launches is not None and args.launches < 1:
+        raise InputError(f"--launches must be a positive count of tensor operations, got {args.launches}")
     cfg = get_preset(args.preset)
     shape = {"seq_len": args.seq_len, "batch": args.micro_batch, "mask_prob": args.mask_prob}
     gpu_peak = GPU_PEAK_TFLOPS["H100"]["bf16"] * 1e12
     compute_s = (args.compute_ms / 1e3 if args.compute_ms is not None
                  else flops.per_update_flops(Step.PRETRAIN, cfg, **shape) / (0.45 * gpu_peak))
     device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    stand_in = launcher(args.launches, device) if args.launches else lambda: time.sleep(compute_s)
+    alone = statistics.fmean(timed(stand_in) for _ in range(args.warmup + args.updates))
     with tempfile.TemporaryDirectory() as tmp:
         data = args.data
         if data is None:
@@ -69,21 +85,45 @@ def loader(args: BenchSpec) -> dict[str, Any]:
         shards = TokenShards.open(data)
         dataset = PackedDataset(shards, args.seq_len - 1)
         runs = []
-        for depth in (0, 2):
+        for builder, depth, process in BUILDERS:
             stream = MLMBatchStream(dataset, micro_batch_size=args.micro_batch, world_size=1, rank=0, seed=1,
                                     vocab_size=shards.vocab_size, seq_len=args.seq_len, mask_prob=args.mask_prob)
-            batches = Prefetcher(stream, depth=depth, pin_for=device) if depth else stream
-            waits = []
+            batches = Prefetcher(stream, depth=depth, pin_for=device, process=process) if depth else stream
+            waits, stood = [], []
             for i in range(args.warmup + args.updates):
                 start = time.perf_counter()
                 batch = batch_to(next(batches), device)
+                wait = time.perf_counter() - start
                 if i >= args.warmup:
-                    waits.append(time.perf_counter() - start)
-                time.sleep(compute_s)
+                    waits.append(wait)
+                    stood.append(timed(stand_in))
+                else:
+                    stand_in()
             if depth:
                 batches.close()
-            mean = statistics.fmean(waits)
-            runs.append({"prefetch": depth, "mean_wait_ms": mean * 1e3, "max_wait_ms": max(waits) * 1e3,
-                         "stall_share": mean / (mean + compute_s),
+            mean, update = statistics.fmean(waits), statistics.fmean(w + s for w, s in zip(waits, stood))
+            runs.append({"builder": builder, "prefetch": depth, "mean_wait_ms": mean * 1e3,
+                         "max_wait_ms": max(waits) * 1e3, "stand_in_ms": statistics.fmean(stood) * 1e3,
+                         "update_ms": update * 1e3, "cost_ms": (update - alone) * 1e3, "stall_share": mean / update,
                          "tokens_per_s_when_built_on_demand": batch["num_tokens"] / mean if not depth else None})
-    return {"benchmark": "loader", **environment(args), "compute_ms": compute_s * 1e3, "runs": runs}
+    stood_in = ({"launches": args.launches} if args.launches else {"compute_ms": compute_s * 1e3})
+    return {"benchmark": "loader", **environment(args), **stood_in, "stand_in_alone_ms": alone * 1e3, "runs": runs}
+
+
+def launcher(count: int, device: torch.device) -> Callable[[], None]:
+    """``count`` in-place additions to a one-element tensor on ``device``, then a wait for the device: a GPU
+    update's host side without its compute."""
+    x = torch.zeros(1, device=device)
+
+    def launch() -> None:
+        for _ in range(count):
+            x.add_(1)
+        if device.type == "cuda":
+            torch.cuda.synchronize()
+    return launch
+
+
+def timed(work: Callable[[], None]) -> float:
+    start = time.perf_counter()
+    work()
+    return time.perf_counter() - start

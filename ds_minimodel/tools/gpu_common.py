@@ -98,8 +98,9 @@ class GpuRunSpec:
     """also train a body of the CPU reference's shape beside the reference run"""
     relearn: bool = False
     """keep the config's source-relearn control"""
-    prefetch_process: bool = False
-    """the reference run's MLM stages build their micro-batches in a process of their own (``data.prefetch``)"""
+    prefetch_process: bool | None = None
+    """where the reference run's MLM stages build their micro-batches (``TrainConfig.prefetch_process``): a process
+    of their own (True), a thread (False); None: the stages' default (a process on a GPU)"""
     plan_from: Path | None = None
     """an earlier gpu-run's gpu_run.json on the same kind of device: the reference run is planned from what its jobs
     took (``gpu_reference.stored_sizing``) instead of timing the bench first"""

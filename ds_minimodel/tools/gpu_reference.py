@@ -147,9 +147,9 @@ def reference_config(run: Run) -> PipelineConfig:
     def fused(section: str, settings: Any) -> Any:  # DeepSpeed's fused Adam on a GPU, torch's on a CPU
         path = str(ds_config(run, f"reference_{section}", base=settings.ds_config, batch=None if section == "step3"
                              else s.sizing_micro))
-        # --prefetch-process: the MLM stages' micro-batches built in a process of their own (Step 3's features
-        # need no building)
-        process = {"prefetch_process": True} if spec.prefetch_process and section != "step3" else {}
+        # --prefetch-in: where the MLM stages' micro-batches are built (Step 3's features need no building)
+        process = ({"prefetch_process": spec.prefetch_process}
+                   if spec.prefetch_process is not None and section != "step3" else {})
         return replace(settings, ds_config=path, **process)
 
     return replace(

@@ -385,8 +385,9 @@ def main(argv: list[str] | None = None) -> int:
                    "(its JSON, log, archives and body parts); without it such a folder is refused")
     p.add_argument("--relearn", action="store_true", help="keep the config's source-relearn control (one more "
                    "Step-2 launch)")
-    p.add_argument("--prefetch-process", action="store_true", help="the reference run's MLM stages build their "
-                   "micro-batches in a process of their own, not on a thread (README, prefetching)")
+    p.add_argument("--prefetch-in", choices=("thread", "process"), help="where the reference run's MLM stages build "
+                   "their micro-batches (default: the stages' own, a process on a GPU and a thread on a CPU; README, "
+                   "Performance)")
     p.add_argument("--plan-from", type=Path, help="an earlier gpu-run's gpu_run.json on the same kind of device: plan "
                    "the reference run from what its jobs took (their seconds per update and outside the updates), "
                    "without timing the bench first")
@@ -406,7 +407,8 @@ def main(argv: list[str] | None = None) -> int:
                       seeds=tuple(int(k) for k in args.seeds.split(",")),
                       systems=tuple(args.systems.split(",")) if args.systems else None, body=args.body,
                       relearn=args.relearn, plan_from=args.plan_from,
-                      prefetch_process=args.prefetch_process, argv=tuple(argv))
+                      prefetch_process=None if args.prefetch_in is None else args.prefetch_in == "process",
+                      argv=tuple(argv))
     problem = argument_problem(spec) if "reference" in parts else None
     if problem:
         p.error(problem)

@@ -53,6 +53,7 @@ class BenchSpec:
     data: Path | None = None
     corpus: Path | None = None
     compute_ms: float | None = None
+    launches: int | None = None
     repeats: int = 3
 
     @classmethod
@@ -64,10 +65,12 @@ class BenchSpec:
 def environment(args: BenchSpec) -> dict[str, Any]:
     import deepspeed
 
+    options = sys.argv[1:]
+    if options[:1] == ["bench"]:  # through ``python -m ds_minimodel`` (or ``ds-minimodel``), the command itself
+        options = options[1:]
     device = torch.cuda.get_device_name(0) if torch.cuda.is_available() else \
         f"CPU {platform.processor() or platform.machine()}, {os.cpu_count()} cores"
     return {"device": device, "torch": torch.__version__, "deepspeed": deepspeed.__version__,
             "threads": torch.get_num_threads(), "preset": args.preset, "vocab": args.vocab,
             "seq_len": args.seq_len, "micro_batch": args.micro_batch, "updates": args.updates,
-            "ds_config": str(args.ds_config or ""), "command": " ".join(["python -m ds_minimodel bench",
-                                                                                   *sys.argv[1:]])}
+            "ds_config": str(args.ds_config or ""), "command": " ".join(["python -m ds_minimodel bench", *options])}

@@ -149,6 +149,15 @@ def build_engine(stage: Stage, ds_config: dict[str, Any], train_cfg: TrainConfig
     return engine
 
 
+def prefetching(cfg: TrainConfig, device: torch.device) -> tuple[int, bool]:
+    """(micro-batches built ahead, whether in a process of their own) for a run on ``device``: ``cfg.prefetch`` and
+    ``cfg.prefetch_process`` where given; else 2 in a process on a GPU and none on a CPU."""
+    gpu = device.type == "cuda"
+    process = cfg.prefetch_process if cfg.prefetch_process is not None else gpu
+    depth = cfg.prefetch if cfg.prefetch is not None else (2 if gpu or cfg.prefetch_process else 0)
+    return depth, process
+
+
 class Loop:
     """The training loop over a built engine: resume, update, log, save, stop. Any object with the DeepSpeed
     engine's ``__call__``, ``backward``, ``step``, ``device``, ``get_lr`` and ``get_global_grad_norm`` drives it
@@ -160,11 +169,11 @@ class Loop:
                  frozen: dict[str, torch.Tensor] | None = None):
         self.stage, self.engine, self.cfg, self.batch, self.run_dir = stage, engine, train_cfg, batch, run_dir
         self.frozen = frozen  # the frozen parameters' full-precision values, for checkpoints (checkpoint.frozen_values)
-        prefetch = train_cfg.prefetch if train_cfg.prefetch is not None else (
-            2 if engine.device.type == "cuda" or train_cfg.prefetch_process else 0)
-        self.stream = (Prefetcher(stream, depth=prefetch, pin_for=engine.device,
-                                  process=train_cfg.prefetch_process) if prefetch else stream)
+        depth, process = prefetching(train_cfg, engine.device)
+        self.stream = Prefetcher(stream, depth=depth, pin_for=engine.device, process=process) if depth else stream
         self.rank = dist.get_rank()
+        if depth:
+            self.say(f"micro-batches built {depth} ahead {'in a process of their own' if process else 'on a thread'}")
         self.scale_watch = LossScaleWatch(engine) if fp16 else None
         # bf16 without DeepSpeed's overflow check applies an update whose gradient is not finite, and that update's
         # loss (computed before it) is finite: its gradient norm is read before the weights after it are saved.

@@ -4,14 +4,16 @@
 # starts"). This times, at the GPU reference's shapes (preset reference_gpu, vocabulary 8,000, 256 x 128, bf16):
 #   bench       `bench one-stage step1` and `step2-bl_base` (synthetic batches; median of 10 after 3 warm-up)
 #   job         run_pretrain.py for STEPS updates, then run_adapt.py (BL_BASE's Step 2 over it, English as the
-#               "target": the same shapes), each job's own update_seconds / STEPS (summary.json)
-#   prefetch 0  the same jobs with batches built on demand (no background thread, no pinned copies)
+#               "target": the same shapes), each job's own update_seconds / STEPS (summary.json); micro-batches
+#               built 2 ahead in a process of their own (a GPU's default since 2026-12-04; on a thread in the
+#               seventh lease's rows)
+#   prefetch 0  the same jobs with batches built on demand (no background builder, no pinned copies)
 #   unchecked   the same jobs without DeepSpeed's bf16 gradient overflow check
 #   blocks      the same jobs over full blocks (--packing blocks): no padding, so no (B, H, S, S) ALiBi mask
 #   profiled    the same jobs with --profile-updates 10: updates 11-20 under torch.profiler, their time by kernel
 #               class in the row ("profile"), torch's table of the largest kernels in gap.log
-#   process     the same jobs with their micro-batches built in a process of their own (--prefetch-process), not
-#               on a thread that takes turns of the interpreter lock from the loop launching the kernels
+#   thread      the same jobs with their micro-batches built on a thread (--prefetch-process False), which takes
+#               turns of the interpreter's lock from the loop launching the kernels: the seventh lease's job row
 # ROWS picks a subset, in that order (default: the first lease's four), e.g. ROWS=blocks; ROWS=none prepares the data.
 # Each row's figures go to $OUT/gap.jsonl, the whole output to $OUT/gap.log. For a lease (about 5 minutes; after `gpu_run.sh --minutes 6` in the same lease):
 #     device run: bash scripts/experiments/gpu_update_gap.sh      carry [".gpu"]   (after scripts/gpu_prepare.py)
@@ -80,7 +82,7 @@ job prefetch0 "$WORK/ds_checked.json" --prefetch 0
 [ "$("$PY" -c 'import torch; print(torch.cuda.is_available())')" = True ] && job unchecked "$WORK/ds_unchecked.json"
 job blocks "$WORK/ds_checked.json" --packing blocks
 job profiled "$WORK/ds_checked.json" --profile-updates 10
-job process "$WORK/ds_checked.json" --prefetch-process
+job thread "$WORK/ds_checked.json" --prefetch-process False
 [ -f "$OUT/gap.jsonl" ] || exit 0  # ROWS=none
 "$PY" -c "
 import json

@@ -22,15 +22,26 @@ def test_preprocessing_throughput(tmp_path):
     assert runs[0]["workers"] == 1 and all(r["mb_per_s"] > 0 for r in runs)
 
 
-def test_loader_reports_the_wait_for_data_with_and_without_prefetching(tmp_path, en_data):
+def test_loader_reports_the_wait_for_data_and_its_cost_built_on_demand_on_a_thread_and_in_a_process(tmp_path, en_data):
     out = tmp_path / "loader.json"
-    proc = run_cmd([sys.executable, "-m", "ds_minimodel", "bench", "loader", "--data", str(en_data), "--seq-len", "64",
-                    "--micro-batch", "4", "--warmup", "1", "--updates", "5", "--compute-ms", "2", "--json", str(out)])
+    shape = ["--data", str(en_data), "--seq-len", "64", "--micro-batch", "4", "--warmup", "1", "--updates", "5"]
+    proc = run_cmd([sys.executable, "-m", "ds_minimodel", "bench", "loader", *shape, "--compute-ms", "2",
+                    "--json", str(out)])
     result = json.loads(out.read_text())
-    assert result["compute_ms"] == 2 and [r["prefetch"] for r in result["runs"]] == [0, 2]
+    assert result["compute_ms"] == 2 and [(r["builder"], r["prefetch"]) for r in result["runs"]] == [
+        ("demand", 0), ("thread", 2), ("process", 2)]
     for run in result["runs"]:
         assert 0 < run["mean_wait_ms"] <= run["max_wait_ms"] and 0 < run["stall_share"] < 1
-    assert result["runs"][0]["tokens_per_s_when_built_on_demand"] > 0 and "prefetch 2: waits" in proc.stdout
+        assert run["update_ms"] == pytest.approx(run["mean_wait_ms"] + run["stand_in_ms"])
+        assert run["cost_ms"] == pytest.approx(run["update_ms"] - result["stand_in_alone_ms"])
+    assert result["runs"][0]["tokens_per_s_when_built_on_demand"] > 0 and "process (prefetch 2): waits" in proc.stdout
+    # --launches: the stand-in is tensor operations, timed alone first, instead of a sleep
+    run_cmd([sys.executable, "-m", "ds_minimodel", "bench", "loader", *shape, "--launches", "50", "--json", str(out)])
+    result = json.loads(out.read_text())
+    assert result["launches"] == 50 and "compute_ms" not in result and result["stand_in_alone_ms"] > 0
+    refused = run_cmd([sys.executable, "-m", "ds_minimodel", "bench", "loader", *shape, "--launches", "0"],
+                      check=False)
+    assert refused.returncode != 0 and "--launches must be a positive count" in refused.stderr
 
 
 UPDATES_WITH_AND_WITHOUT_THE_OVERFLOW_CHECK = """

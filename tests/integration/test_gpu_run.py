@@ -159,7 +159,7 @@ def test_the_reference_part_plans_from_an_earlier_runs_jobs_and_builds_batches_i
     out = tmp_path / "out"
     run_cmd([sys.executable, "-m", "ds_minimodel", "gpu-run", "--tiny", "--out", str(out), "--work",
              str(tmp_path / "work"), "--systems", "bl_base", "--parts", "reference", "--plan-from", str(earlier),
-             "--prefetch-process"], timeout=600)
+             "--prefetch-in", "process"], timeout=600)
     ref = json.loads((out / "gpu_run.json").read_text())["parts"]["reference"]
     assert ref["status"] == "ok" and ref["sizing"]["from"] == str(earlier) and ref["device"] == device_name(False)
     assert ref["plan"]["steps"] == {"step1": 1, "step1b": 1, "step2": 2} and ref["plan"]["jobs"] == 3
@@ -167,7 +167,8 @@ def test_the_reference_part_plans_from_an_earlier_runs_jobs_and_builds_batches_i
     jobs = ref["pipeline"]["job_updates"]
     assert jobs["step1-base"]["updates"] == 1 and jobs["step2-de-bl_base"]["updates"] == 2
     assert all(job["seconds"] > 0 for job in jobs.values())
-    # --prefetch-process: the MLM stages' jobs built their batches in a process of their own (2 ahead, on a CPU too)
+    # --prefetch-in process: the MLM stages' jobs built their batches in a process of their own (2 ahead, on a CPU
+    # too)
     runs = tmp_path / "work/reference_gpu"
     for stage in ("step1/base", "step2/de/bl_base"):
         assert json.loads((runs / stage / "run.json").read_text())["train"]["prefetch_process"] is True

@@ -18,8 +18,8 @@ from ds_minimodel.train import checkpoint
 from tests.integration.conftest import RANK_VARS, REPO, run_cmd, updates_logged
 
 STEPS = 24
-# With prefetching on (a GPU's default), so that every resume here also checks that a checkpoint records the batches
-# consumed, not those built ahead. Two of the tiny preset's twelve layers: what is tested here does not depend on the
+# With prefetching on (a GPU's default; on a thread here, the process a GPU uses has its own test below), so that every
+# resume here also checks that a checkpoint records the batches consumed, not those built ahead. Two of the tiny preset's twelve layers: what is tested here does not depend on the
 # depth, and the twelve cost about 60% of each of this file's twenty runs.
 TINY = ["--variant", "base", "--preset", "tiny", "--model-config", "tests/fixtures/two_layers.json", "--seq-len", "64",
         "--ds-config", "ds_configs/cpu_fp32.json", "--prefetch", "2"]
@@ -113,12 +113,13 @@ def test_sigterm_sigusr1_and_ctrl_c_save_and_resume_exactly(en_data, tmp_path, r
 
 def test_with_batches_built_in_a_process_a_stop_to_the_group_saves_exactly_and_a_kill_leaves_no_orphan(
         en_data, tmp_path, reference):
-    """``--prefetch-process``: the builder is a fork of the trainer. A scheduler's SIGTERM reaches both; the trainer
-    saves and stops it, the builder ignores the signal. A SIGKILL reaches the trainer alone; its builder ends itself."""
+    """``--prefetch-process True`` (a GPU's default): the builder is a fork of the trainer. A scheduler's SIGTERM
+    reaches both; the trainer saves and stops it, the builder ignores the signal. A SIGKILL reaches the trainer alone;
+    its builder ends itself."""
     import psutil
 
     out = tmp_path / "run"
-    cmd = pretrain(en_data, out, "--save-every", "100", "--prefetch-process")
+    cmd = pretrain(en_data, out, "--save-every", "100", "--prefetch-process", "True")
     env = {k: v for k, v in os.environ.items() if k not in RANK_VARS}
     env.update(DS_ACCELERATOR="cpu", OMP_NUM_THREADS="1", PYTHONUNBUFFERED="1")
 
@@ -143,6 +144,21 @@ def test_with_batches_built_in_a_process_a_stop_to_the_group_saves_exactly_and_a
     assert not alive, f"orphaned builders: {alive}"
     run_cmd(cmd + ["--resume"])
     assert_same(final_weights(out), reference)
+
+
+@pytest.mark.gpu
+def test_on_a_gpu_batches_are_built_in_a_process_by_default_and_train_as_a_threads_do(en_data, tmp_path):
+    """A GPU's default builder is a fork of a trainer that holds a CUDA context, as a DataLoader's workers are; it
+    touches no GPU and hands out the batches a thread would, so the losses are the same."""
+    losses = {}
+    for builder, extra in (("in a process of their own", ()), ("on a thread", ("--prefetch-process", "False"))):
+        out = tmp_path / builder.split()[-1]
+        proc = run_cmd(pretrain(en_data, out, "--save-every", "100", *extra), env={"DS_ACCELERATOR": "cuda"})
+        assert f"micro-batches built 2 ahead {builder}" in proc.stdout
+        losses[builder] = [json.loads(line)["loss"] for line in (out / "metrics.jsonl").read_text().splitlines()]
+    process, thread = losses.values()
+    assert len(process) == STEPS and process[0] == thread[0]  # the same first batch through the same weights
+    assert process == pytest.approx(thread, rel=1e-4)  # a GPU's backward may add in any order after it
 
 
 @pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGKILL])

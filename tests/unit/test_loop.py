@@ -17,7 +17,7 @@ from ds_minimodel.config import TrainConfig
 from ds_minimodel.ds_config import BatchSizes, unchecked_bf16
 from ds_minimodel.errors import TrainingError
 from ds_minimodel.train import checkpoint
-from ds_minimodel.train.engine import Loop, Stage, duration
+from ds_minimodel.train.engine import Loop, Stage, duration, prefetching
 
 
 class Engine:
@@ -188,6 +188,18 @@ def test_profile_updates_profiles_that_many_updates_after_the_warm_up_and_classi
     profiled = saves[6]["weights"]
     loop(tmp_path / "none", Stream()).run(resume=False)
     assert not (tmp_path / "none/run/profile.json").exists() and torch.equal(saves[6]["weights"], profiled)
+
+
+@pytest.mark.parametrize(("settings", "device", "expected"), [
+    ({}, "cpu", (0, False)),  # a CPU's cores compute the model: nothing built ahead
+    ({}, "cuda", (2, True)),  # a GPU's loop launches kernels: a builder that takes no turns of the interpreter's lock
+    ({"prefetch_process": False}, "cuda", (2, False)),
+    ({"prefetch": 0}, "cuda", (0, True)),
+    ({"prefetch_process": True}, "cpu", (2, True)),
+    ({"prefetch": 3}, "cpu", (3, False)),
+])
+def test_where_micro_batches_are_built_ahead_by_default_and_when_asked(settings, device, expected):
+    assert prefetching(TrainConfig(steps=1, **settings), torch.device(device)) == expected
 
 
 def test_the_closing_summary_is_one_readable_line_and_a_file(tmp_path):
