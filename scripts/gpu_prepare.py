@@ -12,6 +12,11 @@ This writes into `.gpu/` (ignored by git; it travels beside the repository as th
 - `.gpu/data/en.txt.xz`: the GPU reference run's English corpus (`--english`; by default the 27 MB English corpus
   of the project's shared data where this checkout has it beside it). Without one the run uses the 2M tokens of
   `reference_data/` and says so.
+- `.gpu/tokenizers/`: the reference run's SentencePiece models, one per language of `configs/reference_gpu.json`,
+  trained here as its pipeline would (`tools.gpu_tokenizers`; the English one on `--english`), with a manifest of the
+  text and settings each was trained with. The reference part uses one only where its corpus is that very text: the
+  training was most of the seventh lease's data preparation (56.6 s). About 80 s here for English; kept from an earlier
+  preparation when its text and settings are the same.
 - `.gpu/bodies/NAME/` (`--body`): a Step-1 model folder for `scripts/experiments/gpu_ladder.sh`, its weights rounded to bfloat16
   (half the bytes: two bodies of the CPU reference's shape fit the limit only so), its tokenizer inside. Steps 2-4
   on the GPU compute in bf16, so Step 2 reads the same numbers; Step 3's master weights start from the rounded ones.
@@ -31,6 +36,7 @@ import lzma
 import shutil
 import subprocess
 import sys
+import time
 import zipfile
 from pathlib import Path
 
@@ -67,6 +73,8 @@ transformers treescope triton typer typing-extensions typing-inspect urllib3 uvl
 wrapt xarray xxhash yarl zipp
 """.split())
 NEVER_CARRY = frozenset({"torch", "numpy", "triton"})
+REFERENCE_CONFIG = "configs/reference_gpu.json"
+"""The reference run's config, whose tokenizers are trained here (``pack_tokenizers``)."""
 FOCUS_REQUIREMENTS = ("gensim",)  # setup.cfg's focus extra: Step 2's --init focus trains static vectors with it
 # What the package needs there: setup.cfg's install_requires and its hf extra (read from the file, so that a new
 # dependency travels without an edit here), and pytest for the GPU tests. By name only: the image's own versions
@@ -193,6 +201,24 @@ def pack_body(spec: str, out_root: Path) -> dict[str, object]:
     return {"name": name, "source": str(folder), "weights_sha256": written.weights_sha256}
 
 
+def pack_tokenizers(english: Path | None) -> dict[str, object]:
+    """The reference run's tokenizers, trained here as its pipeline would train them (``tools.gpu_tokenizers``), into
+    .gpu/tokenizers; those an earlier preparation trained on the same text are kept."""
+    from ds_minimodel.tools.gpu_tokenizers import train_carried
+
+    started, partial = time.perf_counter(), GPU / "tokenizers.partial"
+    shutil.rmtree(partial, ignore_errors=True)
+    try:
+        manifest = train_carried(REPO / REFERENCE_CONFIG, english, partial, REPO, earlier=GPU / "tokenizers")
+    except BaseException:
+        shutil.rmtree(partial, ignore_errors=True)
+        raise
+    shutil.rmtree(GPU / "tokenizers", ignore_errors=True)
+    partial.replace(GPU / "tokenizers")
+    print(f"tokenizers: {', '.join(manifest)} for {REFERENCE_CONFIG} ({time.perf_counter() - started:.0f} s)")
+    return {"config": REFERENCE_CONFIG, "languages": sorted(manifest)}
+
+
 def travelling_bytes() -> tuple[int, list[tuple[int, str]]]:
     """What the device tool sends: the files git tracks or does not ignore, and .gpu/."""
     listed = subprocess.run(["git", "ls-files", "-z", "--cached", "--others", "--exclude-standard"], cwd=REPO,
@@ -232,8 +258,10 @@ def main() -> int:
     english = pack_english(args.english, GPU / "data/en.txt.xz")
     if english is None:
         (GPU / "data/en.txt.xz").unlink(missing_ok=True)
+    tokenizers = pack_tokenizers(args.english)
     total, sizes = travelling_bytes()
-    manifest = {"wheels": fetched, "english": english, "bodies": bodies, "travelling_bytes": total,
+    manifest = {"wheels": fetched, "english": english, "tokenizers": tokenizers, "bodies": bodies,
+                "travelling_bytes": total,
                 "limit_bytes": LIMIT}
     (GPU / "manifest.json").write_text(json.dumps(manifest, indent=2) + "\n")
     for row in fetched:

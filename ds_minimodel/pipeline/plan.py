@@ -48,6 +48,17 @@ PASSES_NOTED = 50
 """Step 2 reading its target's corpus this many times or more is said before it starts (``Pipeline._note_passes``)."""
 
 
+def tokenizer_settings(cfg: PipelineConfig, corpus: Any, given: Any = None) -> dict[str, Any]:
+    """``prepare_tokenizer``'s settings for one of ``cfg``'s corpora (the source or a target), with ``given`` the
+    source model where the config names one (its own tokenizer reads the source text)."""
+    tokenizer = corpus.tokenizer
+    if corpus is cfg.source and given is not None:
+        tokenizer = given.tokenizer["path"]
+    return {"vocab_size": corpus.vocab_size or cfg.vocab_size, "character_coverage": corpus.character_coverage,
+            "tokenizer": None if tokenizer is None else Path(tokenizer),
+            "lowercase": tokenizer is None and case_folded(corpus.lowercase, given), "fit_vocab": cfg.fit_vocab}
+
+
 @dataclass(frozen=True)
 class Job:
     """One unit of the pipeline that can run on its own (one batch job under Slurm), after the jobs it needs."""
@@ -256,17 +267,10 @@ class Pipeline:
         is refused within seconds, before the other tokenizers and any encoding), then every corpus encoded."""
         settings = {}
         for corpus in sorted([self.cfg.source, *self.cfg.targets], key=lambda c: Path(c.corpus).stat().st_size):
-            tokenizer = corpus.tokenizer
-            if corpus is self.cfg.source and self.given is not None:  # the given model reads its own tokens
-                tokenizer = self.given.tokenizer["path"]
-            lowercase = tokenizer is None and case_folded(corpus.lowercase, self.given)
-            if lowercase and corpus.lowercase is None:
+            settings[corpus.lang] = tokenizer_settings(self.cfg, corpus, self.given)
+            if settings[corpus.lang]["lowercase"] and corpus.lowercase is None:
                 print(f"[pipeline] {corpus.lang}: its tokenizer case-folds text, as source.model's does (an uncased "
                       f"model; \"lowercase\": false in its corpus settings keeps case)", flush=True)
-            settings[corpus.lang] = {
-                "vocab_size": corpus.vocab_size or self.cfg.vocab_size, "character_coverage": corpus.character_coverage,
-                "tokenizer": None if tokenizer is None else Path(tokenizer), "lowercase": lowercase,
-                "fit_vocab": self.cfg.fit_vocab}
             prepare_tokenizer(Path(corpus.corpus), self.data_dir(corpus.lang), **settings[corpus.lang])
         for corpus in [self.cfg.source, *self.cfg.targets]:
             prepare(Path(corpus.corpus), self.data_dir(corpus.lang), **settings[corpus.lang])

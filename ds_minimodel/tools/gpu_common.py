@@ -88,6 +88,8 @@ class GpuRunSpec:
     """the reference run's pipeline config (relative to the repository)"""
     english: str | None = None
     """the reference run's English corpus (.txt or .txt.xz); None: the config's"""
+    tokenizers: Path | None = None
+    """tokenizers trained before the run (``tools.gpu_tokenizers``), used where they fit; None: every one trained"""
     languages: tuple[str, ...] = ("de",)
     """the reference run's target languages"""
     seeds: tuple[int, ...] = (1,)

@@ -19,6 +19,7 @@ from ds_minimodel.errors import InputError
 from ds_minimodel.pipeline.settings import PipelineConfig
 from ds_minimodel.systems import Step, get_system
 from ds_minimodel.tools.gpu_common import REPO, GpuRunSpec, Run, bench_cmd, device_name, ds_config, skipped
+from ds_minimodel.tools.gpu_tokenizers import carried
 
 CPU_REFERENCE = REPO / "configs/reference.json"
 """The CPU reference run's config: the body trained beside the GPU run has its shape and tokenizer."""
@@ -152,7 +153,7 @@ def reference_config(run: Run) -> PipelineConfig:
                    if spec.prefetch_process is not None and section != "step3" else {})
         return replace(settings, ds_config=path, **process)
 
-    return replace(
+    made = replace(
         config, out=str(run.work / "reference_gpu"), preset=s.reference_preset or config.preset,
         vocab_size=s.reference_vocab or config.vocab_size, systems=systems,
         source=replace(config.source, corpus=materialise(run, spec.english or config.source.corpus, max_bytes=cut)),
@@ -167,6 +168,12 @@ def reference_config(run: Run) -> PipelineConfig:
                                   for lang, path in getattr(task, split).items() if lang in ("en", *spec.languages)}
                           for split in ("dev", "test")})
                for task in config.tasks])
+    # Tokenizers trained before the run on these very corpora (scripts/gpu_prepare.py): none is trained again.
+    made = replace(made, source=replace(made.source, tokenizer=carried(spec.tokenizers, made, made.source)
+                                        or made.source.tokenizer),
+                   targets=[replace(t, tokenizer=carried(spec.tokenizers, made, t) or t.tokenizer)
+                            for t in made.targets])
+    return made
 
 
 def write_config(path: Path, config: PipelineConfig) -> None:

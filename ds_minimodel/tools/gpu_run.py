@@ -374,6 +374,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--parts", default=",".join(DEFAULT_PARTS), help=f"a subset of {','.join(PARTS)}, run in that "
                    f"order (default {','.join(DEFAULT_PARTS)})")
     p.add_argument("--config", default="configs/reference_gpu.json", help="the reference run's pipeline config")
+    p.add_argument("--tokenizers", type=Path, help="tokenizers trained before the run (scripts/gpu_prepare.py), used "
+                   "for the languages whose corpus and settings they were trained with; default: .gpu/tokenizers where "
+                   "it exists")
     p.add_argument("--english", help="the reference run's English corpus (.txt or .txt.xz); default: "
                    ".gpu/data/en.txt.xz where scripts/gpu_prepare.py put one, else the config's")
     p.add_argument("--languages", default="de", help="the reference run's target languages (comma-separated)")
@@ -401,9 +404,12 @@ def main(argv: list[str] | None = None) -> int:
     english = args.english
     if english is None and (REPO / ".gpu/data/en.txt.xz").is_file():
         english = str(REPO / ".gpu/data/en.txt.xz")
+    tokenizers = args.tokenizers
+    if tokenizers is None and (REPO / ".gpu/tokenizers").is_dir():
+        tokenizers = REPO / ".gpu/tokenizers"
     work = args.work or args.out.parent / f"{args.out.name}-work"
     spec = GpuRunSpec(out=args.out, work=work, parts=tuple(parts), tiny=args.tiny, config=Path(args.config),
-                      english=english, languages=tuple(args.languages.split(",")),
+                      english=english, tokenizers=tokenizers, languages=tuple(args.languages.split(",")),
                       seeds=tuple(int(k) for k in args.seeds.split(",")),
                       systems=tuple(args.systems.split(",")) if args.systems else None, body=args.body,
                       relearn=args.relearn, plan_from=args.plan_from,

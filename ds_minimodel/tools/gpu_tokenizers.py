@@ -1,0 +1,82 @@
+"""The GPU reference run's tokenizers, trained on the CPU before a lease and carried to it.
+
+Training them was most of the reference part's data preparation on the seventh lease (56.6 s on the H200's host for
+the English and German folders, of which encoding is a few seconds; BENCHMARKS.md, "Tokenizers trained before the
+lease"), and a reference part planned from an earlier run's jobs (``--plan-from``) has nothing to do meanwhile.
+``scripts/gpu_prepare.py`` trains each of ``configs/reference_gpu.json``'s languages here, exactly as the pipeline's
+``prepare`` would (``pipeline.plan.tokenizer_settings``), into ``.gpu/tokenizers/``; the reference part gives one to
+its pipeline as that language's ``tokenizer`` only where the corpus is the very text it was trained on (size and
+SHA-256) with the same settings, and trains as before otherwise (``--tiny``'s cut corpora, another ``--english``).
+"""
+from __future__ import annotations
+
+import lzma
+import shutil
+import tempfile
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+from ds_minimodel.config import file_sha256, read_json, write_json
+from ds_minimodel.data.prepare import prepare_tokenizer
+from ds_minimodel.pipeline.plan import tokenizer_settings
+from ds_minimodel.pipeline.settings import PipelineConfig
+
+MANIFEST = "manifest.json"
+
+
+def recorded_settings(config: PipelineConfig, corpus: Any) -> dict[str, Any]:
+    """A corpus's tokenizer settings as the manifest records them (JSON values; the given tokenizer left out)."""
+    return {k: v for k, v in tokenizer_settings(config, corpus).items() if k != "tokenizer"}
+
+
+def unpacked(path: Path, folder: Path) -> Path:
+    """``path`` as plain text: itself, or its ``.xz`` (the repository ships corpora packed) unpacked into ``folder``."""
+    if path.is_file() and path.suffix != ".xz":
+        return path
+    packed = path if path.suffix == ".xz" else path.with_name(path.name + ".xz")
+    if not packed.is_file():
+        raise FileNotFoundError(f"{path}: not found (nor {packed})")
+    plain = folder / packed.with_suffix("").name
+    plain.write_bytes(lzma.decompress(packed.read_bytes()))
+    return plain
+
+
+def train_carried(config_path: Path, english: Path | None, out: Path, repo: Path, *,
+                  earlier: Path | None = None) -> dict[str, Any]:
+    """Train the tokenizer of each of the config's languages that trains one (its source corpus ``english`` where
+    given) into ``out``, with the manifest that ``carried`` checks; one that ``earlier`` (an earlier preparation's
+    folder) holds for the same text and settings is copied instead. Returns the manifest."""
+    config = PipelineConfig.load(config_path)
+    manifest: dict[str, Any] = {}
+    out.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory() as tmp:
+        for corpus in [config.source, *config.targets]:
+            settings = tokenizer_settings(config, corpus)
+            if settings["tokenizer"] is not None:  # the config gives this language's tokenizer: nothing to train
+                continue
+            given = english if corpus is config.source and english is not None else repo / corpus.corpus
+            text = unpacked(Path(given), Path(tmp))
+            model = carried(earlier, config, replace(corpus, corpus=str(text))) or prepare_tokenizer(
+                text, Path(tmp) / corpus.lang, **settings)
+            shutil.copy(model, out / f"{corpus.lang}.model")
+            manifest[corpus.lang] = {"model": f"{corpus.lang}.model", "corpus": str(given),
+                                     "corpus_bytes": text.stat().st_size, "corpus_sha256": file_sha256(text),
+                                     "settings": recorded_settings(config, corpus)}
+    write_json(out / MANIFEST, manifest)
+    return manifest
+
+
+def carried(folder: Path | None, config: PipelineConfig, corpus: Any) -> str | None:
+    """The carried tokenizer of ``corpus``'s language where it was trained on this very text with the settings the
+    pipeline would train with now; None where there is none or it differs in any way."""
+    if folder is None or not (folder / MANIFEST).is_file():
+        return None
+    entry = read_json(folder / MANIFEST).get(corpus.lang)
+    text = Path(corpus.corpus)
+    if not isinstance(entry, dict) or corpus.tokenizer is not None or not text.is_file():
+        return None
+    model = folder / str(entry.get("model"))
+    same = (entry.get("settings") == recorded_settings(config, corpus) and model.is_file()
+            and entry.get("corpus_bytes") == text.stat().st_size and entry.get("corpus_sha256") == file_sha256(text))
+    return str(model) if same else None

@@ -1,0 +1,100 @@
+"""Tokenizers trained before a GPU lease (``tools.gpu_tokenizers``): trained as the pipeline would train them, used by
+the reference part only for the very text and settings they were trained with, kept across preparations."""
+from __future__ import annotations
+
+import dataclasses
+import json
+import lzma
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+import sentencepiece as spm
+
+from ds_minimodel.data.prepare import prepare_tokenizer
+from ds_minimodel.pipeline.plan import tokenizer_settings
+from ds_minimodel.pipeline.settings import PipelineConfig
+from ds_minimodel.tools import gpu_tokenizers
+from ds_minimodel.tools.gpu_common import GPU, REPO, GpuRunSpec
+from ds_minimodel.tools.gpu_reference import reference_config
+from ds_minimodel.tools.gpu_tokenizers import MANIFEST, carried, train_carried
+
+DEMO = REPO / "demo_data/corpus"
+
+
+@pytest.fixture(scope="module")
+def prepared(tmp_path_factory) -> SimpleNamespace:
+    """The GPU reference's config over two small corpora, English as given text and German packed as the repository
+    ships its corpora (``.xz`` beside a name that does not exist), and its tokenizers trained before the "lease"."""
+    root = tmp_path_factory.mktemp("carried")
+    en, de = root / "en.txt", root / "de.txt"
+    en.write_text("".join((DEMO / "en.txt").read_text(encoding="utf-8").splitlines(keepends=True)[:2000]))
+    de_text = "".join((DEMO / "de.txt").read_text(encoding="utf-8").splitlines(keepends=True)[:2000])
+    Path(f"{de}.xz").write_bytes(lzma.compress(de_text.encode()))
+    config = json.loads((REPO / "configs/reference_gpu.json").read_text())
+    config.update(vocab_size=300, source={"lang": "en", "corpus": str(root / "config-en.txt")},
+                  targets=[{"lang": "de", "corpus": str(de)}])
+    path = root / "config.json"
+    path.write_text(json.dumps(config))
+    manifest = train_carried(path, en, root / "tok", REPO)
+    return SimpleNamespace(root=root, en=en, de_text=de_text, config_path=path, cfg=PipelineConfig.load(path),
+                           folder=root / "tok", manifest=manifest)
+
+
+def pieces(model: str | Path) -> list[str]:
+    processor = spm.SentencePieceProcessor(model_file=str(model))
+    return [processor.id_to_piece(i) for i in range(processor.get_piece_size())]
+
+
+def test_each_language_is_trained_as_the_pipeline_would_train_it(prepared, tmp_path):
+    assert sorted(prepared.manifest) == ["de", "en"] and (prepared.folder / MANIFEST).is_file()
+    assert prepared.manifest["en"]["corpus"] == str(prepared.en)  # the English given, not the config's
+    cfg = prepared.cfg
+    own = prepare_tokenizer(prepared.en, tmp_path / "en", **tokenizer_settings(cfg, cfg.source))
+    assert pieces(own) == pieces(prepared.folder / "en.model")
+    assert len(pieces(prepared.folder / "de.model")) == 300
+
+
+def test_a_carried_tokenizer_serves_only_its_own_text_and_settings(prepared, tmp_path):
+    cfg, folder = prepared.cfg, prepared.folder
+    source = dataclasses.replace(cfg.source, corpus=str(prepared.en))
+    assert carried(folder, cfg, source) == str(folder / "en.model")
+    de = tmp_path / "de.txt"  # the German text unpacked, as the lease's run unpacks it
+    de.write_text(prepared.de_text, encoding="utf-8")
+    assert carried(folder, cfg, dataclasses.replace(cfg.targets[0], corpus=str(de))) == str(folder / "de.model")
+    cut = tmp_path / "cut.txt"  # --tiny's cut corpus: another text
+    cut.write_text("".join(prepared.en.read_text(encoding="utf-8").splitlines(keepends=True)[:1000]))
+    assert carried(folder, cfg, dataclasses.replace(source, corpus=str(cut))) is None
+    assert carried(folder, dataclasses.replace(cfg, vocab_size=400), source) is None  # other settings
+    assert carried(folder, cfg, dataclasses.replace(source, tokenizer=str(folder / "de.model"))) is None  # given
+    assert carried(None, cfg, source) is None and carried(tmp_path, cfg, source) is None  # nothing carried
+
+
+def test_the_reference_run_takes_them_for_its_own_corpora_and_trains_the_rest(prepared, tmp_path):
+    def config_for(english: Path) -> PipelineConfig:
+        spec = GpuRunSpec(out=tmp_path / "out", work=tmp_path / "work", parts=("reference",),
+                          config=prepared.config_path, english=str(english), tokenizers=prepared.folder)
+        return reference_config(SimpleNamespace(spec=spec, sizes=GPU, work=tmp_path / "work", cuda=False))
+
+    made = config_for(prepared.en)
+    assert made.source.tokenizer == str(prepared.folder / "en.model")
+    assert made.targets[0].tokenizer == str(prepared.folder / "de.model")  # German unpacked from its .xz
+    other = tmp_path / "other.txt"
+    other.write_text(prepared.en.read_text(encoding="utf-8") + "one more line\n", encoding="utf-8")
+    made = config_for(other)
+    assert made.source.tokenizer is None and made.targets[0].tokenizer == str(prepared.folder / "de.model")
+
+
+def test_a_new_preparation_keeps_the_tokenizers_an_earlier_one_trained_on_the_same_text(prepared, tmp_path,
+                                                                                          monkeypatch):
+    def no_training(*args, **kwargs):
+        raise AssertionError("trained again")
+
+    monkeypatch.setattr(gpu_tokenizers, "prepare_tokenizer", no_training)
+    manifest = train_carried(prepared.config_path, prepared.en, tmp_path / "again", REPO, earlier=prepared.folder)
+    assert manifest == prepared.manifest
+    for lang in ("en", "de"):
+        assert (tmp_path / "again" / f"{lang}.model").read_bytes() == (prepared.folder / f"{lang}.model").read_bytes()
+    with pytest.raises(AssertionError, match="trained again"):  # another text is trained
+        train_carried(prepared.config_path, prepared.root / "de.txt.xz", tmp_path / "other", REPO,
+                      earlier=prepared.folder)
