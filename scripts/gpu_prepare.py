@@ -279,7 +279,8 @@ def main() -> int:
           "     (a job's update with its batches built in a process, now a GPU's default, and on a thread as before)\n"
           "  2. bash scripts/gpu_run.sh --parts reference --plan-from benchmarks/gpu_h200_lease7.json --minutes 8\n"
           "     timeout_s 540; on an H200 (the plan comes from that lease's jobs, whose batches were built on a\n"
-          "     thread). On another device: bash scripts/gpu_run.sh, timeout_s 600.\n"
+          "     thread). On another device: bash scripts/gpu_run.sh, timeout_s 600. Add --prefetch-in thread if call\n"
+          "     1's job row failed where its thread row ran (a builder forked from a CUDA process, untried on a GPU).\n"
           "On a GPU node of your own, with DeepSpeed installed: ds-minimodel gpu-run --out runs/gpu")
     return 0
 
