@@ -49,6 +49,12 @@ class Embeddings(nn.Module):
 
 
 class SelfAttention(nn.Module):
+    qkv_views = False
+    """Q, K and V as views of the projection's output in its own (B, S, 3, heads, head_dim) layout rather than
+    permuted head-first (``Body.qkv_views``, a training option): the same values, and in the backward their gradients
+    are assembled in the projection's layout with one copy where the permuted layout takes two (the copies were 14% of
+    a RoBERTa-base update on an H200, BENCHMARKS.md "Where an update's time goes")."""
+
     def __init__(self, cfg: ModelConfig) -> None:
         super().__init__()
         self.num_heads = cfg.num_heads
@@ -58,9 +64,11 @@ class SelfAttention(nn.Module):
 
     def forward(self, x: torch.Tensor, attn_mask: torch.Tensor | None) -> torch.Tensor:
         batch, seq_len, hidden = x.shape
-        # (B, S, 3h) -> (3, B, heads, S, head_dim)
-        qkv = self.qkv(x).view(batch, seq_len, 3, self.num_heads, hidden // self.num_heads).permute(2, 0, 3, 1, 4)
-        q, k, v = qkv.unbind(0)
+        qkv = self.qkv(x).view(batch, seq_len, 3, self.num_heads, hidden // self.num_heads)
+        if self.qkv_views:  # three (B, S, heads, head_dim) views, each read as (B, heads, S, head_dim)
+            q, k, v = (t.transpose(1, 2) for t in qkv.unbind(2))
+        else:  # (B, S, 3h) -> (3, B, heads, S, head_dim)
+            q, k, v = qkv.permute(2, 0, 3, 1, 4).unbind(0)
         y = F.scaled_dot_product_attention(
             q, k, v, attn_mask=attn_mask, dropout_p=self.attention_dropout if self.training else 0.0)
         y = y.transpose(1, 2).reshape(batch, seq_len, hidden)  # (B, heads, S, d) -> (B, S, h)
@@ -131,6 +139,16 @@ class Body(nn.Module):
         self.layers = nn.ModuleList(EncoderLayer(cfg) for _ in range(cfg.num_layers))
         self.activation_checkpointing = False
         """Recompute each layer in the backward pass instead of keeping its activations (a training option)."""
+
+    @property
+    def qkv_views(self) -> bool:
+        """Every layer's attention reads Q, K and V as views of its projection (``SelfAttention.qkv_views``)."""
+        return all(layer.attention.qkv_views for layer in self.layers)
+
+    @qkv_views.setter
+    def qkv_views(self, on: bool) -> None:
+        for layer in self.layers:
+            layer.attention.qkv_views = on
 
     def _init_weights(self, module: nn.Module) -> None:
         # BERT/RoBERTa initialisation: N(0, 0.02) weights, zero biases, LayerNorm at identity.

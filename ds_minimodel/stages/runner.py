@@ -81,7 +81,7 @@ def train_config(spec: RunSpec, ds_config: dict[str, Any], steps: int | None = N
     check_ds_config(ds_config, str(spec.ds_config), steps=steps)
     return TrainConfig(steps=steps, seed=spec.seed, save_every=spec.save_every, log_every=spec.log_every,
                        warmup_ratio=spec.warmup_ratio, activation_checkpointing=spec.activation_checkpointing,
-                       compile=spec.compile, prefetch=spec.prefetch,
+                       qkv_views=spec.qkv_views, compile=spec.compile, prefetch=spec.prefetch,
                        prefetch_process=spec.prefetch_process, profile_updates=spec.profile_updates, **shape)
 
 

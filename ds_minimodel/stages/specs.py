@@ -82,6 +82,8 @@ class RunSpec:
     """this run's name under --log-root (default: stage, language and system)"""
     activation_checkpointing: bool = False
     """recompute each layer in the backward pass: less activation memory, ~1 more forward pass"""
+    qkv_views: bool = False
+    """attention reads Q, K and V as views of its projection: the same values, one copy fewer in the backward"""
     compile: bool = False
     """torch.compile the model: faster updates after a compilation of about a minute"""
     prefetch: Annotated[Count | None, OWN_DEFAULT] = None

@@ -132,6 +132,7 @@ def stage_engine(stage: str, args: BenchSpec, *, micro_batch: int, steps: int
     ds_config = fill_schedule(load_ds_config(args.ds_config), steps, 0.08)
     model, loss_fn, analytic, cfg = stage_setup(stage, args)
     model.activation_checkpointing = args.activation_checkpointing
+    model.qkv_views = args.qkv_views
     trainable = [p for p in model.parameters() if p.requires_grad]
     config = {**ds_config, "train_batch_size": micro_batch, "train_micro_batch_size_per_gpu": micro_batch,
               "gradient_accumulation_steps": 1}
@@ -194,7 +195,8 @@ def time_stage(stage: str, args: BenchSpec) -> dict[str, Any]:
             "tokens_per_s": args.micro_batch * args.seq_len / median, "analytic_flops": analytic,
             "achieved_tflops": analytic / median / 1e12, "peak_memory_mb": peak_bytes / 2**20,
             "memory_kind": "GPU max allocated" if cuda else "process peak RSS",
-            "activation_checkpointing": args.activation_checkpointing, "compile": args.compile}
+            "activation_checkpointing": args.activation_checkpointing, "qkv_views": args.qkv_views,
+            "compile": args.compile}
 
 
 def release_device_memory() -> None:
@@ -213,7 +215,7 @@ def _stage_argv(args: BenchSpec) -> list[str]:
             "--mini-layers", str(args.mini_layers), "--new-layers", str(args.new_layers), "--warmup",
             str(args.warmup), "--updates", str(args.updates), "--ds-config", str(args.ds_config),
             *(["--activation-checkpointing"] if args.activation_checkpointing else []),
-            *(["--compile"] if args.compile else [])]
+            *(["--qkv-views"] if args.qkv_views else []), *(["--compile"] if args.compile else [])]
 
 
 def stages(names: list[str], args: BenchSpec) -> dict[str, Any]:
@@ -419,6 +421,8 @@ def build_parser() -> argparse.ArgumentParser:
         _shape_args(s)
         _stage_model_args(s)
         s.add_argument("--activation-checkpointing", action="store_true", help="recompute layers in the backward")
+        s.add_argument("--qkv-views", action="store_true", help="attention reads Q, K and V as views of its "
+                       "projection (one copy fewer in the backward)")
         s.add_argument("--compile", action="store_true", help="torch.compile the model (DeepSpeed engine.compile)")
     mb = sub.add_parser("max-batch", help="the largest micro-batch of a stage that trains (doubling until out of "
                         "memory), through the DeepSpeed engine")

@@ -249,8 +249,9 @@ def part_bench(run: Run, budget: float) -> dict[str, Any]:
 def part_profile(run: Run, budget: float) -> dict[str, Any]:
     """Step 1 at the benchmark's shapes under torch.profiler: where an update's time goes, by kernel class
     (``train.kernel_classes``): plain bf16, then with the levers the first profile pointed to (no gradient
-    overflow check: the host waited on the GPU in each optimizer step; ``--compile``: fused norm, activation and
-    copies). Each row's torch table goes to the log."""
+    overflow check: the host waited on the GPU in each optimizer step; ``--qkv-views``: one copy fewer of the
+    attention's gradients; ``--compile``: fused norm, activation and copies). Each row's torch table goes to the
+    log."""
     from ds_minimodel.tools.bench import summarise
     from ds_minimodel.train.kernel_classes import profile_table
 
@@ -259,18 +260,19 @@ def part_profile(run: Run, budget: float) -> dict[str, Any]:
     plain, unchecked = ds_config(run, "profile"), ds_config(run, "profile_unchecked", overflow_check=False)
     found: dict[str, Any] = {"micro_batch": micro, "preset": s.preset, "seq_len": s.seq_len, "rows": []}
     for label, ds, extra in (("bf16", plain, ()), ("bf16, no overflow check", unchecked, ()),
+                             ("bf16 --qkv-views, no overflow check", unchecked, ("--qkv-views",)),
                              ("bf16 --compile, no overflow check", unchecked, ("--compile",))):
         if found["rows"] and not s.profile_levers:
             found["rows"].append({"label": label, **skipped("--tiny: the plain row's command with one setting "
                                                             "changed; test_bench.py checks that setting")})
             continue
-        if extra and not s.compile:
+        if "--compile" in extra and not s.compile:
             found["rows"].append({"label": label, **skipped("--tiny: compiling takes about 50 s on a CPU")})
             continue
         table = run.work / f"profile_{len(found['rows'])}.txt"
         rows, status = run.timed(f"profile {label} step1 x{micro}", bench_cmd(
             run, "one-stage", "step1", preset=s.preset, vocab=s.vocab, seq_len=s.seq_len, micro=micro, ds=ds,
-            extra=(*extra, "--profile", str(table))), 120 if extra else 70, end)
+            extra=(*extra, "--profile", str(table))), 120 if "--compile" in extra else 70, end)
         row = {"label": label, "micro_batch": micro, **status, **(rows[-1] if rows else {})}
         if row.get("profile"):
             summarise([row], "bf16", 1)  # its MFU

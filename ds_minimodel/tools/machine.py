@@ -44,6 +44,7 @@ class BenchSpec:
     new_layers: int = 2
     ds_config: Path | None = None
     activation_checkpointing: bool = False
+    qkv_views: bool = False
     compile: bool = False
     profile: Path | None = None
     start: int = 8

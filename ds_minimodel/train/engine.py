@@ -137,6 +137,8 @@ def build_engine(stage: Stage, ds_config: dict[str, Any], train_cfg: TrainConfig
     config = fill_schedule(ds_config, train_cfg.steps, train_cfg.warmup_ratio)  # the JSON was checked whole before
     if train_cfg.activation_checkpointing:
         stage.model.activation_checkpointing = True
+    if train_cfg.qkv_views:
+        stage.model.qkv_views = True
     config.update(train_batch_size=batch.global_batch, train_micro_batch_size_per_gpu=batch.micro,
                   gradient_accumulation_steps=batch.accumulation)
     # deepspeed.initialize starts DeepSpeed's communication backend even over a group the caller started itself,

@@ -167,9 +167,12 @@ def test_frozen_peer_ends_the_run_within_the_timeout(two_hosts, en_data, tmp_pat
 
 
 def test_the_fork_launcher_trains_what_torchrun_trains(reference, en_data, tmp_path):
-    """Ranks forked from one interpreter (``--launcher fork``), bitwise what torchrun's two trained."""
+    """Ranks forked from one interpreter (``--launcher fork``), bitwise what torchrun's two trained; this run's
+    attention also reads Q, K and V as views of its projection (``--qkv-views``), which must not change a bit."""
     out = tmp_path / "run"
-    run_cmd(fork_cmd(2, "run_pretrain.py", *PRETRAIN, "--data", str(en_data), "--out", str(out), "--steps", str(STEPS)))
+    run_cmd(fork_cmd(2, "run_pretrain.py", *PRETRAIN, "--data", str(en_data), "--out", str(out), "--steps", str(STEPS),
+                     "--qkv-views"))
+    assert json.loads((out / "run.json").read_text())["train"]["qkv_views"] is True
     assert losses(out) == losses(reference)
     final = f"checkpoints/step_{STEPS:08d}/{checkpoint.WEIGHTS}"
     a, b = (torch.load(run / final, weights_only=True) for run in (out, reference))

@@ -394,6 +394,36 @@ def test_activation_checkpointing_changes_nothing_but_memory(frozen_body):
         assert torch.equal(plain_grads[name], ckpt_grads[name]), name
 
 
+@pytest.mark.parametrize("structure", ["post-LN, learned positions", "pre-LN, ALiBi"])
+def test_qkv_views_change_nothing_but_the_copies_in_the_backward(structure):
+    """``qkv_views``: the same losses and gradients, bitwise in fp32, with padding and dropout, and fewer copies in the
+    backward (the permuted layout's gradient is made contiguous once more per layer)."""
+    cfg = get_preset("tiny").replace(num_layers=3, aux_head_layer=2, dropout=0.1, attention_dropout=0.1)
+    if structure == "pre-LN, ALiBi":
+        cfg = cfg.replace(pre_norm=True, attention_bias="alibi")
+    torch.manual_seed(0)
+    ids = torch.randint(5, cfg.vocab_size, (3, 24))
+    padding = torch.arange(24) < torch.tensor([[24], [17], [9]])
+    labels = torch.where((torch.rand(3, 24) < 0.3) & padding, ids, torch.full_like(ids, IGNORE_INDEX))
+    results = []
+    for views in (False, True):
+        torch.manual_seed(1)
+        model = MaskedLM(cfg).train()
+        model.qkv_views = views
+        assert model.qkv_views == views and all(layer.attention.qkv_views == views for layer in model.layers)
+        torch.manual_seed(2)  # the same dropout masks for both runs
+        loss = mlm_losses(model(ids, padding, labels != IGNORE_INDEX), labels)["loss"]
+        with torch.profiler.profile() as profile:
+            loss.backward()
+        copies = sum(e.count for e in profile.key_averages() if e.key in ("aten::clone", "aten::contiguous"))
+        results.append((loss.detach(), {n: p.grad for n, p in model.named_parameters()}, copies))
+    (plain_loss, plain_grads, plain_copies), (views_loss, views_grads, views_copies) = results
+    assert torch.equal(plain_loss, views_loss) and plain_grads.keys() == views_grads.keys()
+    for name in plain_grads:
+        assert torch.equal(plain_grads[name], views_grads[name]), name
+    assert plain_copies - views_copies == cfg.num_layers, (views_copies, plain_copies)  # one fewer per layer
+
+
 # --- pre-LN and the task head's pooling ------------------------------------------------------------------------------
 
 

@@ -115,14 +115,14 @@ def test_what_is_not_a_result_and_what_resume_may_change_come_from_the_roles_on_
     assert MiniPostSpec.not_results() == {"out", "resume", "allow_config_change", "log_root", "run_name", "save_every",
                                           "log_every", "keep_checkpoints", "prefetch", "compile",
                                           "activation_checkpointing", "dist_timeout", "profile_updates",
-                                          "prefetch_process"}
+                                          "prefetch_process", "qkv_views"}
     assert FinetuneSpec.not_results() <= set(MiniPostSpec.not_results())  # no keep_checkpoints there
     # a spec's copy of a training setting has TrainConfig's role; what the run learns is identity by default
     assert role_of(AdaptSpec, "steps") == Role.LENGTH and role_of(AdaptSpec, "warmup_ratio") == Role.SETUP
     assert role_of(AdaptSpec, "init") == role_of(TrainConfig, "seq_len") == Role.IDENTITY
     assert HARMLESS == {"train.steps", "train.save_every", "train.log_every", "train.keep_checkpoints",
                         "train.prefetch", "train.compile", "train.activation_checkpointing",
-                        "train.profile_updates", "train.prefetch_process"}
+                        "train.profile_updates", "train.prefetch_process", "train.qkv_views"}
 
 
 def test_specs_name_their_stage_and_take_the_launcher_timeout_default():
