@@ -8,6 +8,7 @@ ranks apart, train, and summarise.
 from __future__ import annotations
 
 import datetime
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -117,6 +118,7 @@ def bf16_notice(ds_config: dict[str, Any], source: Path | str, *, cuda: bool, na
 
 def run_stage(spec: RunSpec, build: Builder) -> Outcome:
     """Run one stage on every rank from its spec."""
+    started = time.perf_counter()
     ds_config = load_ds_config(spec.ds_config)
     # The whole DeepSpeed JSON is checked before the process group starts, where the update count is known.
     train_cfg = train_config(spec, ds_config) if isinstance(spec, MLMSpec) else None
@@ -144,6 +146,7 @@ def run_stage(spec: RunSpec, build: Builder) -> Outcome:
     summary = {"run": built.stage.name, "step": result.step, "steps": built.train_cfg.steps,
                "tokens": result.tokens, "flops": result.flops,
                "checkpoint": str(result.checkpoint), "stopped_by": result.stopped_by,
-               "update_seconds": result.update_seconds, **result.last_metrics,
+               "update_seconds": result.update_seconds, "save_seconds": result.save_seconds, **result.last_metrics,
                **built.summary(result)}
+    summary["job_seconds"] = time.perf_counter() - started  # set-up, updates, checkpoints and the summary's own work
     return Outcome(summary=summary, built=built, result=result)

@@ -388,7 +388,9 @@ def run_pipeline(run: Run, config: PipelineConfig, plan: dict[str, Any]) -> dict
 
 def in_updates(out: Path, seconds: float) -> dict[str, Any]:
     """How much of the pipeline's ``seconds`` its jobs spent in training updates (each run's summary.json, written
-    at its end), in all and per job: the share issue 47's target is about (75% of a device command's)."""
+    at its end), in all and per job: the share issue 47's target is about (75% of a device command's). With each
+    job's whole seconds and those it spent writing checkpoints (where its summary has them), and what the jobs
+    leave of the pipeline's seconds (the launch's start, data checks, Step 4, the analysis)."""
     from ds_minimodel.stages.cli import SUMMARY_FILE
 
     jobs, updates = {}, {}
@@ -396,10 +398,14 @@ def in_updates(out: Path, seconds: float) -> dict[str, Any]:
         figures = read_json(summary)
         name = figures.get("run", str(summary.parent))
         jobs[name] = round(figures.get("update_seconds", 0.0), 2)
-        updates[name] = {"updates": figures.get("step"), "seconds": figures.get("update_seconds", 0.0)}
+        updates[name] = {"updates": figures.get("step"), "seconds": figures.get("update_seconds", 0.0),
+                         **{key: figures[key] for key in ("job_seconds", "save_seconds") if key in figures}}
     total = sum(jobs.values())
+    whole = [job["job_seconds"] for job in updates.values() if "job_seconds" in job]
+    outside = {"outside_jobs_s": seconds - sum(whole)} if whole and len(whole) == len(updates) else {}
     return {"update_seconds": total, "update_share": total / seconds if seconds else None, "job_updates_s": jobs,
-            "job_updates": updates}
+            "job_updates": updates, "save_seconds": sum(job.get("save_seconds", 0.0) for job in updates.values()),
+            **outside}
 
 
 def pack_reference(run: Run, out: Path) -> dict[str, Any]:

@@ -90,6 +90,8 @@ class TrainResult:
     update_seconds: float = 0.0
     """Wall-clock seconds this process spent in updates (forward, backward, step), checkpoints not counted: set
     against a plan's wall clock, the share of it that trained."""
+    save_seconds: float = 0.0
+    """Wall-clock seconds this process spent writing checkpoints."""
 
 
 def batch_to(batch: dict[str, Any], device: torch.device) -> dict[str, Any]:
@@ -181,6 +183,7 @@ class Loop:
         # loss (computed before it) is finite: its gradient norm is read before the weights after it are saved.
         self.unchecked = unchecked
         self.step = self.samples = self.tokens = 0
+        self.save_seconds = 0.0
         self.last_ckpt: Path | None = None
         self.saving: int | None = None  # the update whose checkpoint is being written, while it is
 
@@ -189,7 +192,7 @@ class Loop:
             print(f"[{self.stage.name}] {line}", flush=True)
 
     def save(self, at: int) -> Path:
-        stage = self.stage
+        stage, started = self.stage, time.perf_counter()
         self.saving = at
         self.last_ckpt = checkpoint.save(
             self.engine, self.run_dir, at,
@@ -198,6 +201,7 @@ class Loop:
              "global_batch": self.batch.global_batch},
             keep=self.cfg.keep_checkpoints, trainable_only=stage.compact_checkpoints, frozen=self.frozen)
         self.saving = None
+        self.save_seconds += time.perf_counter() - started
         return self.last_ckpt
 
     def resume(self) -> Path | None:
@@ -316,7 +320,7 @@ class Loop:
         return TrainResult(step=self.step, samples=self.samples, tokens=self.tokens,
                            flops=self.step * stage.flops_per_update, last_metrics=metrics, checkpoint=self.last_ckpt,
                            engine=self.engine, stopped_by=stopped_by, skipped_updates=skipped,
-                           update_seconds=in_updates)
+                           update_seconds=in_updates, save_seconds=self.save_seconds)
 
 
 def _engine_metrics(engine: Any, scale_watch: LossScaleWatch | None) -> dict[str, float]:

@@ -168,6 +168,11 @@ def test_the_reference_part_plans_from_an_earlier_runs_jobs_and_builds_batches_i
     jobs = ref["pipeline"]["job_updates"]
     assert jobs["step1-base"]["updates"] == 1 and jobs["step2-de-bl_base"]["updates"] == 2
     assert all(job["seconds"] > 0 for job in jobs.values())
+    # Each job's whole seconds hold its updates and its checkpoints (Step 2 saves its start, then every fifth), and
+    # the pipeline's seconds hold the jobs'.
+    assert all(job["job_seconds"] > job["seconds"] + job["save_seconds"] for job in jobs.values())
+    assert jobs["step2-de-bl_base"]["save_seconds"] > 0 and ref["pipeline"]["save_seconds"] > 0
+    assert 0 < ref["pipeline"]["outside_jobs_s"] < ref["pipeline"]["seconds"]
     # --prefetch-in process: the MLM stages' jobs built their batches in a process of their own (2 ahead, on a CPU
     # too)
     runs = tmp_path / "work/reference_gpu"
