@@ -275,8 +275,9 @@ def main() -> int:
               "pass a smaller --english or remove untracked files", file=sys.stderr)
         return 1
     print("\nThe next lease's device calls (device tool `run`, carry [\".gpu\"]), in order (RESULTS.md, \"Next\"):\n"
-          "  1. ROWS=job,thread bash scripts/experiments/gpu_update_gap.sh                timeout_s 240\n"
-          "     (a job's update with its batches built in a process, now a GPU's default, and on a thread as before)\n"
+          "  1. ROWS=loader,job,thread bash scripts/experiments/gpu_update_gap.sh         timeout_s 270\n"
+          "     (what building batches on a thread and in a process costs 5,000 kernel launches on this host; a job's\n"
+          "     update with its batches built in a process, now a GPU's default, and on a thread as before)\n"
           "  2. bash scripts/gpu_run.sh --parts reference --plan-from benchmarks/gpu_h200_lease7.json --minutes 8\n"
           "     timeout_s 540; on an H200 (the plan comes from that lease's jobs, whose batches were built on a\n"
           "     thread). On another device: bash scripts/gpu_run.sh, timeout_s 600. Add --prefetch-in thread if call\n"

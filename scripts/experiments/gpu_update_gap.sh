@@ -2,6 +2,9 @@
 # Issue 47: why an update inside a training job is slower than the bench's median at the same shapes. On the sixth
 # lease (H200) the reference run's jobs took 1.5-4.6 times the bench's seconds per update (BENCHMARKS.md, "Process
 # starts"). This times, at the GPU reference's shapes (preset reference_gpu, vocabulary 8,000, 256 x 128, bf16):
+#   loader      `bench loader --launches 5000`: 5,000 small kernel launches as an update's host side, with the
+#               micro-batches built on demand, on a thread and in a process (this machine's CPU, real CUDA launches,
+#               pinned copies); its JSON also to $OUT/loader.json
 #   bench       `bench one-stage step1` and `step2-bl_base` (synthetic batches; median of 10 after 3 warm-up)
 #   job         run_pretrain.py for STEPS updates, then run_adapt.py (BL_BASE's Step 2 over it, English as the
 #               "target": the same shapes), each job's own update_seconds / STEPS (summary.json); micro-batches
@@ -14,7 +17,8 @@
 #               class in the row ("profile"), torch's table of the largest kernels in gap.log
 #   thread      the same jobs with their micro-batches built on a thread (--prefetch-process False), which takes
 #               turns of the interpreter's lock from the loop launching the kernels: the seventh lease's job row
-# ROWS picks a subset, in that order (default: the first lease's four), e.g. ROWS=blocks; ROWS=none prepares the data.
+# ROWS picks a subset, in that order (default: the first lease's four, bench to unchecked), e.g. ROWS=blocks;
+# ROWS=none prepares the data.
 # Each row's figures go to $OUT/gap.jsonl, the whole output to $OUT/gap.log. For a lease (about 5 minutes; after `gpu_run.sh --minutes 6` in the same lease):
 #     device run: bash scripts/experiments/gpu_update_gap.sh      carry [".gpu"]   (after scripts/gpu_prepare.py)
 # On a CPU at a size of seconds: PRESET=tiny MICRO=4 STEPS=6 PYTHON=.venv/bin/python bash scripts/experiments/gpu_update_gap.sh
@@ -46,6 +50,12 @@ if not run.cuda:  # bf16 matmuls crawl on a CPU without native bf16: the check i
     checked.write_text(json.dumps(config))
 PY
 "$PY" -m ds_minimodel prepare --corpus "$WORK/en.txt" --out "$WORK/en" --vocab-size "$VOCAB" --no-progress 2>&1 | log
+wanted loader && { echo "### loader" | log
+timeout 120 "$PY" -m ds_minimodel bench loader --data "$WORK/en" --seq-len 128 --micro-batch "$MICRO" --launches 5000 \
+  --updates 50 --json "$OUT/loader.json" 2>&1 | log
+[ -f "$OUT/loader.json" ] && "$PY" -c "import json, sys; r = json.load(open(sys.argv[1])); \
+[print(json.dumps({'row': 'loader', 'stage': x['builder'], 's_per_update': x['update_ms'] / 1e3, **x})) \
+ for x in r['runs']]" "$OUT/loader.json" >> "$OUT/gap.jsonl"; }
 wanted bench && { echo "### bench" | log
 timeout 200 "$PY" -m ds_minimodel bench one-stage step1,step2-bl_base --preset "$PRESET" --vocab "$VOCAB" --seq-len 128 \
   --micro-batch "$MICRO" --warmup 3 --updates 10 --ds-config "$WORK/ds_checked.json" 2>&1 | log \
