@@ -226,7 +226,7 @@ class TrainConfig:
     thread of the training process; None, in a process on a GPU and on a thread on a CPU. Building one is mostly
     Python, and on a thread it takes turns of the interpreter's lock from the loop that launches the kernels: with
     the loop launch-bound, as a GPU update's host side is, a thread added twice the batch's building time to each
-    update and a process 2-4 ms (``ds-minimodel bench loader --launches``, BENCHMARKS.md). The same batches either
+    update and a process about 2 ms (``ds-minimodel bench loader --launches``, BENCHMARKS.md). The same batches either
     way."""
     profile_updates: int = field(default=0, metadata=role(Role.HARMLESS))
     """Profile this many updates with torch.profiler, after the process's first ten (``train.kernel_classes``):

@@ -3,9 +3,9 @@
 Building one costs real host time: a 256 x 128 micro-batch of the GPU reference's Step 1 takes 9-11 ms of one core of
 this project's CPU (``ds-minimodel bench loader``; BENCHMARKS.md), mostly Python (a generator seeded per sample, then
 BERT's masking), and Python code holds the interpreter's lock. On a thread it competes for that lock with the loop
-that launches the model's kernels: against a loop of small tensor operations it added 19-20 ms to each update, twice
+that launches the model's kernels: against a loop of small tensor operations it added 18-21 ms to each update, twice
 its building time. In a process (``process=True``, a fork of this one that touches no GPU, a GPU run's default:
-``train.engine.prefetching``) it added 2-4 ms, the batches reaching the loop pickled through a pipe (their arrays,
+``train.engine.prefetching``) it added about 2 ms, the batches reaching the loop pickled through a pipe (their arrays,
 about 0.8 MB at that size). Either way the batches, their order and ``state_dict`` are those of the stream itself, so
 a checkpoint resumes exactly.
 """

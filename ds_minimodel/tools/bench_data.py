@@ -76,7 +76,8 @@ def loader(args: BenchSpec) -> dict[str, Any]:
                  else flops.per_update_flops(Step.PRETRAIN, cfg, **shape) / (0.45 * gpu_peak))
     device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
     stand_in = launcher(args.launches, device) if args.launches else lambda: time.sleep(compute_s)
-    alone = statistics.fmean(timed(stand_in) for _ in range(args.warmup + args.updates))
+    # The stand-in alone, after the warm-up as in the rows (a GPU's first launches load their kernels)
+    alone = statistics.fmean([timed(stand_in) for _ in range(args.warmup + args.updates)][args.warmup:])
     with tempfile.TemporaryDirectory() as tmp:
         data = args.data
         if data is None:
