@@ -16,6 +16,7 @@ import os
 import queue
 import signal
 import threading
+import time
 import traceback
 from collections.abc import Callable
 from typing import Any
@@ -23,6 +24,11 @@ from typing import Any
 import torch
 
 from ds_minimodel.errors import InputError, TrainingError
+
+
+STALL_S = 600.0
+"""A builder that is alive but hands out nothing for this long is taken for hung: a batch takes milliseconds, and a
+fork can hang on a lock another thread of the training process held when it was made (CPython warns of it)."""
 
 
 class Prefetcher:
@@ -35,12 +41,12 @@ class Prefetcher:
     """
 
     def __init__(self, stream: Any, *, depth: int = 2, pin_for: torch.device | None = None,
-                 process: bool = False) -> None:
+                 process: bool = False, stall_s: float = STALL_S) -> None:
         """``pin_for``: the CUDA device the batches go to (pinned memory), or None. ``process``: build them in a
-        forked process instead of a thread."""
+        forked process instead of a thread. ``stall_s``: seconds without a batch after which the builder is hung."""
         if depth < 1:
             raise InputError(f"prefetch depth must be at least 1, got {depth}")
-        self.stream, self.depth, self.process = stream, depth, process
+        self.stream, self.depth, self.process, self.stall_s = stream, depth, process, stall_s
         self.pin_for = pin_for if pin_for is not None and pin_for.type == "cuda" else None
         self._state = stream.state_dict()
         self._queue: Any = None
@@ -78,17 +84,33 @@ class Prefetcher:
         self._worker.start()
 
     def _get(self) -> tuple[Any, Any, BaseException | None]:
+        kind, started = "process" if self.process else "thread", time.monotonic()
         while True:
             try:
-                return self._queue.get(timeout=1.0)
+                return self._queue.get(timeout=min(1.0, self.stall_s))
             except queue.Empty:
                 if not self._worker.is_alive():
                     code = getattr(self._worker, "exitcode", None)
                     self.close()
                     return None, None, TrainingError(
-                        f"prefetching: the {'process' if self.process else 'thread'} building micro-batches ended "
-                        f"(exit code {code}) before handing out the next one; the batches handed out end at "
-                        f"{self._state}")
+                        f"prefetching: the {kind} building micro-batches ended (exit code {code}) before handing out "
+                        f"the next one; the batches handed out end at {self._state}")
+                if time.monotonic() - started > self.stall_s:
+                    self._abandon()
+                    return None, None, TrainingError(
+                        f"prefetching: the {kind} building micro-batches handed out nothing for {self.stall_s:.0f} s "
+                        f"and is taken for hung; the batches handed out end at {self._state}. Run again with "
+                        f"--resume; --prefetch-process {not self.process} builds them "
+                        f"{'on a thread' if self.process else 'in a process'} instead")
+
+    def _abandon(self) -> None:
+        """Give up on a hung builder: a process is killed; a thread, which cannot be, is left to end with the
+        training process (it is a daemon), its stream no longer this prefetcher's to rewind."""
+        if self.process:
+            self._worker.kill()
+            self._worker.join()
+            self.stream.load_state_dict(self._state)
+        self._worker = self._queue = None
 
     def state_dict(self) -> dict:
         return dict(self._state)

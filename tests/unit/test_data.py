@@ -550,6 +550,28 @@ def test_a_prefetching_process_that_dies_is_a_clear_error_naming_the_batches_han
     assert prefetched._worker is None
 
 
+@pytest.mark.parametrize("process", [False, True], ids=["thread", "process"])
+def test_a_hung_builder_is_a_clear_error_after_the_stall_limit(dataset: PackedDataset, process) -> None:
+    class Hanging(MLMBatchStream):
+        def _collate(self, indices: np.ndarray) -> dict:
+            if self.offset >= 2 * self.samples_per_step:
+                time.sleep(3600)  # what a fork that inherited a held lock does
+            return super()._collate(indices)
+
+    prefetched = Prefetcher(Hanging(dataset, micro_batch_size=8, world_size=1, rank=0, seed=5, vocab_size=VOCAB_SIZE,
+                                    seq_len=SEQ_LEN), process=process, stall_s=1.0)
+    take(prefetched, 2)
+    worker, started = prefetched._worker, time.monotonic()
+    other = "False builds them on a thread" if process else "True builds them in a process"
+    with pytest.raises(TrainingError, match=rf"handed out nothing for 1 s and is taken for hung; the batches handed "
+                                            rf"out end at \{{.*'offset': 16.*--prefetch-process {other} instead"):
+        next(prefetched)
+    assert time.monotonic() - started < 10 and prefetched._worker is None
+    if process:  # killed, and the stream where the batches handed out end
+        assert not worker.is_alive() and prefetched.stream.state_dict()["offset"] == 16
+    prefetched.close()  # the loop's own close afterwards: nothing left to stop
+
+
 def test_too_few_blocks_is_an_input_error(dataset: PackedDataset) -> None:
     with pytest.raises(InputError, match=f"{len(dataset)} blocks") as error:
         make_stream(dataset, micro_batch_size=len(dataset), world_size=2)
