@@ -25,7 +25,6 @@ import torch
 
 from ds_minimodel.errors import InputError, TrainingError
 
-
 STALL_S = 600.0
 """A builder that is alive but hands out nothing for this long is taken for hung: a batch takes milliseconds, and a
 fork can hang on a lock another thread of the training process held when it was made (CPython warns of it)."""
