@@ -209,7 +209,7 @@ def pack_tokenizers(english: Path | None) -> dict[str, object]:
     started, partial = time.perf_counter(), GPU / "tokenizers.partial"
     shutil.rmtree(partial, ignore_errors=True)
     try:
-        manifest = train_carried(REPO / REFERENCE_CONFIG, english, partial, REPO, earlier=GPU / "tokenizers")
+        manifest = train_carried(REPO / REFERENCE_CONFIG, english, partial, earlier=GPU / "tokenizers")
     except BaseException:
         shutil.rmtree(partial, ignore_errors=True)
         raise

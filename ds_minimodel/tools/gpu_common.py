@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import lzma
 import os
 import signal
 import subprocess
@@ -279,3 +280,29 @@ def bench_cmd(run: Run, command: str, stage: str, *, preset: str, vocab: int, se
     return [sys.executable, "-m", "ds_minimodel", "bench", command, stage, "--preset", preset, "--vocab", str(vocab),
             "--seq-len", str(seq_len), "--micro-batch", str(micro), "--warmup", str(s.warmup), "--updates",
             str(s.updates), "--ds-config", str(ds), *extra]
+
+
+def materialise(work: Path, path: str | Path, *, max_bytes: int | None = None, lines: int | None = None) -> str:
+    """A data file a run reads, as a plain file: the repository's own (or any absolute path), or its ``.xz``
+    unpacked into the ``work`` folder; cut to whole lines (``--tiny``: the first ``max_bytes`` of a corpus, the first
+    ``lines`` of a task file). The GPU machine's run and the tokenizers trained for it before the lease
+    (``tools.gpu_tokenizers``) read their text through this, so that both see the same bytes."""
+    source = Path(path) if Path(path).is_absolute() else REPO / path
+    if not source.is_file() and source.with_name(source.name + ".xz").is_file():
+        source = source.with_name(source.name + ".xz")
+    if not source.is_file():
+        raise FileNotFoundError(f"{path}: not found (nor {path}.xz)")
+    if source.suffix != ".xz" and max_bytes is None and lines is None:
+        return str(source)
+    raw = lzma.decompress(source.read_bytes()) if source.suffix == ".xz" else source.read_bytes()
+    kept, size = [], 0
+    for line in raw.decode("utf-8").splitlines(keepends=True):
+        size += len(line.encode("utf-8"))
+        if (lines is not None and len(kept) >= lines) or (max_bytes is not None and size > max_bytes):
+            break
+        kept.append(line)
+    rel = source.relative_to(REPO) if source.is_relative_to(REPO) else Path("external") / source.name
+    target = work / "data" / (rel.with_suffix("") if rel.suffix == ".xz" else rel)
+    target.parent.mkdir(parents=True, exist_ok=True)
+    target.write_text("".join(kept), encoding="utf-8")
+    return str(target)

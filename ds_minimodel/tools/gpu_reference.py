@@ -4,7 +4,6 @@ the CPU reference's shape trained as long as the time allows; results and body p
 from __future__ import annotations
 
 import json
-import lzma
 import shutil
 import sys
 import tarfile
@@ -18,7 +17,16 @@ from ds_minimodel.config import get_preset, read_json, write_json
 from ds_minimodel.errors import InputError
 from ds_minimodel.pipeline.settings import PipelineConfig
 from ds_minimodel.systems import Step, get_system
-from ds_minimodel.tools.gpu_common import REPO, GpuRunSpec, Run, bench_cmd, device_name, ds_config, skipped
+from ds_minimodel.tools.gpu_common import (
+    REPO,
+    GpuRunSpec,
+    Run,
+    bench_cmd,
+    device_name,
+    ds_config,
+    materialise,
+    skipped,
+)
 from ds_minimodel.tools.gpu_tokenizers import carried
 
 CPU_REFERENCE = REPO / "configs/reference.json"
@@ -80,31 +88,6 @@ def reference_shape(run: Run) -> dict[str, Any]:
             "body_ds": ds_config(run, "body", base=cpu_ds, batch=run.sizes.sizing_micro)}
 
 
-def materialise(run: Run, path: str | Path, *, max_bytes: int | None = None, lines: int | None = None) -> str:
-    """A data file the run reads, as a plain file: the repository's own, or its ``.xz`` unpacked into the work
-    folder; cut to whole lines (``--tiny``: the first ``max_bytes`` of a corpus, the first ``lines`` of a task
-    file)."""
-    source = Path(path) if Path(path).is_absolute() else REPO / path
-    if not source.is_file() and source.with_name(source.name + ".xz").is_file():
-        source = source.with_name(source.name + ".xz")
-    if not source.is_file():
-        raise FileNotFoundError(f"{path}: not found (nor {path}.xz)")
-    if source.suffix != ".xz" and max_bytes is None and lines is None:
-        return str(source)
-    raw = lzma.decompress(source.read_bytes()) if source.suffix == ".xz" else source.read_bytes()
-    kept, size = [], 0
-    for line in raw.decode("utf-8").splitlines(keepends=True):
-        size += len(line.encode("utf-8"))
-        if (lines is not None and len(kept) >= lines) or (max_bytes is not None and size > max_bytes):
-            break
-        kept.append(line)
-    rel = source.relative_to(REPO) if source.is_relative_to(REPO) else Path("external") / source.name
-    target = run.work / "data" / (rel.with_suffix("") if rel.suffix == ".xz" else rel)
-    target.parent.mkdir(parents=True, exist_ok=True)
-    target.write_text("".join(kept), encoding="utf-8")
-    return str(target)
-
-
 def argument_problem(spec: GpuRunSpec) -> str | None:
     """What is wrong with the reference part's options against ``--config``, before any work starts; or None."""
     path = REPO / spec.config
@@ -156,24 +139,23 @@ def reference_config(run: Run) -> PipelineConfig:
     made = replace(
         config, out=str(run.work / "reference_gpu"), preset=s.reference_preset or config.preset,
         vocab_size=s.reference_vocab or config.vocab_size, systems=systems,
-        source=replace(config.source, corpus=materialise(run, spec.english or config.source.corpus, max_bytes=cut)),
-        targets=[replace(t, corpus=materialise(run, t.corpus, max_bytes=cut)) for t in config.targets
+        source=replace(config.source, corpus=materialise(run.work, spec.english or config.source.corpus, max_bytes=cut)),
+        targets=[replace(t, corpus=materialise(run.work, t.corpus, max_bytes=cut)) for t in config.targets
                  if t.lang in spec.languages],
         # The source-relearn control is one more Step-2 launch: only with --relearn (the minutes are few).
         source_relearn=[name for name in config.source_relearn if name in systems and spec.relearn],
         step1=fused("step1", config.step1), step1b=config.step1b and fused("step1b", config.step1b),
         step2=fused("step2", config.step2), step3=fused("step3", replace(config.step3, seeds=list(spec.seeds))),
-        tasks=[replace(task, train=materialise(run, task.train),  # whole: a cut can lose labels its tests hold
-                       **{split: {lang: materialise(run, path, lines=s.task_lines)
+        tasks=[replace(task, train=materialise(run.work, task.train),  # whole: a cut can lose labels its tests hold
+                       **{split: {lang: materialise(run.work, path, lines=s.task_lines)
                                   for lang, path in getattr(task, split).items() if lang in ("en", *spec.languages)}
                           for split in ("dev", "test")})
                for task in config.tasks])
     # Tokenizers trained before the run on these very corpora (scripts/gpu_prepare.py): none is trained again.
-    made = replace(made, source=replace(made.source, tokenizer=carried(spec.tokenizers, made, made.source)
-                                        or made.source.tokenizer),
-                   targets=[replace(t, tokenizer=carried(spec.tokenizers, made, t) or t.tokenizer)
-                            for t in made.targets])
-    return made
+    def own(corpus: Any) -> Any:
+        return replace(corpus, tokenizer=carried(spec.tokenizers, made, corpus) or corpus.tokenizer)
+
+    return replace(made, source=own(made.source), targets=[own(t) for t in made.targets])
 
 
 def write_config(path: Path, config: PipelineConfig) -> None:
@@ -193,7 +175,7 @@ def start_data(run: Run) -> None:
     # The body: the CPU reference's tokenizer (the same call on the same file as its pipeline's prepare), applied to
     # the larger English corpus.
     cpu = PipelineConfig.load(CPU_REFERENCE)
-    cpu_english = materialise(run, cpu.source.corpus, max_bytes=run.sizes.corpus_bytes)
+    cpu_english = materialise(run.work, cpu.source.corpus, max_bytes=run.sizes.corpus_bytes)
     tok, data = run.work / "bodies" / "tokenizer", run.work / "bodies" / "en"
     run.spawn("body_prepare", [sys.executable, "-c", (
         "from pathlib import Path; from ds_minimodel.data.prepare import prepare; "

@@ -10,7 +10,6 @@ SHA-256) with the same settings, and trains as before otherwise (``--tiny``'s cu
 """
 from __future__ import annotations
 
-import lzma
 import shutil
 import tempfile
 from dataclasses import replace
@@ -21,6 +20,7 @@ from ds_minimodel.config import file_sha256, read_json, write_json
 from ds_minimodel.data.prepare import prepare_tokenizer
 from ds_minimodel.pipeline.plan import tokenizer_settings
 from ds_minimodel.pipeline.settings import PipelineConfig
+from ds_minimodel.tools.gpu_common import REPO, materialise
 
 MANIFEST = "manifest.json"
 
@@ -30,19 +30,7 @@ def recorded_settings(config: PipelineConfig, corpus: Any) -> dict[str, Any]:
     return {k: v for k, v in tokenizer_settings(config, corpus).items() if k != "tokenizer"}
 
 
-def unpacked(path: Path, folder: Path) -> Path:
-    """``path`` as plain text: itself, or its ``.xz`` (the repository ships corpora packed) unpacked into ``folder``."""
-    if path.is_file() and path.suffix != ".xz":
-        return path
-    packed = path if path.suffix == ".xz" else path.with_name(path.name + ".xz")
-    if not packed.is_file():
-        raise FileNotFoundError(f"{path}: not found (nor {packed})")
-    plain = folder / packed.with_suffix("").name
-    plain.write_bytes(lzma.decompress(packed.read_bytes()))
-    return plain
-
-
-def train_carried(config_path: Path, english: Path | None, out: Path, repo: Path, *,
+def train_carried(config_path: Path, english: Path | None, out: Path, *,
                   earlier: Path | None = None) -> dict[str, Any]:
     """Train the tokenizer of each of the config's languages that trains one (its source corpus ``english`` where
     given) into ``out``, with the manifest that ``carried`` checks; one that ``earlier`` (an earlier preparation's
@@ -55,8 +43,8 @@ def train_carried(config_path: Path, english: Path | None, out: Path, repo: Path
             settings = tokenizer_settings(config, corpus)
             if settings["tokenizer"] is not None:  # the config gives this language's tokenizer: nothing to train
                 continue
-            given = english if corpus is config.source and english is not None else repo / corpus.corpus
-            text = unpacked(Path(given), Path(tmp))
+            given = english if corpus is config.source and english is not None else REPO / corpus.corpus
+            text = Path(materialise(Path(tmp), given))  # the bytes the lease's run will read
             model = carried(earlier, config, replace(corpus, corpus=str(text))) or prepare_tokenizer(
                 text, Path(tmp) / corpus.lang, **settings)
             shutil.copy(model, out / f"{corpus.lang}.model")

@@ -36,7 +36,7 @@ def prepared(tmp_path_factory) -> SimpleNamespace:
                   targets=[{"lang": "de", "corpus": str(de)}])
     path = root / "config.json"
     path.write_text(json.dumps(config))
-    manifest = train_carried(path, en, root / "tok", REPO)
+    manifest = train_carried(path, en, root / "tok")
     return SimpleNamespace(root=root, en=en, de_text=de_text, config_path=path, cfg=PipelineConfig.load(path),
                            folder=root / "tok", manifest=manifest)
 
@@ -91,10 +91,9 @@ def test_a_new_preparation_keeps_the_tokenizers_an_earlier_one_trained_on_the_sa
         raise AssertionError("trained again")
 
     monkeypatch.setattr(gpu_tokenizers, "prepare_tokenizer", no_training)
-    manifest = train_carried(prepared.config_path, prepared.en, tmp_path / "again", REPO, earlier=prepared.folder)
+    manifest = train_carried(prepared.config_path, prepared.en, tmp_path / "again", earlier=prepared.folder)
     assert manifest == prepared.manifest
     for lang in ("en", "de"):
         assert (tmp_path / "again" / f"{lang}.model").read_bytes() == (prepared.folder / f"{lang}.model").read_bytes()
     with pytest.raises(AssertionError, match="trained again"):  # another text is trained
-        train_carried(prepared.config_path, prepared.root / "de.txt.xz", tmp_path / "other", REPO,
-                      earlier=prepared.folder)
+        train_carried(prepared.config_path, prepared.root / "de.txt.xz", tmp_path / "other", earlier=prepared.folder)
