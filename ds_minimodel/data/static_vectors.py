@@ -7,6 +7,10 @@ is what lets a resumed Step 2 rebuild its initialisation instead of storing it. 
 them in the folder (``.static_vectors/<key>.npz``, keyed by the folder's index, the settings and gensim's version;
 numpy arrays and a JSON record, nothing pickled), so the other systems' Step 2 over the same target data, and every
 resume, read them instead of training again.
+
+Vectors trained elsewhere can be given instead (``given``: a kept ``.npz``, or one ``scripts/gpu_prepare.py`` wrote
+for a GPU machine, which has no gensim): they are used only where their record names this very token stream (the
+folder's ``meta.json`` but for its paths: ``data_identity``) and these settings, and no gensim is needed then.
 """
 from __future__ import annotations
 
@@ -22,8 +26,8 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from ds_minimodel.data.shards import META_FILE
-from ds_minimodel.errors import InputError
+from ds_minimodel.data.shards import META_FILE, read_meta
+from ds_minimodel.errors import InputError, require_file
 
 if TYPE_CHECKING:
     from ds_minimodel.data.streams import TokenShards
@@ -88,13 +92,73 @@ def paragraphs(shards: TokenShards, pieces: list[str], max_tokens: int) -> Itera
             yield [pieces[int(t)] for t in ids]
 
 
+PATH_FIELDS = ("corpus", "tokenizer")
+"""The fields of a prepared folder's ``meta.json`` that name files on the machine that prepared it."""
+
+
+def data_identity(data_dir: Path | str) -> str:
+    """SHA-256 of the folder's ``meta.json`` but for its paths: the same on every machine that prepares the same
+    text with the same tokenizer (the corpus's and the tokenizer's hashes, the counts, the format are in it)."""
+    meta = read_meta(Path(data_dir) / META_FILE)
+    if meta is None:
+        raise InputError(f"{data_dir}: not a prepared folder (no {META_FILE})")
+    kept = {k: v for k, v in meta.items() if k not in PATH_FIELDS}
+    return hashlib.sha256(json.dumps(kept, sort_keys=True).encode()).hexdigest()
+
+
+def read_vectors_file(path: Path | str) -> tuple[np.ndarray, np.ndarray, dict[str, Any]]:
+    """Given static vectors (``given``), whole: InputError naming the file where they are not."""
+    found = _read_kept(require_file(path, "static vectors file"))
+    if found is None:
+        raise InputError(f"{path}: not static vectors (an .npz of vectors, known and a record whose hash matches "
+                         "them, as a run keeps in a prepared folder's .static_vectors/), or damaged")
+    if "data_sha256" not in found[2]:
+        raise InputError(f"{path}: static vectors kept before their record named the text they were trained on "
+                         "(no data_sha256); train them again with this version")
+    return found
+
+
+def check_given(path: Path | str, corpus: Path | str, settings: StaticSettings, where: str) -> None:
+    """Before any work: given vectors that are whole, made for rare pieces as ``settings`` says, on a text of
+    ``corpus``'s size (the text's hash and the tokenizer are compared when Step 2 opens the prepared folder)."""
+    record = read_vectors_file(path)[2]
+    if record.get("rare", "drawn") != settings.rare:
+        raise InputError(f"{path}: static vectors with rare pieces {record.get('rare', 'drawn')}, where this run "
+                         f"has rare_vectors {settings.rare} ({where})")
+    size = Path(corpus).stat().st_size
+    if record.get("corpus_bytes") != size:
+        raise InputError(f"{path}: static vectors trained on a text of {record.get('corpus_bytes')} bytes, not on "
+                         f"{corpus} ({size:,} bytes) ({where})")
+
+
+def _given_vectors(path: Path, data_dir: Path, pieces: list[str], settings: StaticSettings
+                   ) -> tuple[np.ndarray, np.ndarray, dict[str, Any]]:
+    """Given vectors, where made for this folder's very tokens (FastText's other settings and seed are theirs, as
+    their record says; rare pieces must be treated as ``settings`` says)."""
+    vectors, known, record = read_vectors_file(path)
+    if record["data_sha256"] != data_identity(data_dir):
+        raise InputError(f"{path}: static vectors trained on other text or with another tokenizer than {data_dir}'s "
+                         f"(their data_sha256 {str(record['data_sha256'])[:12]}, the folder's "
+                         f"{data_identity(data_dir)[:12]})")
+    if record.get("rare", "drawn") != settings.rare or vectors.ndim != 2 or len(vectors) != len(pieces) \
+            or known.shape != (len(pieces),) or known.dtype != bool:
+        raise InputError(f"{path}: static vectors of shape {vectors.shape}, rare pieces {record.get('rare', 'drawn')}; "
+                         f"this run needs {len(pieces):,} rows, rare pieces {settings.rare}")
+    return vectors, known, {"data": str(data_dir.resolve()), "given": str(path.resolve()), **record}
+
+
 def train_static_vectors(data_dir: Path | str, pieces: list[str], settings: StaticSettings = StaticSettings(), *,
-                         cache: bool = True, say: Callable[[str], None] = lambda line: None
+                         cache: bool = True, given: Path | str | None = None,
+                         say: Callable[[str], None] = lambda line: None
                          ) -> tuple[np.ndarray, np.ndarray, dict[str, Any]]:
     """(vectors (V, dim) float32, known (V,) bool, record): one vector per piece of the folder's tokenizer, known
     where FastText kept the piece (seen at least ``min_count`` times); the record names the folder, its hash and
     the settings, for the checkpoint that used them. ``cache``: read them from the folder where an earlier call
-    kept them, else train them and keep them there (a folder that cannot be written to is only read)."""
+    kept them, else train them and keep them there (a folder that cannot be written to is only read). ``given``:
+    vectors trained before on this folder's very tokens, used as they are (no gensim needed); InputError where
+    they were trained on anything else."""
+    if given is not None:
+        return _given_vectors(Path(given), Path(data_dir), pieces, settings)
     try:
         from gensim.models import FastText
     except ImportError:
@@ -141,12 +205,14 @@ def train_static_vectors(data_dir: Path | str, pieces: list[str], settings: Stat
         for i in np.flatnonzero(~known):
             vectors[i] = model.wv[pieces[i]]
             known[i] = bool(np.any(vectors[i]))
-    record = {"data_meta_sha256": meta_sha256, "tokenizer_sha256": shards.tokenizer_sha256,
-              "paragraphs": len(corpus), "tokens": sum(map(len, corpus)), "known": int(known.sum()),
+    meta = read_meta(Path(data_dir) / META_FILE) or {}
+    record = {"data_meta_sha256": meta_sha256, "data_sha256": data_identity(data_dir),
+              "corpus_sha256": meta.get("corpus_sha256"), "corpus_bytes": meta.get("corpus_bytes"),
+              "tokenizer_sha256": shards.tokenizer_sha256, "paragraphs": len(corpus), "tokens": sum(map(len, corpus)), "known": int(known.sum()),
               "gensim": gensim.__version__, "vectors_sha256": hashlib.sha256(vectors.tobytes()).hexdigest(),
               **settings.key()}
     if cache:
-        _keep(kept, vectors, known, record)
+        keep_vectors(kept, vectors, known, record)
     return vectors, known, {"data": str(Path(data_dir).resolve()), **record}
 
 
@@ -162,7 +228,7 @@ def _read_kept(path: Path) -> tuple[np.ndarray, np.ndarray, dict[str, Any]] | No
     return vectors, known, record
 
 
-def _keep(path: Path, vectors: np.ndarray, known: np.ndarray, record: dict[str, Any]) -> None:
+def keep_vectors(path: Path, vectors: np.ndarray, known: np.ndarray, record: dict[str, Any]) -> None:
     """Write them beside the data, whole or not at all (ranks training the same vectors may race: same bytes)."""
     tmp = path.with_name(f".{path.stem}.tmp{os.getpid()}.npz")
     try:

@@ -22,15 +22,7 @@ from ds_minimodel.pipeline.ownership import PRETRAIN_FOLDER, PRETRAIN_RUN
 from ds_minimodel.pipeline.records import DevScore, Score
 from ds_minimodel.pipeline.results import scored, task_baselines, write_results
 from ds_minimodel.pipeline.sections import Section
-from ds_minimodel.pipeline.settings import (
-    AUTO_INIT,
-    RELEARN_SUFFIX,
-    PipelineConfig,
-    TaskSettings,
-    check,
-    target_init,
-    task_finetuning,
-)
+from ds_minimodel.pipeline.settings import RELEARN_SUFFIX, PipelineConfig, TaskSettings, check, task_finetuning
 from ds_minimodel.pipeline.source_model import (
     SOURCE_MODEL_RECORD,
     GivenModel,
@@ -39,6 +31,7 @@ from ds_minimodel.pipeline.source_model import (
     given_primary,
     trained_here,
 )
+from ds_minimodel.pipeline.step2_init import AUTO_INIT, target_init
 from ds_minimodel.pipeline.stopping import raise_if_stopped
 from ds_minimodel.pipeline.workers import end_shared_launch
 from ds_minimodel.systems import Depths, Step, get_primary, get_system, mini_name, mini_system
@@ -341,6 +334,8 @@ class Pipeline:
             anchored = {"word_list": target.word_list, "source_data": str(self._data(self.cfg.source.lang, needed_by))}
         if anchors:  # (a target without a list is refused at load, but under init auto, which anchors none there)
             anchored.update(word_list=target.word_list, word_anchors=True)
+        if target is not None and target.static_vectors is not None:  # (only with an init that uses them: load)
+            anchored["static_vectors"] = target.static_vectors
         if self.cfg.step2.get("init") == AUTO_INIT:
             print(f"[pipeline] {self._name(Step.ADAPT, system)} {lang}: init {init} ({why})", flush=True)
         if not relearn:

@@ -2,7 +2,6 @@
 from __future__ import annotations
 
 import dataclasses
-import importlib.util
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -11,11 +10,10 @@ from typing import Annotated, Any
 import pydantic
 
 from ds_minimodel.config import ModelConfig, TrainConfig, dataclass_from_dict, get_preset, read_json
-from ds_minimodel.data.bilingual import WordList, check_covered
-from ds_minimodel.data.static_vectors import StaticSettings
 from ds_minimodel.errors import InputError, require_file
 from ds_minimodel.pipeline.sections import section
 from ds_minimodel.pipeline.source_model import GivenModel, given_model, given_primary
+from ds_minimodel.pipeline.step2_init import check_step2_init
 from ds_minimodel.stages.specs import (
     AdaptSpec,
     Count,
@@ -99,6 +97,11 @@ class CorpusSettings:
     word_list: str | None = None
     """A target language's bilingual word list with the source language (``step2.init`` wechsel; one
     'target_word<TAB>source_word' pair a line; ``scripts/make_dictionaries.py``)."""
+    static_vectors: str | None = None
+    """A target language's static vectors for ``step2.init`` focus or wechsel, trained before on this very corpus
+    with its tokenizer (a ``.static_vectors/*.npz`` an earlier run kept in its prepared folder, or what
+    ``scripts/gpu_prepare.py`` carries to a GPU machine): used instead of training them, so that focus needs no
+    gensim; any other text's are refused."""
     model: str | None = None
     """The source language only: an existing pretrained model to start from instead of pretraining one (a Hugging
     Face BERT, DistilBERT, RoBERTa or XLM-R folder, or a model folder or checkpoint of ours). It is BL_BASE's
@@ -276,25 +279,6 @@ def _check_names(cfg: PipelineConfig, source: str) -> None:
         raise InputError(f"{source}: step3.seeds {seeds} names a seed twice: the spread over seeds would be false")
 
 
-AUTO_INIT = "auto"
-
-
-def target_init(step2: Step2Settings, target: CorpusSettings | None) -> tuple[str, bool, str]:
-    """(the initialiser ``target``'s Step 2 starts from, whether its word list anchors rows, why): ``step2.init`` and
-    ``step2.word_anchors``, or under auto FOCUS, anchored by the target's word list where it has one (the dev sets:
-    over the help-page lists FOCUS with anchors transferred to seven of eight languages, WECHSEL with them to six, at
-    a level mean macro-F1, and both well ahead of WECHSEL alone; RESULTS.md "Word anchors"). ``target`` None: the
-    source-relearn control's (never anchored; focus under auto: WECHSEL would align the source with itself)."""
-    if step2.get("init") != AUTO_INIT:
-        return step2.get("init"), bool(step2.word_anchors) and target is not None, "step2.init"
-    if target is not None and target.word_list is not None:
-        return "focus", True, f"auto: FOCUS with word anchors from its word list {target.word_list}"
-    return "focus", False, ("auto: no word list, FOCUS needs only the target corpus; on dev FOCUS alone lifted none of "
-                            "eight languages far from English 10 points over the majority class, with a word list's "
-                            "anchors seven: give such a language one (targets[].word_list; "
-                            "scripts/make_help_lexicons.py, scripts/make_dictionaries.py; RESULTS.md)")
-
-
 def task_finetuning(step3: Step3Settings, task: TaskSettings) -> Step3Settings:
     """The Step-3 settings of one task: its own ``finetune`` section, then the config's ``step3`` where that sets a
     value, then the paper's for its format (``FORMAT_FINETUNING``), then the spec's defaults."""
@@ -383,57 +367,7 @@ def check(cfg: PipelineConfig, source: str, *, world_size: int | None) -> GivenM
         stage = getattr(cfg, name)
         if stage is not None:
             _check_ds_config(stage.ds_config, f"{source}: {name}.ds_config", world_size, steps=stage.steps)
-    from ds_minimodel.model.embedding_init import INITIALISERS, NEW_ROWS, STATIC_VECTORS, WORD_LIST, initialisers_that
-
-    step2, init = cfg.step2, cfg.step2.get("init")
-    choices = [*(name for name, entry in INITIALISERS.items() if entry.pipeline), AUTO_INIT]
-    if init not in choices or step2.get("new_rows") not in NEW_ROWS:
-        raise InputError(f"{source}: step2.init must be one of {', '.join(choices)} and step2.new_rows one of "
-                         f"{', '.join(NEW_ROWS)}; got {init!r}, {step2.get('new_rows')!r}")
-    recipes = {target.lang: target_init(step2, target) for target in cfg.targets}
-    inits = {lang: init for lang, (init, _, _) in recipes.items()}
-    static, listed = initialisers_that(need=STATIC_VECTORS), initialisers_that(need=WORD_LIST)
-    translit, anchoring = initialisers_that(transliterate=True), initialisers_that(word_anchors=True)
-    if step2.rare_vectors == "ngrams" and not set(inits.values()) <= set(static):
-        raise InputError(f"{source}: step2.rare_vectors is drawn or ngrams, and ngrams works with init "
-                         f"{' or '.join(static)} (their static vectors); got {step2.rare_vectors!r} with init "
-                         f"{init!r}")
-    if step2.transliterate and (not set(inits.values()) & set(translit)
-                                or importlib.util.find_spec("anyascii") is None):
-        raise InputError(f"{source}: step2.transliterate works with init {' or '.join(translit)} and needs "
-                         f"anyascii (pip install anyascii); init is {init!r}")
-    if set(inits.values()) & set(static) and importlib.util.find_spec("gensim") is None:
-        raise InputError(f"{source}: step2.init {init} trains static vectors with gensim, which is not "
-                         "installed (pip install gensim, or the package's [focus] extra)")
-    from ds_minimodel.data.static_vectors import check_enough_text
-
-    for target in cfg.targets:
-        if inits[target.lang] in static:
-            require_file(target.corpus, "corpus", f"{source}: {target.lang}")
-            check_enough_text(Path(target.corpus), f"{source}: {target.lang}'s init {inits[target.lang]}")
-    if cfg.source.word_list is not None:
-        raise InputError(f"{source}: source.word_list: a word list belongs to a target language")
-    if init in listed and cfg.source_relearn:
-        raise InputError(f"{source}: the source-relearn control (source_relearn) with step2.init {init} would "
-                         "align the source language with itself; run it with an initialiser that needs no word list "
-                         "(or auto)")
-    for target in cfg.targets:
-        anchored = recipes[target.lang][1]
-        if anchored and inits[target.lang] not in anchoring:
-            raise InputError(f"{source}: step2.word_anchors works with init {' or '.join(anchoring)}; "
-                             f"{target.lang}'s init is {inits[target.lang]}")
-        if (inits[target.lang] in listed or anchored) and target.word_list is None:
-            needs = (f"step2.init {inits[target.lang]} needs a bilingual word list for every target language"
-                     if not anchored else "step2.word_anchors needs a bilingual word list for every target language "
-                     "(under init auto, only where it has one)")
-            raise InputError(f"{source}: {needs}; {target.lang} has none (targets[].word_list)")
-        if target.word_list is not None:
-            if inits[target.lang] not in listed and not anchored:
-                raise InputError(f"{source}: {target.lang}'s word_list is used by step2.init {' or '.join(listed)} "
-                                 f"(or auto) or step2.word_anchors only, not {init}")
-            words = WordList.read(target.word_list)
-            if inits[target.lang] in listed:
-                check_covered(words, Path(cfg.source.corpus), StaticSettings.dim)
+    check_step2_init(cfg, source)
     for task in cfg.tasks:
         own = task_finetuning(cfg.step3, task)
         where = f"{source}: task {task.name}'s finetuning"

@@ -114,7 +114,8 @@ def align_static_vectors(spec: AdaptSpec, words: WordList, target: AnyTokenizer,
                          say: Callable[[str], None] = lambda line: None) -> AlignedVectors:
     """Both languages' static vectors and the orthogonal map between them (``data.bilingual``)."""
     settings = StaticSettings(seed=spec.seed, rare=spec.rare_vectors)
-    t_vec, t_known, t_record = train_static_vectors(spec.data, target.pieces(), settings, say=say)
+    t_vec, t_known, t_record = train_static_vectors(spec.data, target.pieces(), settings, given=spec.static_vectors,
+                                                    say=say)
     s_vec, s_known, s_record = train_static_vectors(spec.source_data, source.pieces(), settings, say=say)
     alignment = fit_alignment(words, (word_encoder(target.encode, target.pieces()), t_vec, t_known),
                               (word_encoder(source.encode, source.pieces()), s_vec, s_known))
@@ -127,9 +128,10 @@ def build(spec: AdaptSpec, ctx: Context) -> Built:
     # Every input is checked before anything is written: a refused run leaves --out as it was.
     check_fields(spec, CHECKS)  # a spec file's unknown system or initialiser, refused by name
     entry = get_initialiser(spec.init)
-    if spec.rare_vectors != "drawn" and STATIC_VECTORS not in entry.needs:
-        raise InputError(f"--rare-vectors {spec.rare_vectors} is for the static vectors of --init "
-                         f"{' or '.join(initialisers_that(need=STATIC_VECTORS))}, not {spec.init}")
+    for option, given in (("rare_vectors", spec.rare_vectors != "drawn"), ("static_vectors", spec.static_vectors)):
+        if given and STATIC_VECTORS not in entry.needs:
+            raise InputError(f"{option_name(option)} is for the static vectors of --init "
+                             f"{' or '.join(initialisers_that(need=STATIC_VECTORS))}, not {spec.init}")
     if spec.transliterate and not entry.transliterates:
         raise InputError(f"--transliterate extends the copied rows of --init "
                          f"{' or '.join(initialisers_that(transliterate=True))}; --init {spec.init} copies only the "
@@ -162,7 +164,8 @@ def build(spec: AdaptSpec, ctx: Context) -> Built:
     static = aligned = None
     if entry.needs == {STATIC_VECTORS}:  # the target's alone (with a word list: both languages', aligned below)
         static = train_static_vectors(spec.data, target.pieces(), StaticSettings(seed=spec.seed,
-                                                                                 rare=spec.rare_vectors), say=say)
+                                                                                 rare=spec.rare_vectors),
+                                      given=spec.static_vectors, say=say)
     anchors = None
     if words is not None and WORD_LIST in entry.needs:
         aligned = align_static_vectors(spec, words, target, source, say)

@@ -279,6 +279,10 @@ class AdaptSpec(MLMSpec):
     freeze_copied: bool = False
     """keep the rows copied from source rows (and their output biases) unchanged: fixed anchors; sets Step 2's
     weight decay to 0, so that they stay bit-identical"""
+    static_vectors: Path | None = None
+    """focus and wechsel: the target's static vectors, trained before on --data's very tokens with this run's
+    settings (an .npz an earlier run kept in the prepared folder's .static_vectors/, or scripts/gpu_prepare.py
+    wrote), used instead of training them: focus then needs no gensim; vectors of any other text are refused"""
     rare_vectors: typing.Literal["drawn", "ngrams"] = "drawn"
     """focus and wechsel: pieces too rare for a static vector of their own are drawn (the papers' rule), or take
     FastText's vector from their character n-grams (ngrams: a small corpus's rows are then mostly mixtures)"""

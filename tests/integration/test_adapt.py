@@ -316,6 +316,45 @@ def test_wechsel_from_its_spec_starts_from_the_aligned_mixtures(primaries, de_da
     assert not torch.equal(start["embeddings.tokens.weight"][5:], end["embeddings.tokens.weight"][5:])
 
 
+def test_focus_from_given_static_vectors_needs_no_gensim_and_starts_from_the_same_rows(primaries, de_data, tmp_path,
+                                                                                       monkeypatch):
+    """In process (1 rank), --init focus --static-vectors (vectors trained before, as a GPU machine without gensim
+    gets them): gensim cannot be imported, the update-0 rows are those the trained vectors give, the checkpoint names
+    the file; another initialiser refuses the option."""
+    from ds_minimodel.data.static_vectors import StaticSettings, keep_vectors, train_static_vectors
+    from ds_minimodel.data.tokenizer import Tokenizer
+    from ds_minimodel.model.embedding_init import initial_rows
+    from ds_minimodel.model.transforms import extract_embeddings
+    from ds_minimodel.stages import adapt
+    from ds_minimodel.stages.runner import run_stage
+
+    monkeypatch.chdir(REPO)
+    german = Tokenizer.load(de_data / "spm.model")
+    static = train_static_vectors(de_data, german.pieces(), StaticSettings(seed=1), cache=False)
+    given = tmp_path / "de.npz"
+    keep_vectors(given, *static)
+    spec = AdaptSpec(system="bl_base", body=primaries["base"], data=de_data, out=tmp_path / "f",
+                     ds_config=Path("ds_configs/cpu_fp32.json"), init="focus", static_vectors=given, seq_len=64,
+                     steps=2, save_every=2, log_every=1)
+    with monkeypatch.context() as patch:
+        patch.setitem(sys.modules, "gensim", None)
+        patch.setitem(sys.modules, "gensim.models", None)
+        assert run_stage(spec, adapt.build).summary["step"] == 2
+        with pytest.raises(InputError, match="--static-vectors is for the static vectors of --init focus or wechsel, "
+                                             "not overlap"):
+            run_stage(dataclasses.replace(spec, init="overlap", out=tmp_path / "o"), adapt.build)
+    first = checkpoint.complete_checkpoints(spec.out)[0]
+    record = checkpoint.load_meta(first).details["initialisation"]["static_vectors"]
+    assert record["given"] == str(given.resolve()) and record["vectors_sha256"] == static[2]["vectors_sha256"]
+    body, _ = load_mlm(primaries["base"])
+    source_embeddings, source_bias = extract_embeddings(body)
+    english = Tokenizer.load(checkpoint.load_meta(primaries["base"]).tokenizer.path)
+    want = initial_rows("focus", english.pieces(), source_embeddings, source_bias, german.pieces(),
+                        std=body.cfg.init_std, generator=torch.Generator().manual_seed(spec.seed), static=static)
+    assert torch.equal(checkpoint.load_weights(first)["embeddings.tokens.weight"], want.embeddings)
+    assert not (tmp_path / "o").exists()
+
+
 def test_word_anchors_from_their_spec_copy_the_translations_rows(primaries, de_data, tmp_path, monkeypatch):
     """In process (1 rank), --init overlap --word-anchors over the shipped German help lexicon: the update-0 row of
     every anchored piece is its translation's source row, the pieces the source spells the same keep their own, and

@@ -4,6 +4,7 @@ prepare CLI. One small synthetic corpus and one real SentencePiece model per mod
 from __future__ import annotations
 
 import hashlib
+import json
 import os
 import random
 import shutil
@@ -717,6 +718,57 @@ def test_static_vectors_are_trained_once_per_folder_and_settings_and_read_back_w
         patch.setattr(np, "savez", lambda *a, **k: (_ for _ in ()).throw(PermissionError(13, "read-only")))
         assert np.array_equal(train_static_vectors(other, pieces, settings)[0], vectors)
     assert not any((other / static_vectors.CACHE_DIR).iterdir())
+
+
+def test_given_static_vectors_are_used_without_gensim_only_for_the_same_tokens_elsewhere(
+        prepared: Path, model: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Vectors kept on one machine serve a folder prepared from the same text and tokenizer on another (other paths
+    in its meta.json) with gensim absent; any other text, rare-piece rule or damaged file is refused by name."""
+    from ds_minimodel.data import static_vectors
+    from ds_minimodel.data.static_vectors import StaticSettings, check_given, train_static_vectors
+
+    here, there = tmp_path / "here" / "de", tmp_path / "there" / "de"
+    shutil.copytree(prepared, here)
+    pieces, settings = Tokenizer.load(model).pieces(), StaticSettings(dim=8, epochs=1)
+    vectors, known, record = train_static_vectors(here, pieces, settings)
+    kept = next((here / static_vectors.CACHE_DIR).iterdir())
+    shutil.copytree(prepared, there)  # "prepared there": the same tokens, the files elsewhere
+    meta = json.loads((there / "meta.json").read_text())
+    (there / "meta.json").write_text(json.dumps({**meta, "corpus": "/elsewhere/de.txt", "tokenizer": "/x/spm.model"}))
+    assert static_vectors.data_identity(there) == static_vectors.data_identity(here) == record["data_sha256"]
+    with monkeypatch.context() as patch:  # no gensim on that machine
+        patch.setitem(sys.modules, "gensim", None)
+        patch.setitem(sys.modules, "gensim.models", None)
+        got, got_known, got_record = train_static_vectors(there, pieces, settings, given=kept)
+        with pytest.raises(InputError, match="need gensim"):
+            train_static_vectors(there, pieces, settings)
+    assert np.array_equal(got, vectors) and np.array_equal(got_known, known)
+    assert got_record["given"] == str(kept.resolve()) and got_record["vectors_sha256"] == record["vectors_sha256"]
+    assert not (there / static_vectors.CACHE_DIR).exists()  # used, not copied
+    corpus = tmp_path / "de.txt"
+    corpus.write_bytes(b"x" * record["corpus_bytes"])
+    check_given(kept, corpus, settings, "config")  # the cheap check before any work: size and rule
+    # Refused: other tokens (one more token counted), another rule for rare pieces, another text's size, damage.
+    (there / "meta.json").write_text(json.dumps({**meta, "num_tokens": meta["num_tokens"] + 1}))
+    with pytest.raises(InputError, match=f"{kept}: static vectors trained on other text"):
+        train_static_vectors(there, pieces, settings, given=kept)
+    with pytest.raises(InputError, match="rare pieces drawn; this run needs .* rare pieces ngrams"):
+        train_static_vectors(here, pieces, StaticSettings(rare="ngrams"), given=kept)
+    with pytest.raises(InputError, match="rare pieces drawn, where this run has rare_vectors ngrams"):
+        check_given(kept, corpus, StaticSettings(rare="ngrams"), "config")
+    corpus.write_bytes(b"x")
+    with pytest.raises(InputError, match=r"trained on a text of [0-9]+ bytes, not on .*de.txt \(1 bytes\) \(config\)"):
+        check_given(kept, corpus, settings, "config")
+    with pytest.raises(InputError, match="static vectors file not found"):
+        train_static_vectors(here, pieces, settings, given=tmp_path / "none.npz")
+    damaged = tmp_path / "damaged.npz"
+    damaged.write_bytes(kept.read_bytes()[:100])
+    with pytest.raises(InputError, match=f"{damaged}: not static vectors"):
+        train_static_vectors(here, pieces, settings, given=damaged)
+    old = tmp_path / "old.npz"  # kept by a version whose record did not name the text
+    static_vectors.keep_vectors(old, vectors, known, {k: v for k, v in record.items() if k != "data_sha256"})
+    with pytest.raises(InputError, match="no data_sha256"):
+        train_static_vectors(here, pieces, settings, given=old)
 
 
 def test_rare_pieces_can_take_fasttexts_ngram_vectors_and_the_default_keeps_its_cache_key(tmp_path):

@@ -101,7 +101,8 @@ def test_a_language_is_prepared_once_and_linked_by_the_other_variants(tmp_path: 
 
 
 def test_auto_help_is_the_help_anchors_run_chosen_by_the_pipeline_itself(tmp_path: Path) -> None:
-    from ds_minimodel.pipeline.settings import PipelineConfig, target_init
+    from ds_minimodel.pipeline.settings import PipelineConfig
+    from ds_minimodel.pipeline.step2_init import target_init
 
     chosen = {}
     for variant in ("auto-help", "focus-help-anchors"):

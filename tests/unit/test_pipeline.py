@@ -395,6 +395,59 @@ def test_wechsel_takes_each_targets_word_list_and_the_source_data_and_refuses_wh
             check(PipelineConfig.load(path), str(path), world_size=1)
 
 
+def test_a_targets_given_static_vectors_reach_its_step2_alone_and_spare_it_gensim(tmp_path, monkeypatch):
+    """targets[].static_vectors (vectors trained before, as a GPU machine without gensim gets them): passed to that
+    target's Step 2 only, checked before any work, and gensim is asked for only where vectors are still trained."""
+    import hashlib
+    import importlib.util
+
+    import numpy as np
+
+    from ds_minimodel.data.static_vectors import keep_vectors
+    from ds_minimodel.pipeline import plan, step2_init
+    from ds_minimodel.pipeline.settings import check
+
+    base = json.loads((Path(__file__).resolve().parents[2] / "configs/demo.json").read_text())
+    targets = base["targets"]
+    vectors = tmp_path / "de.npz"
+    size = Path(targets[0]["corpus"]).stat().st_size
+    rows = np.zeros((3, 2), np.float32)  # (Step 2 compares the text's hash; the config, its size)
+    keep_vectors(vectors, rows, np.ones(3, bool), {"data_sha256": "0" * 64, "corpus_bytes": size,
+                                            "vectors_sha256": hashlib.sha256(rows.tobytes()).hexdigest()})
+    given = [{**targets[0], "static_vectors": str(vectors)}, {**targets[0], "lang": "nl"}]  # nl: none given
+    focus = {**base["step2"], "init": "focus"}
+    pipeline = demo_pipeline(tmp_path, step2=focus, targets=given, source_relearn=["bl_base"])
+    launched = {}
+    monkeypatch.setattr(pipeline, "_finished", lambda *a: Path("body"))
+    monkeypatch.setattr(pipeline, "_data", lambda lang, *a: Path(f"data/{lang}"))
+    monkeypatch.setattr(plan, "train_step", lambda spec, spec_file, *a, **k: launched.update({spec_file.stem: spec}))
+    for lang in ("de", "nl", "en-relearn"):
+        pipeline._step2("bl_base", lang)
+    assert launched["step2-de-bl_base"].static_vectors == vectors
+    assert all(spec.static_vectors is None for name, spec in launched.items() if name != "step2-de-bl_base")
+    find_spec = importlib.util.find_spec
+
+    def no_gensim(name, *args):
+        return None if name == "gensim" else find_spec(name, *args)
+
+    monkeypatch.setattr(step2_init.importlib.util, "find_spec", no_gensim)
+    path = tmp_path / "c.json"
+    alone = {**base, "out": str(tmp_path / "out"), "step2": focus, "targets": given[:1]}
+    path.write_text(json.dumps(alone))
+    check(PipelineConfig.load(path), str(path), world_size=1)  # every focus target has its vectors: no gensim
+    for changes, message in (
+            ({"targets": given}, r"trains static vectors \(nl\) with gensim, which is not"),
+            ({"step2": base["step2"] | {"init": "overlap"}},
+             "de's static_vectors are for a target's step2.init focus or wechsel, not overlap"),
+            ({"source": {**base["source"], "static_vectors": str(vectors)}}, "en's static_vectors are for a target"),
+            ({"targets": [{**given[0], "corpus": base["source"]["corpus"]}]}, "static vectors trained on a text of "),
+            ({"targets": [{**given[0], "static_vectors": str(tmp_path / "no.npz")}]}, "static vectors file not found"),
+            ({"step2": focus | {"rare_vectors": "ngrams"}}, "where this run has rare_vectors ngrams")):
+        path.write_text(json.dumps({**alone, **changes}))
+        with pytest.raises(InputError, match=message):
+            check(PipelineConfig.load(path), str(path), world_size=1)
+
+
 def test_a_jobs_whole_output_goes_to_its_log_and_to_the_screen_and_survives_the_pipeline(tmp_path, capsys):
     """launch(..., log=...): the job's output and errors land in its log in order, appended at each launch, and are
     echoed as they come; the job writes to the file, so it needs nothing from the pipeline's process."""
