@@ -3,6 +3,7 @@ step counts set from measured throughput so that it ends before the run's deadli
 the CPU reference's shape trained as long as the time allows; results and body packed for the trip back."""
 from __future__ import annotations
 
+import importlib.util
 import json
 import shutil
 import sys
@@ -15,7 +16,9 @@ from typing import Any
 from ds_minimodel import flops
 from ds_minimodel.config import get_preset, read_json, write_json
 from ds_minimodel.errors import InputError
+from ds_minimodel.model.embedding_init import STATIC_VECTORS, get_initialiser
 from ds_minimodel.pipeline.settings import PipelineConfig
+from ds_minimodel.pipeline.step2_init import target_init
 from ds_minimodel.systems import Step, get_system
 from ds_minimodel.tools.gpu_common import (
     REPO,
@@ -27,7 +30,7 @@ from ds_minimodel.tools.gpu_common import (
     materialise,
     skipped,
 )
-from ds_minimodel.tools.gpu_tokenizers import carried
+from ds_minimodel.tools.gpu_tokenizers import carried, carried_vectors
 
 CPU_REFERENCE = REPO / "configs/reference.json"
 """The CPU reference run's config: the body trained beside the GPU run has its shape and tokenizer."""
@@ -151,11 +154,33 @@ def reference_config(run: Run) -> PipelineConfig:
                                   for lang, path in getattr(task, split).items() if lang in ("en", *spec.languages)}
                           for split in ("dev", "test")})
                for task in config.tasks])
-    # Tokenizers trained before the run on these very corpora (scripts/gpu_prepare.py): none is trained again.
+    # Tokenizers trained before the run on these very corpora (scripts/gpu_prepare.py): none is trained again; so
+    # are FOCUS's static vectors, which the GPU machine has no gensim to train.
     def own(corpus: Any) -> Any:
-        return replace(corpus, tokenizer=carried(spec.tokenizers, made, corpus) or corpus.tokenizer)
+        vectors = {} if corpus is made.source else {"static_vectors": carried_vectors(spec.tokenizers, made, corpus)}
+        return replace(corpus, tokenizer=carried(spec.tokenizers, made, corpus) or corpus.tokenizer, **vectors)
 
-    return replace(made, source=own(made.source), targets=[own(t) for t in made.targets])
+    return without_untrainable_vectors(replace(made, source=own(made.source), targets=[own(t) for t in made.targets]))
+
+
+def without_untrainable_vectors(config: PipelineConfig) -> PipelineConfig:
+    """``config``, or with Step 2 starting from the paper's overlap rows where static vectors would have to be
+    trained (a target without carried ones, as ``--tiny``'s cut corpora) and gensim is not installed: the reference
+    part runs rather than fails; ``step2_inits`` records what each target started from."""
+    needs = [t.lang for t in config.targets if t.static_vectors is None
+             and STATIC_VECTORS in get_initialiser(target_init(config.step2, t)[0]).needs]
+    if not needs or importlib.util.find_spec("gensim") is not None:
+        return config
+    print(f"[gpu-run] reference: no static vectors carried for {', '.join(needs)} and no gensim to train them: "
+          "Step 2 starts from the overlap rows", flush=True)
+    return replace(config, step2=replace(config.step2, init="overlap"),
+                   targets=[replace(t, static_vectors=None) for t in config.targets])
+
+
+def step2_inits(config: PipelineConfig) -> dict[str, str]:
+    """What each target's Step 2 starts from, for the part's record: ``focus (carried vectors)``, ``overlap``."""
+    return {t.lang: target_init(config.step2, t)[0] + (" (carried vectors)" if t.static_vectors else "")
+            for t in config.targets}
 
 
 def write_config(path: Path, config: PipelineConfig) -> None:
@@ -314,6 +339,7 @@ def part_reference(run: Run, budget: float) -> dict[str, Any]:
         sizing["startup_s"] = startup_seconds(run, sizing["reference step3"])
     found["prepare"] = run.join("reference_prepare", run.left() - RESERVE_S)
     config = PipelineConfig.load(run.config_path)
+    found["step2_init"] = step2_inits(config)
     beside = spec.body
     plan = found["plan"] = (plan_reference(run, config, sizing, body_beside=beside) if "reference step3" in sizing
                             else tiny_plan(run))

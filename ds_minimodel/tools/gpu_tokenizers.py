@@ -7,6 +7,11 @@ lease"), and a reference part planned from an earlier run's jobs (``--plan-from`
 ``prepare`` would (``pipeline.plan.tokenizer_settings``), into ``.gpu/tokenizers/``; the reference part gives one to
 its pipeline as that language's ``tokenizer`` only where the corpus is the very text it was trained on (size and
 SHA-256) with the same settings, and trains as before otherwise (``--tiny``'s cut corpora, another ``--english``).
+
+Each target whose Step 2 starts from static vectors (FOCUS) gets them here too, trained on its corpus prepared with
+its carried tokenizer (``<lang>.npz``, ``data.static_vectors``): the GPU machine has no gensim (its wheel would not
+fit the 64 MiB that travel), and the vectors are the pipeline's ``static_vectors`` there, which it checks against
+the data it prepared (the same tokens on any machine).
 """
 from __future__ import annotations
 
@@ -17,9 +22,12 @@ from pathlib import Path
 from typing import Any
 
 from ds_minimodel.config import file_sha256, read_json, write_json
-from ds_minimodel.data.prepare import prepare_tokenizer
+from ds_minimodel.data.prepare import prepare, prepare_tokenizer
+from ds_minimodel.errors import InputError
+from ds_minimodel.model.embedding_init import STATIC_VECTORS, get_initialiser
 from ds_minimodel.pipeline.plan import tokenizer_settings
 from ds_minimodel.pipeline.settings import PipelineConfig
+from ds_minimodel.pipeline.step2_init import target_init
 from ds_minimodel.tools.gpu_common import REPO, materialise
 
 MANIFEST = "manifest.json"
@@ -51,8 +59,44 @@ def train_carried(config_path: Path, english: Path | None, out: Path, *,
             manifest[corpus.lang] = {"model": f"{corpus.lang}.model", "corpus": str(given),
                                      "corpus_bytes": text.stat().st_size, "corpus_sha256": file_sha256(text),
                                      "settings": recorded_settings(config, corpus)}
+            if corpus is not config.source and STATIC_VECTORS in get_initialiser(target_init(config.step2,
+                                                                                             corpus)[0]).needs:
+                own = replace(corpus, corpus=str(text), tokenizer=str(out / f"{corpus.lang}.model"))
+                manifest[corpus.lang]["static_vectors"] = carry_vectors(config, own, Path(tmp), out, earlier)
     write_json(out / MANIFEST, manifest)
     return manifest
+
+
+def carry_vectors(config: PipelineConfig, corpus: Any, tmp: Path, out: Path, earlier: Path | None) -> str:
+    """``corpus`` (its carried tokenizer given) prepared as the pipeline prepares it, and the static vectors its Step
+    2 would train on it, into ``out``; those of an earlier preparation where made from the same tokens. The file's
+    name."""
+    from ds_minimodel.data import static_vectors as sv
+    from ds_minimodel.data.tokenizer import Tokenizer
+
+    data, name = tmp / f"{corpus.lang}-data", f"{corpus.lang}.npz"
+    prepare(Path(corpus.corpus), data, **tokenizer_settings(config, corpus), progress=False)
+    settings = sv.StaticSettings(seed=config.seed, rare=config.step2.get("rare_vectors"))
+    pieces = Tokenizer.load(corpus.tokenizer).pieces()
+    if earlier is not None and (earlier / name).is_file():
+        try:
+            sv.train_static_vectors(data, pieces, settings, given=earlier / name)
+            shutil.copy(earlier / name, out / name)
+            return name
+        except InputError:  # other tokens, or another rule for rare pieces: trained again
+            pass
+    vectors, known, record = sv.train_static_vectors(data, pieces, settings, cache=False)
+    sv.keep_vectors(out / name, vectors, known, {k: v for k, v in record.items() if k != "data"})
+    return name
+
+
+def carried_vectors(folder: Path | None, config: PipelineConfig, corpus: Any) -> str | None:
+    """The static vectors carried for ``corpus`` where its tokenizer is carried (``carried``: the same text and
+    settings), None otherwise."""
+    if carried(folder, config, corpus) is None:
+        return None
+    name = read_json(folder / MANIFEST)[corpus.lang].get("static_vectors")
+    return str(folder / name) if isinstance(name, str) and (folder / name).is_file() else None
 
 
 def carried(folder: Path | None, config: PipelineConfig, corpus: Any) -> str | None:

@@ -1,8 +1,10 @@
-"""Tokenizers trained before a GPU lease (``tools.gpu_tokenizers``): trained as the pipeline would train them, used by
-the reference part only for the very text and settings they were trained with, kept across preparations."""
+"""Tokenizers and static vectors made before a GPU lease (``tools.gpu_tokenizers``): trained as the pipeline would
+train them, used by the reference part only for the very text and settings they were made with, kept across
+preparations."""
 from __future__ import annotations
 
 import dataclasses
+import importlib.util
 import json
 import lzma
 from pathlib import Path
@@ -16,7 +18,7 @@ from ds_minimodel.pipeline.plan import tokenizer_settings
 from ds_minimodel.pipeline.settings import PipelineConfig
 from ds_minimodel.tools import gpu_tokenizers
 from ds_minimodel.tools.gpu_common import GPU, REPO, GpuRunSpec
-from ds_minimodel.tools.gpu_reference import reference_config
+from ds_minimodel.tools.gpu_reference import reference_config, step2_inits
 from ds_minimodel.tools.gpu_tokenizers import MANIFEST, carried, train_carried
 
 DEMO = REPO / "demo_data/corpus"
@@ -53,6 +55,31 @@ def test_each_language_is_trained_as_the_pipeline_would_train_it(prepared, tmp_p
     own = prepare_tokenizer(prepared.en, tmp_path / "en", **tokenizer_settings(cfg, cfg.source))
     assert pieces(own) == pieces(prepared.folder / "en.model")
     assert len(pieces(prepared.folder / "de.model")) == 300
+    assert prepared.manifest["de"]["static_vectors"] == "de.npz" and "static_vectors" not in prepared.manifest["en"]
+
+
+def test_the_carried_vectors_serve_the_german_the_lease_prepares_without_gensim(prepared, tmp_path, monkeypatch):
+    """On the GPU machine the German is unpacked and prepared elsewhere with the carried tokenizer; its Step 2 reads
+    the carried vectors (gensim absent there), equal to what it would have trained itself."""
+    import sys
+
+    from ds_minimodel.data.prepare import prepare
+    from ds_minimodel.data.static_vectors import StaticSettings, train_static_vectors
+
+    cfg = prepared.cfg
+    de = tmp_path / "de.txt"
+    de.write_text(prepared.de_text, encoding="utf-8")
+    target = dataclasses.replace(cfg.targets[0], corpus=str(de), tokenizer=str(prepared.folder / "de.model"))
+    prepare(de, tmp_path / "data", **tokenizer_settings(cfg, target), progress=False)
+    given = gpu_tokenizers.carried_vectors(prepared.folder, cfg, dataclasses.replace(target, tokenizer=None))
+    settings = StaticSettings(seed=cfg.seed, rare=cfg.step2.get("rare_vectors"))
+    trained = train_static_vectors(tmp_path / "data", pieces(prepared.folder / "de.model"), settings, cache=False)
+    with monkeypatch.context() as patch:
+        patch.setitem(sys.modules, "gensim", None)
+        _, known, record = train_static_vectors(tmp_path / "data", pieces(prepared.folder / "de.model"), settings,
+                                                given=given)
+    assert given == str(prepared.folder / "de.npz") and record["vectors_sha256"] == trained[2]["vectors_sha256"]
+    assert (known == trained[1]).all()
 
 
 def test_a_carried_tokenizer_serves_only_its_own_text_and_settings(prepared, tmp_path):
@@ -70,7 +97,7 @@ def test_a_carried_tokenizer_serves_only_its_own_text_and_settings(prepared, tmp
     assert carried(None, cfg, source) is None and carried(tmp_path, cfg, source) is None  # nothing carried
 
 
-def test_the_reference_run_takes_them_for_its_own_corpora_and_trains_the_rest(prepared, tmp_path):
+def test_the_reference_run_takes_them_for_its_own_corpora_and_trains_the_rest(prepared, tmp_path, monkeypatch):
     def config_for(english: Path) -> PipelineConfig:
         spec = GpuRunSpec(out=tmp_path / "out", work=tmp_path / "work", parts=("reference",),
                           config=prepared.config_path, english=str(english), tokenizers=prepared.folder)
@@ -79,21 +106,36 @@ def test_the_reference_run_takes_them_for_its_own_corpora_and_trains_the_rest(pr
     made = config_for(prepared.en)
     assert made.source.tokenizer == str(prepared.folder / "en.model")
     assert made.targets[0].tokenizer == str(prepared.folder / "de.model")  # German unpacked from its .xz
+    assert made.targets[0].static_vectors == str(prepared.folder / "de.npz") and made.source.static_vectors is None
+    assert step2_inits(made) == {"de": "focus (carried vectors)"}
     other = tmp_path / "other.txt"
     other.write_text(prepared.en.read_text(encoding="utf-8") + "one more line\n", encoding="utf-8")
     made = config_for(other)
     assert made.source.tokenizer is None and made.targets[0].tokenizer == str(prepared.folder / "de.model")
+    # A German without carried vectors: trained where gensim is installed, the overlap rows where it is not.
+    (prepared.folder / "de.npz").rename(tmp_path / "away.npz")
+    try:
+        assert step2_inits(config_for(prepared.en)) == {"de": "focus"}
+        find_spec = importlib.util.find_spec
+        monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "gensim"
+                            else find_spec(name, *a))
+        assert step2_inits(config_for(prepared.en)) == {"de": "overlap"}
+    finally:
+        (tmp_path / "away.npz").rename(prepared.folder / "de.npz")
 
 
 def test_a_new_preparation_keeps_the_tokenizers_an_earlier_one_trained_on_the_same_text(prepared, tmp_path,
                                                                                           monkeypatch):
+    import gensim.models
+
     def no_training(*args, **kwargs):
         raise AssertionError("trained again")
 
     monkeypatch.setattr(gpu_tokenizers, "prepare_tokenizer", no_training)
+    monkeypatch.setattr(gensim.models, "FastText", no_training)
     manifest = train_carried(prepared.config_path, prepared.en, tmp_path / "again", earlier=prepared.folder)
     assert manifest == prepared.manifest
-    for lang in ("en", "de"):
-        assert (tmp_path / "again" / f"{lang}.model").read_bytes() == (prepared.folder / f"{lang}.model").read_bytes()
+    for name in ("en.model", "de.model", "de.npz"):
+        assert (tmp_path / "again" / name).read_bytes() == (prepared.folder / name).read_bytes()
     with pytest.raises(AssertionError, match="trained again"):  # another text is trained
         train_carried(prepared.config_path, prepared.root / "de.txt.xz", tmp_path / "other", earlier=prepared.folder)
