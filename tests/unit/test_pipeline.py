@@ -83,6 +83,19 @@ def demo_pipeline(tmp_path: Path, **changes):
     return Pipeline(PipelineConfig.load(path), str(path))
 
 
+def step2_specs(pipeline, monkeypatch, langs, system="bl_base") -> dict:
+    """The spec each of ``system``'s Step-2 launches for ``langs`` gets, by job name (bodies and data stood in)."""
+    from ds_minimodel.pipeline import plan
+
+    launched = {}
+    monkeypatch.setattr(pipeline, "_finished", lambda *a: Path("body"))
+    monkeypatch.setattr(pipeline, "_data", lambda lang, *a: Path(f"data/{lang}"))
+    monkeypatch.setattr(plan, "train_step", lambda spec, spec_file, *a, **k: launched.update({spec_file.stem: spec}))
+    for lang in langs:
+        pipeline._step2(system, lang)
+    return launched
+
+
 def test_the_model_fields_shape_the_primaries_step1_pretrains_and_are_checked_before_any_work(tmp_path):
     """``model``: ModelConfig fields over the preset's (what ``run_pretrain.py --model-config`` reads), for a size no
     preset names. The depths are checked against the shape they give; fields the pipeline sets are refused."""
@@ -364,7 +377,6 @@ def test_step1_forgetting_and_step2_initialiser_settings_reach_their_launches_an
 
 def test_wechsel_takes_each_targets_word_list_and_the_source_data_and_refuses_what_it_cannot_use(
         tmp_path, monkeypatch):
-    from ds_minimodel.pipeline import plan
     from ds_minimodel.pipeline.settings import check
 
     base = json.loads((Path(__file__).resolve().parents[2] / "configs/demo.json").read_text())
@@ -375,11 +387,7 @@ def test_wechsel_takes_each_targets_word_list_and_the_source_data_and_refuses_wh
     target = {**base["targets"][0], "word_list": str(words)}
     wechsel = {**base["step2"], "init": "wechsel"}
     pipeline = demo_pipeline(tmp_path, step2=wechsel, targets=[target])
-    launched = {}
-    monkeypatch.setattr(pipeline, "_finished", lambda *a: Path("body"))
-    monkeypatch.setattr(pipeline, "_data", lambda lang, *a: Path(f"data/{lang}"))
-    monkeypatch.setattr(plan, "train_step", lambda spec, spec_file, *a, **k: launched.update({spec_file.stem: spec}))
-    pipeline._step2("minijoint", "de")
+    launched = step2_specs(pipeline, monkeypatch, ("de",), "minijoint")
     spec = launched["step2-de-minijoint"]
     assert (spec.init, spec.word_list, spec.source_data, spec.data) == ("wechsel", words, Path("data/en"),
                                                                        Path("data/de"))
@@ -404,7 +412,7 @@ def test_a_targets_given_static_vectors_reach_its_step2_alone_and_spare_it_gensi
     import numpy as np
 
     from ds_minimodel.data.static_vectors import keep_vectors
-    from ds_minimodel.pipeline import plan, step2_init
+    from ds_minimodel.pipeline import step2_init
     from ds_minimodel.pipeline.settings import check
 
     base = json.loads((Path(__file__).resolve().parents[2] / "configs/demo.json").read_text())
@@ -417,12 +425,7 @@ def test_a_targets_given_static_vectors_reach_its_step2_alone_and_spare_it_gensi
     given = [{**targets[0], "static_vectors": str(vectors)}, {**targets[0], "lang": "nl"}]  # nl: none given
     focus = {**base["step2"], "init": "focus"}
     pipeline = demo_pipeline(tmp_path, step2=focus, targets=given, source_relearn=["bl_base"])
-    launched = {}
-    monkeypatch.setattr(pipeline, "_finished", lambda *a: Path("body"))
-    monkeypatch.setattr(pipeline, "_data", lambda lang, *a: Path(f"data/{lang}"))
-    monkeypatch.setattr(plan, "train_step", lambda spec, spec_file, *a, **k: launched.update({spec_file.stem: spec}))
-    for lang in ("de", "nl", "en-relearn"):
-        pipeline._step2("bl_base", lang)
+    launched = step2_specs(pipeline, monkeypatch, ("de", "nl", "en-relearn"))
     assert launched["step2-de-bl_base"].static_vectors == vectors
     assert all(spec.static_vectors is None for name, spec in launched.items() if name != "step2-de-bl_base")
     find_spec = importlib.util.find_spec
@@ -604,19 +607,13 @@ def test_step2_word_anchors_take_the_targets_word_list_and_are_refused_without_o
 
 def test_init_auto_anchors_focus_where_a_word_list_is_given_and_takes_focus_alone_elsewhere(tmp_path, monkeypatch,
                                                                                             capsys):
-    from ds_minimodel.pipeline import plan
 
     base = json.loads((Path(__file__).resolve().parents[2] / "configs/demo.json").read_text())
     targets = [{**base["targets"][0], "word_list": "reference_data/lexicons/de-en.help.tsv"},
                {"lang": "xx", "corpus": base["targets"][0]["corpus"]}]
     step2 = {**base["step2"], "init": "auto", "transliterate": True, "rare_vectors": "ngrams"}
     pipeline = demo_pipeline(tmp_path, step2=step2, targets=targets, source_relearn=["bl_base"])
-    launched = {}
-    monkeypatch.setattr(pipeline, "_finished", lambda *a: Path("body"))
-    monkeypatch.setattr(pipeline, "_data", lambda lang, *a: Path(f"data/{lang}"))
-    monkeypatch.setattr(plan, "train_step", lambda spec, spec_file, *a, **k: launched.update({spec_file.stem: spec}))
-    for lang in ("de", "xx", "en-relearn"):
-        pipeline._step2("bl_base", lang)
+    launched = step2_specs(pipeline, monkeypatch, ("de", "xx", "en-relearn"))
     de, xx, control = (launched[f"step2-{lang}-bl_base"] for lang in ("de", "xx", "en-relearn"))
     assert (de.init, de.word_anchors, str(de.word_list), de.transliterate, de.rare_vectors) == (
         "focus", True, "reference_data/lexicons/de-en.help.tsv", True, "ngrams")
