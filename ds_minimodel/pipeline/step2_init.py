@@ -56,6 +56,8 @@ def check_step2_init(cfg: PipelineConfig, source: str) -> None:
                          f"anyascii (pip install anyascii); init is {init!r}")
     trained = [t.lang for t in cfg.targets if inits[t.lang] in listed or (inits[t.lang] in static
                                                                            and t.static_vectors is None)]
+    if cfg.source_relearn and cfg.relearn_anchor is not None and target_init(step2, None)[0] in static:
+        trained.append(f"{cfg.source.lang}, the anchored source-relearn control")
     if trained and importlib.util.find_spec("gensim") is None:
         raise InputError(f"{source}: step2.init {init} trains static vectors ({', '.join(trained)}) with gensim, "
                          "which is not installed (pip install gensim, or the package's [focus] extra; or give "

@@ -143,7 +143,8 @@ def reference_config(run: Run) -> PipelineConfig:
         config, out=str(run.work / "reference_gpu"), preset=s.reference_preset or config.preset,
         vocab_size=s.reference_vocab or config.vocab_size, systems=systems,
         source=replace(config.source, corpus=materialise(run.work, spec.english or config.source.corpus, max_bytes=cut)),
-        targets=[replace(t, corpus=materialise(run.work, t.corpus, max_bytes=cut)) for t in config.targets
+        targets=[replace(t, corpus=materialise(run.work, t.corpus, max_bytes=cut),
+                         word_list=t.word_list and str(REPO / t.word_list)) for t in config.targets
                  if t.lang in spec.languages],
         # The source-relearn control is one more Step-2 launch: only with --relearn (the minutes are few).
         source_relearn=[name for name in config.source_relearn if name in systems and spec.relearn],
@@ -164,23 +165,32 @@ def reference_config(run: Run) -> PipelineConfig:
 
 
 def without_untrainable_vectors(config: PipelineConfig) -> PipelineConfig:
-    """``config``, or with Step 2 starting from the paper's overlap rows where static vectors would have to be
-    trained (a target without carried ones, as ``--tiny``'s cut corpora) and gensim is not installed: the reference
-    part runs rather than fails; ``step2_inits`` records what each target started from."""
+    """``config``, or with Step 2 starting from the paper's overlap rows (anchored by the word lists where the
+    recipe anchors and every target has one) where static vectors would have to be trained (a target without
+    carried ones, as ``--tiny``'s cut corpora) and gensim is not installed: the reference part runs rather than
+    fails; ``step2_inits`` records what each target started from."""
     needs = [t.lang for t in config.targets if t.static_vectors is None
              and STATIC_VECTORS in get_initialiser(target_init(config.step2, t)[0]).needs]
     if not needs or importlib.util.find_spec("gensim") is not None:
         return config
+    # Word anchors stay where every target has its list (the pipeline's word_anchors asks that of each).
+    anchors = (any(target_init(config.step2, t)[1] for t in config.targets)
+               and all(t.word_list for t in config.targets))
     print(f"[gpu-run] reference: no static vectors carried for {', '.join(needs)} and no gensim to train them: "
-          "Step 2 starts from the overlap rows", flush=True)
-    return replace(config, step2=replace(config.step2, init="overlap"),
-                   targets=[replace(t, static_vectors=None) for t in config.targets])
+          f"Step 2 starts from the overlap rows{' and word anchors' * anchors}", flush=True)
+    return replace(config, step2=replace(config.step2, init="overlap", word_anchors=anchors),
+                   targets=[replace(t, static_vectors=None, word_list=t.word_list if anchors else None)
+                            for t in config.targets])
 
 
 def step2_inits(config: PipelineConfig) -> dict[str, str]:
-    """What each target's Step 2 starts from, for the part's record: ``focus (carried vectors)``, ``overlap``."""
-    return {t.lang: target_init(config.step2, t)[0] + (" (carried vectors)" if t.static_vectors else "")
-            for t in config.targets}
+    """What each target's Step 2 starts from, for the part's record: ``focus + word anchors (carried vectors)``,
+    ``overlap``."""
+    def named(target: Any) -> str:
+        init, anchored, _ = target_init(config.step2, target)
+        return init + " + word anchors" * anchored + " (carried vectors)" * bool(target.static_vectors)
+
+    return {t.lang: named(t) for t in config.targets}
 
 
 def write_config(path: Path, config: PipelineConfig) -> None:

@@ -59,7 +59,7 @@ def main() -> int:
         first = min((Path(config.out) / "step2/de/bl_base/checkpoints").glob("step_*"))
         record = json.loads((first / "meta.json").read_text())["initialisation"]
         static = record.get("static_vectors") or {}
-        print(json.dumps({k: record[k] for k in ("init", "copied", "mixed", "drawn")}))
+        print(json.dumps({k: record.get(k) for k in ("init", "copied", "mixed", "drawn", "word_anchored")}))
         print(json.dumps({k: static.get(k) for k in ("given", "data_sha256", "vectors_sha256", "gensim")}))
         kept = Path(config.out) / "data/de/.static_vectors"
         ok = record["init"] == "focus" and static.get("given") == str((REPO / ".gpu/tokenizers/de.npz").resolve())

@@ -164,8 +164,9 @@ def test_the_reference_part_plans_from_an_earlier_runs_jobs_and_builds_batches_i
     ref = json.loads((out / "gpu_run.json").read_text())["parts"]["reference"]
     assert ref["status"] == "ok" and ref["sizing"]["from"] == str(earlier) and ref["device"] == device_name(False)
     assert ref["plan"]["steps"] == {"step1": 1, "step1b": 1, "step2": 2} and ref["plan"]["jobs"] == 3
-    # FOCUS, as the config says: --tiny's cut German has no carried vectors, and gensim here trains them.
-    assert ref["step2_init"] == {"de": "focus"}
+    # The recipe the CPU runs chose (init auto: FOCUS, anchored by the help lexicon): --tiny's cut German has no
+    # carried vectors, and gensim here trains them.
+    assert ref["step2_init"] == {"de": "focus + word anchors"}
     assert "### sizing" not in (out / "gpu_run.log").read_text()
     jobs = ref["pipeline"]["job_updates"]
     assert jobs["step1-base"]["updates"] == 1 and jobs["step2-de-bl_base"]["updates"] == 2

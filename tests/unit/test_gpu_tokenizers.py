@@ -15,7 +15,7 @@ import sentencepiece as spm
 
 from ds_minimodel.data.prepare import prepare_tokenizer
 from ds_minimodel.pipeline.plan import tokenizer_settings
-from ds_minimodel.pipeline.settings import PipelineConfig
+from ds_minimodel.pipeline.settings import PipelineConfig, check
 from ds_minimodel.tools import gpu_tokenizers
 from ds_minimodel.tools.gpu_common import GPU, REPO, GpuRunSpec
 from ds_minimodel.tools.gpu_reference import reference_config, step2_inits
@@ -98,9 +98,9 @@ def test_a_carried_tokenizer_serves_only_its_own_text_and_settings(prepared, tmp
 
 
 def test_the_reference_run_takes_them_for_its_own_corpora_and_trains_the_rest(prepared, tmp_path, monkeypatch):
-    def config_for(english: Path) -> PipelineConfig:
+    def config_for(english: Path, config: Path = prepared.config_path) -> PipelineConfig:
         spec = GpuRunSpec(out=tmp_path / "out", work=tmp_path / "work", parts=("reference",),
-                          config=prepared.config_path, english=str(english), tokenizers=prepared.folder)
+                          config=config, english=str(english), tokenizers=prepared.folder)
         return reference_config(SimpleNamespace(spec=spec, sizes=GPU, work=tmp_path / "work", cuda=False))
 
     made = config_for(prepared.en)
@@ -120,6 +120,12 @@ def test_the_reference_run_takes_them_for_its_own_corpora_and_trains_the_rest(pr
         monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "gensim"
                             else find_spec(name, *a))
         assert step2_inits(config_for(prepared.en)) == {"de": "overlap"}
+        listed = json.loads(prepared.config_path.read_text())  # the recipe with a word list: its anchors stay
+        listed["targets"][0]["word_list"] = str(REPO / "reference_data/lexicons/de-en.help.tsv")
+        prepared.config_path.with_name("listed.json").write_text(json.dumps(listed))
+        made = config_for(prepared.en, prepared.config_path.with_name("listed.json"))
+        assert step2_inits(made) == {"de": "overlap + word anchors"} and made.targets[0].word_list
+        check(made, "listed", world_size=1)
     finally:
         (tmp_path / "away.npz").rename(prepared.folder / "de.npz")
 

@@ -440,6 +440,8 @@ def test_a_targets_given_static_vectors_reach_its_step2_alone_and_spare_it_gensi
     check(PipelineConfig.load(path), str(path), world_size=1)  # every focus target has its vectors: no gensim
     for changes, message in (
             ({"targets": given}, r"trains static vectors \(nl\) with gensim, which is not"),
+            ({"source_relearn": ["bl_base"], "relearn_anchor": "de"},
+             r"trains static vectors \(en, the anchored source-relearn control\) with gensim"),
             ({"step2": base["step2"] | {"init": "overlap"}},
              "de's static_vectors are for a target's step2.init focus or wechsel, not overlap"),
             ({"source": {**base["source"], "static_vectors": str(vectors)}}, "en's static_vectors are for a target"),
