@@ -16,9 +16,10 @@ This writes into `.gpu/` (ignored by git; it travels beside the repository as th
   trained here as its pipeline would (`tools.gpu_tokenizers`; the English one on `--english`), with a manifest of the
   text and settings each was trained with. The reference part uses one only where its corpus is that very text: the
   training was most of the seventh lease's data preparation (56.6 s). About 80 s here for English; kept from an earlier
-  preparation when its text and settings are the same. With them, each target's static vectors for Step 2's FOCUS
-  (`<lang>.npz`, trained on its corpus as the pipeline prepares it with the carried tokenizer): the GPU machine has
-  no gensim, whose wheel would not fit beside the rest; the run there uses them as the targets' `static_vectors`.
+  preparation when its text and settings are the same. With them, the static vectors of each language whose Step 2
+  trains them (FOCUS: the targets'; WECHSEL: English's too), `<lang>.npz`, trained on its corpus as the pipeline
+  prepares it with the carried tokenizer: the GPU machine has no gensim, whose wheel would not fit beside the rest;
+  the run there gives them to its pipeline as each language's `static_vectors`.
 - `.gpu/bodies/NAME/` (`--body`): a Step-1 model folder for `scripts/experiments/gpu_ladder.sh`, its weights rounded to bfloat16
   (half the bytes: two bodies of the CPU reference's shape fit the limit only so), its tokenizer inside. Steps 2-4
   on the GPU compute in bf16, so Step 2 reads the same numbers; Step 3's master weights start from the rounded ones.

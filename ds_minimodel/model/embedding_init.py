@@ -326,7 +326,8 @@ class Initialiser:
     def unused_options(self) -> tuple[str, ...]:
         """Step 2's options it does not take (the pipeline passes them only to an initialiser that does)."""
         return (("transliterate",) * (not self.transliterates) + ("word_anchors",) * (not self.takes_word_anchors)
-                + ("rare_vectors", "static_vectors") * (STATIC_VECTORS not in self.needs))
+                + ("rare_vectors", "static_vectors") * (STATIC_VECTORS not in self.needs)
+                + ("source_static_vectors",) * (not {STATIC_VECTORS, WORD_LIST} <= self.needs))
 
 
 INITIALISERS: dict[str, Initialiser] = {}

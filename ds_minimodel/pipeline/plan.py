@@ -331,7 +331,9 @@ class Pipeline:
             init = "specials"
         entry = get_initialiser(init)
         if WORD_LIST in entry.needs:  # (no source-relearn control with such an init: PipelineConfig.check refuses it)
-            anchored = {"word_list": target.word_list, "source_data": str(self._data(self.cfg.source.lang, needed_by))}
+            anchored = {"word_list": target.word_list, "source_data": str(self._data(self.cfg.source.lang, needed_by)),
+                        **({"source_static_vectors": self.cfg.source.static_vectors}
+                           if self.cfg.source.static_vectors else {})}
         if anchors:  # (a target without a list is refused at load, but under init auto, which anchors none there)
             anchored.update(word_list=target.word_list, word_anchors=True)
         if target is not None and target.static_vectors is not None:  # (only with an init that uses them: load)

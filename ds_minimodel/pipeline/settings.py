@@ -98,10 +98,11 @@ class CorpusSettings:
     """A target language's bilingual word list with the source language (``step2.init`` wechsel; one
     'target_word<TAB>source_word' pair a line; ``scripts/make_dictionaries.py``)."""
     static_vectors: str | None = None
-    """A target language's static vectors for ``step2.init`` focus or wechsel, trained before on this very corpus
-    with its tokenizer (a ``.static_vectors/*.npz`` an earlier run kept in its prepared folder, or what
-    ``scripts/gpu_prepare.py`` carries to a GPU machine): used instead of training them, so that focus needs no
-    gensim; any other text's are refused."""
+    """A language's static vectors for ``step2.init`` focus or wechsel (the source's: wechsel's side of the
+    alignment), trained before on this very corpus with its tokenizer (a ``.static_vectors/*.npz`` an earlier run
+    kept in its prepared folder, or what ``scripts/gpu_prepare.py`` carries to a GPU machine): used instead of
+    training them, so that no gensim is needed where every language that needs vectors has them; any other text's
+    are refused."""
     model: str | None = None
     """The source language only: an existing pretrained model to start from instead of pretraining one (a Hugging
     Face BERT, DistilBERT, RoBERTa or XLM-R folder, or a model folder or checkpoint of ours). It is BL_BASE's

@@ -54,20 +54,25 @@ def check_step2_init(cfg: PipelineConfig, source: str) -> None:
                                 or importlib.util.find_spec("anyascii") is None):
         raise InputError(f"{source}: step2.transliterate works with init {' or '.join(translit)} and needs "
                          f"anyascii (pip install anyascii); init is {init!r}")
-    trained = [t.lang for t in cfg.targets if inits[t.lang] in listed or (inits[t.lang] in static
-                                                                           and t.static_vectors is None)]
+    aligning = [name for name in listed if name in static]  # both languages' vectors: the source's too
+    trained = [t.lang for t in cfg.targets if inits[t.lang] in static and t.static_vectors is None]
+    if any(inits[t.lang] in aligning for t in cfg.targets) and cfg.source.static_vectors is None:
+        trained.append(cfg.source.lang)
     if cfg.source_relearn and cfg.relearn_anchor is not None and target_init(step2, None)[0] in static:
         trained.append(f"{cfg.source.lang}, the anchored source-relearn control")
     if trained and importlib.util.find_spec("gensim") is None:
         raise InputError(f"{source}: step2.init {init} trains static vectors ({', '.join(trained)}) with gensim, "
                          "which is not installed (pip install gensim, or the package's [focus] extra; or give "
-                         "focus targets their static_vectors)")
+                         "each language its static_vectors)")
     from ds_minimodel.data.static_vectors import check_enough_text, check_given
 
+    if cfg.source.static_vectors is not None and not set(inits.values()) & set(aligning):
+        raise InputError(f"{source}: source.static_vectors are for a target's step2.init {' or '.join(aligning)} "
+                         f"(the source's side of the alignment), not {init}")
     for target in [cfg.source, *cfg.targets]:
-        if target.static_vectors is not None and inits.get(target.lang) not in static:
+        if target is not cfg.source and target.static_vectors is not None and inits[target.lang] not in static:
             raise InputError(f"{source}: {target.lang}'s static_vectors are for a target's step2.init "
-                             f"{' or '.join(static)}, not {inits.get(target.lang, 'the source language')}")
+                             f"{' or '.join(static)}, not {inits[target.lang]}")
         if inits.get(target.lang) in static:
             require_file(target.corpus, "corpus", f"{source}: {target.lang}")
             check_enough_text(Path(target.corpus), f"{source}: {target.lang}'s init {inits[target.lang]}")

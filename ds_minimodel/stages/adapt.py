@@ -92,8 +92,9 @@ def check_word_list_inputs(spec: AdaptSpec, source_sha256: str) -> WordList | No
     source text prepared with the body's tokenizer. None where neither is asked; an option no one uses is refused."""
     if WORD_LIST not in get_initialiser(spec.init).needs:
         users = " or ".join(initialisers_that(need=WORD_LIST))
-        if spec.source_data is not None:
-            raise InputError(f"{option_name('source_data')} is used by --init {users} only, not {spec.init}")
+        for option in ("source_data", "source_static_vectors"):
+            if getattr(spec, option) is not None:
+                raise InputError(f"{option_name(option)} is used by --init {users} only, not {spec.init}")
         if spec.word_list is not None and not spec.word_anchors:
             raise InputError(f"{option_name('word_list')} is used by --init {users} or --word-anchors only")
         if spec.word_anchors and spec.word_list is None:
@@ -116,7 +117,8 @@ def align_static_vectors(spec: AdaptSpec, words: WordList, target: AnyTokenizer,
     settings = StaticSettings(seed=spec.seed, rare=spec.rare_vectors)
     t_vec, t_known, t_record = train_static_vectors(spec.data, target.pieces(), settings, given=spec.static_vectors,
                                                     say=say)
-    s_vec, s_known, s_record = train_static_vectors(spec.source_data, source.pieces(), settings, say=say)
+    s_vec, s_known, s_record = train_static_vectors(spec.source_data, source.pieces(), settings,
+                                                    given=spec.source_static_vectors, say=say)
     alignment = fit_alignment(words, (word_encoder(target.encode, target.pieces()), t_vec, t_known),
                               (word_encoder(source.encode, source.pieces()), s_vec, s_known))
     return AlignedVectors(alignment.target(t_vec), t_known, alignment.source(s_vec), s_known,

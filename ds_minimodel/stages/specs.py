@@ -276,6 +276,9 @@ class AdaptSpec(MLMSpec):
     source_data: Path | None = None
     """wechsel: the source corpus prepared with the body's tokenizer (ds-minimodel prepare --tokenizer), for its
     static vectors"""
+    source_static_vectors: Path | None = None
+    """wechsel: the source's static vectors, trained before on --source-data's very tokens (as --static-vectors for
+    the target's), used instead of training them"""
     freeze_copied: bool = False
     """keep the rows copied from source rows (and their output biases) unchanged: fixed anchors; sets Step 2's
     weight decay to 0, so that they stay bit-identical"""

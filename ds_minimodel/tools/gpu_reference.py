@@ -16,7 +16,6 @@ from typing import Any
 from ds_minimodel import flops
 from ds_minimodel.config import get_preset, read_json, write_json
 from ds_minimodel.errors import InputError
-from ds_minimodel.model.embedding_init import STATIC_VECTORS, get_initialiser
 from ds_minimodel.pipeline.settings import PipelineConfig
 from ds_minimodel.pipeline.step2_init import target_init
 from ds_minimodel.systems import Step, get_system
@@ -30,7 +29,7 @@ from ds_minimodel.tools.gpu_common import (
     materialise,
     skipped,
 )
-from ds_minimodel.tools.gpu_tokenizers import carried, carried_vectors
+from ds_minimodel.tools.gpu_tokenizers import carried, carried_vectors, needs_vectors
 
 CPU_REFERENCE = REPO / "configs/reference.json"
 """The CPU reference run's config: the body trained beside the GPU run has its shape and tokenizer."""
@@ -158,8 +157,8 @@ def reference_config(run: Run) -> PipelineConfig:
     # Tokenizers trained before the run on these very corpora (scripts/gpu_prepare.py): none is trained again; so
     # are FOCUS's static vectors, which the GPU machine has no gensim to train.
     def own(corpus: Any) -> Any:
-        vectors = {} if corpus is made.source else {"static_vectors": carried_vectors(spec.tokenizers, made, corpus)}
-        return replace(corpus, tokenizer=carried(spec.tokenizers, made, corpus) or corpus.tokenizer, **vectors)
+        return replace(corpus, tokenizer=carried(spec.tokenizers, made, corpus) or corpus.tokenizer,
+                       static_vectors=carried_vectors(spec.tokenizers, made, corpus))
 
     return without_untrainable_vectors(replace(made, source=own(made.source), targets=[own(t) for t in made.targets]))
 
@@ -169,8 +168,7 @@ def without_untrainable_vectors(config: PipelineConfig) -> PipelineConfig:
     recipe anchors and every target has one) where static vectors would have to be trained (a target without
     carried ones, as ``--tiny``'s cut corpora) and gensim is not installed: the reference part runs rather than
     fails; ``step2_inits`` records what each target started from."""
-    needs = [t.lang for t in config.targets if t.static_vectors is None
-             and STATIC_VECTORS in get_initialiser(target_init(config.step2, t)[0]).needs]
+    needs = [c.lang for c in (config.source, *config.targets) if c.static_vectors is None and needs_vectors(config, c)]
     if not needs or importlib.util.find_spec("gensim") is not None:
         return config
     # Word anchors stay where every target has its list (the pipeline's word_anchors asks that of each).
@@ -179,6 +177,7 @@ def without_untrainable_vectors(config: PipelineConfig) -> PipelineConfig:
     print(f"[gpu-run] reference: no static vectors carried for {', '.join(needs)} and no gensim to train them: "
           f"Step 2 starts from the overlap rows{' and word anchors' * anchors}", flush=True)
     return replace(config, step2=replace(config.step2, init="overlap", word_anchors=anchors),
+                   source=replace(config.source, static_vectors=None),
                    targets=[replace(t, static_vectors=None, word_list=t.word_list if anchors else None)
                             for t in config.targets])
 

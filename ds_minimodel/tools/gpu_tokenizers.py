@@ -8,10 +8,10 @@ lease"), and a reference part planned from an earlier run's jobs (``--plan-from`
 its pipeline as that language's ``tokenizer`` only where the corpus is the very text it was trained on (size and
 SHA-256) with the same settings, and trains as before otherwise (``--tiny``'s cut corpora, another ``--english``).
 
-Each target whose Step 2 starts from static vectors (FOCUS) gets them here too, trained on its corpus prepared with
-its carried tokenizer (``<lang>.npz``, ``data.static_vectors``): the GPU machine has no gensim (its wheel would not
-fit the 64 MiB that travel), and the vectors are the pipeline's ``static_vectors`` there, which it checks against
-the data it prepared (the same tokens on any machine).
+Each language whose Step 2 trains static vectors (a target's for FOCUS or WECHSEL, the source's for WECHSEL) gets
+them here too, trained on its corpus prepared with its carried tokenizer (``<lang>.npz``, ``data.static_vectors``):
+the GPU machine has no gensim (its wheel would not fit the 64 MiB that travel), and the vectors are the pipeline's
+``static_vectors`` there, which it checks against the data it prepared (the same tokens on any machine).
 """
 from __future__ import annotations
 
@@ -24,7 +24,7 @@ from typing import Any
 from ds_minimodel.config import file_sha256, read_json, write_json
 from ds_minimodel.data.prepare import prepare, prepare_tokenizer
 from ds_minimodel.errors import InputError
-from ds_minimodel.model.embedding_init import STATIC_VECTORS, get_initialiser
+from ds_minimodel.model.embedding_init import STATIC_VECTORS, WORD_LIST, get_initialiser
 from ds_minimodel.pipeline.plan import tokenizer_settings
 from ds_minimodel.pipeline.settings import PipelineConfig
 from ds_minimodel.pipeline.step2_init import target_init
@@ -59,12 +59,22 @@ def train_carried(config_path: Path, english: Path | None, out: Path, *,
             manifest[corpus.lang] = {"model": f"{corpus.lang}.model", "corpus": str(given),
                                      "corpus_bytes": text.stat().st_size, "corpus_sha256": file_sha256(text),
                                      "settings": recorded_settings(config, corpus)}
-            if corpus is not config.source and STATIC_VECTORS in get_initialiser(target_init(config.step2,
-                                                                                             corpus)[0]).needs:
+            if needs_vectors(config, corpus):
                 own = replace(corpus, corpus=str(text), tokenizer=str(out / f"{corpus.lang}.model"))
                 manifest[corpus.lang]["static_vectors"] = carry_vectors(config, own, Path(tmp), out, earlier)
     write_json(out / MANIFEST, manifest)
     return manifest
+
+
+def needs_vectors(config: PipelineConfig, corpus: Any) -> bool:
+    """Whether Step 2 trains static vectors of ``corpus``: a target's where its initialiser needs them, the source's
+    where some target's aligns both languages' (WECHSEL)."""
+    def needs(target: Any) -> frozenset[str]:
+        return get_initialiser(target_init(config.step2, target)[0]).needs
+
+    if corpus is config.source:
+        return any({STATIC_VECTORS, WORD_LIST} <= needs(t) for t in config.targets)
+    return STATIC_VECTORS in needs(corpus)
 
 
 def carry_vectors(config: PipelineConfig, corpus: Any, tmp: Path, out: Path, earlier: Path | None) -> str:

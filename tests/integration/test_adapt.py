@@ -271,10 +271,12 @@ def test_word_list_inputs_are_checked_before_any_work(en_data, de_data, tmp_path
 def test_wechsel_from_its_spec_starts_from_the_aligned_mixtures(primaries, de_data, tmp_path, monkeypatch):
     """In process (1 rank), --init wechsel end to end over the shipped help-page lexicon: the update-0 rows are the
     mixtures that the run's own inputs give (the word list, both languages' static vectors, read back from the data
-    folders where the run kept them), only the special rows are copies, and every input is named with its hash."""
+    folders where the run kept them), only the special rows are copies, and every input is named with its hash; with
+    both languages' vectors given and gensim blocked, the same rows."""
     from ds_minimodel.config import file_sha256
     from ds_minimodel.data.bilingual import WordList
     from ds_minimodel.data.prepare import prepare
+    from ds_minimodel.data.static_vectors import StaticSettings, keep_vectors, train_static_vectors
     from ds_minimodel.data.tokenizer import Tokenizer
     from ds_minimodel.model.embedding_init import initial_rows
     from ds_minimodel.model.transforms import extract_embeddings
@@ -314,6 +316,19 @@ def test_wechsel_from_its_spec_starts_from_the_aligned_mixtures(primaries, de_da
     assert torch.equal(start["embeddings.tokens.weight"], want.embeddings)
     assert torch.equal(start["heads.main.bias"], want.bias)
     assert not torch.equal(start["embeddings.tokens.weight"][5:], end["embeddings.tokens.weight"][5:])
+    # Both languages' vectors given, trained before (as a machine without gensim gets them): the same rows.
+    given = {}
+    for lang, folder, tokenizer in (("de", de_data, german), ("en", en_data, english)):
+        given[lang] = tmp_path / f"{lang}.npz"
+        keep_vectors(given[lang], *train_static_vectors(folder, tokenizer.pieces(), StaticSettings(seed=spec.seed)))
+    again = dataclasses.replace(spec, out=tmp_path / "w2", static_vectors=given["de"],
+                                source_static_vectors=given["en"], steps=1, save_every=1)
+    with monkeypatch.context() as patch:
+        patch.setitem(sys.modules, "gensim", None)
+        patch.setitem(sys.modules, "gensim.models", None)
+        run_stage(again, adapt.build)
+    rows = checkpoint.load_weights(checkpoint.complete_checkpoints(again.out)[0])["embeddings.tokens.weight"]
+    assert torch.equal(rows, want.embeddings)
 
 
 def test_focus_from_given_static_vectors_needs_no_gensim_and_starts_from_the_same_rows(primaries, de_data, tmp_path,

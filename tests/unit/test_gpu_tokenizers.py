@@ -130,6 +130,24 @@ def test_the_reference_run_takes_them_for_its_own_corpora_and_trains_the_rest(pr
         (tmp_path / "away.npz").rename(prepared.folder / "de.npz")
 
 
+def test_wechsel_carries_the_sources_vectors_too_and_the_reference_run_gives_them(prepared, tmp_path):
+    """WECHSEL aligns both languages' vectors: English's are carried beside German's, and given to the pipeline."""
+    config = json.loads(prepared.config_path.read_text())
+    config["step2"] = {**config["step2"], "init": "wechsel"}
+    config["targets"][0]["word_list"] = str(REPO / "reference_data/lexicons/de-en.help.tsv")
+    path = tmp_path / "wechsel.json"
+    path.write_text(json.dumps(config))
+    manifest = train_carried(path, prepared.en, tmp_path / "tok", earlier=prepared.folder)
+    assert manifest["en"]["static_vectors"] == "en.npz" and manifest["de"]["static_vectors"] == "de.npz"
+    assert (tmp_path / "tok/de.npz").read_bytes() == (prepared.folder / "de.npz").read_bytes()  # kept
+    spec = GpuRunSpec(out=tmp_path / "out", work=tmp_path / "work", parts=("reference",), config=path,
+                      english=str(prepared.en), tokenizers=tmp_path / "tok")
+    made = reference_config(SimpleNamespace(spec=spec, sizes=GPU, work=tmp_path / "work", cuda=False))
+    assert made.source.static_vectors == str(tmp_path / "tok/en.npz")
+    assert made.targets[0].static_vectors == str(tmp_path / "tok/de.npz")
+    assert step2_inits(made) == {"de": "wechsel (carried vectors)"}
+
+
 def test_a_new_preparation_keeps_the_tokenizers_an_earlier_one_trained_on_the_same_text(prepared, tmp_path,
                                                                                           monkeypatch):
     import gensim.models

@@ -377,6 +377,11 @@ def test_step1_forgetting_and_step2_initialiser_settings_reach_their_launches_an
 
 def test_wechsel_takes_each_targets_word_list_and_the_source_data_and_refuses_what_it_cannot_use(
         tmp_path, monkeypatch):
+    import hashlib
+
+    import numpy as np
+
+    from ds_minimodel.data.static_vectors import keep_vectors
     from ds_minimodel.pipeline.settings import check
 
     base = json.loads((Path(__file__).resolve().parents[2] / "configs/demo.json").read_text())
@@ -391,6 +396,14 @@ def test_wechsel_takes_each_targets_word_list_and_the_source_data_and_refuses_wh
     spec = launched["step2-de-minijoint"]
     assert (spec.init, spec.word_list, spec.source_data, spec.data) == ("wechsel", words, Path("data/en"),
                                                                        Path("data/de"))
+    assert spec.source_static_vectors is None
+    vectors = tmp_path / "en.npz"  # English's, trained before (Step 2 compares the tokens; the config, the size)
+    rows = np.zeros((3, 2), np.float32)
+    keep_vectors(vectors, rows, np.ones(3, bool), {"data_sha256": "0" * 64, "vectors_sha256": hashlib.sha256(
+        rows.tobytes()).hexdigest(), "corpus_bytes": Path(base["source"]["corpus"]).stat().st_size})
+    given = demo_pipeline(tmp_path, step2=wechsel, targets=[target],
+                          source={**base["source"], "static_vectors": str(vectors)})
+    assert step2_specs(given, monkeypatch, ("de",))["step2-de-bl_base"].source_static_vectors == vectors
     for changes, message in (
             ({"step2": wechsel}, "step2.init wechsel needs a bilingual word list for every target language; de"),
             ({"step2": {**base["step2"], "init": "overlap"}, "targets": [target]},
@@ -442,9 +455,12 @@ def test_a_targets_given_static_vectors_reach_its_step2_alone_and_spare_it_gensi
             ({"targets": given}, r"trains static vectors \(nl\) with gensim, which is not"),
             ({"source_relearn": ["bl_base"], "relearn_anchor": "de"},
              r"trains static vectors \(en, the anchored source-relearn control\) with gensim"),
+            ({"step2": focus | {"init": "wechsel"}, "targets": [{**given[0], "word_list": "x.tsv"}]},
+             r"trains static vectors \(en\) with gensim"),  # WECHSEL: English's side of the alignment too
             ({"step2": base["step2"] | {"init": "overlap"}},
              "de's static_vectors are for a target's step2.init focus or wechsel, not overlap"),
-            ({"source": {**base["source"], "static_vectors": str(vectors)}}, "en's static_vectors are for a target"),
+            ({"source": {**base["source"], "static_vectors": str(vectors)}},
+             "source.static_vectors are for a target's step2.init wechsel \\(the source's side"),
             ({"targets": [{**given[0], "corpus": base["source"]["corpus"]}]}, "static vectors trained on a text of "),
             ({"targets": [{**given[0], "static_vectors": str(tmp_path / "no.npz")}]}, "static vectors file not found"),
             ({"step2": focus | {"rare_vectors": "ngrams"}}, "where this run has rare_vectors ngrams")):
