@@ -102,6 +102,10 @@ def data_identity(data_dir: Path | str) -> str:
     meta = read_meta(Path(data_dir) / META_FILE)
     if meta is None:
         raise InputError(f"{data_dir}: not a prepared folder (no {META_FILE})")
+    return _identity(meta)
+
+
+def _identity(meta: dict[str, Any]) -> str:
     kept = {k: v for k, v in meta.items() if k not in PATH_FIELDS}
     return hashlib.sha256(json.dumps(kept, sort_keys=True).encode()).hexdigest()
 
@@ -136,10 +140,10 @@ def _given_vectors(path: Path, data_dir: Path, pieces: list[str], settings: Stat
     """Given vectors, where made for this folder's very tokens (FastText's other settings and seed are theirs, as
     their record says; rare pieces must be treated as ``settings`` says)."""
     vectors, known, record = read_vectors_file(path)
-    if record["data_sha256"] != data_identity(data_dir):
+    identity = data_identity(data_dir)
+    if record["data_sha256"] != identity:
         raise InputError(f"{path}: static vectors trained on other text or with another tokenizer than {data_dir}'s "
-                         f"(their data_sha256 {str(record['data_sha256'])[:12]}, the folder's "
-                         f"{data_identity(data_dir)[:12]})")
+                         f"(their data_sha256 {str(record['data_sha256'])[:12]}, the folder's {identity[:12]})")
     if record.get("rare", "drawn") != settings.rare or vectors.ndim != 2 or len(vectors) != len(pieces) \
             or known.shape != (len(pieces),) or known.dtype != bool:
         raise InputError(f"{path}: static vectors of shape {vectors.shape}, rare pieces {record.get('rare', 'drawn')}; "
@@ -206,9 +210,10 @@ def train_static_vectors(data_dir: Path | str, pieces: list[str], settings: Stat
             vectors[i] = model.wv[pieces[i]]
             known[i] = bool(np.any(vectors[i]))
     meta = read_meta(Path(data_dir) / META_FILE) or {}
-    record = {"data_meta_sha256": meta_sha256, "data_sha256": data_identity(data_dir),
+    record = {"data_meta_sha256": meta_sha256, "data_sha256": _identity(meta),
               "corpus_sha256": meta.get("corpus_sha256"), "corpus_bytes": meta.get("corpus_bytes"),
-              "tokenizer_sha256": shards.tokenizer_sha256, "paragraphs": len(corpus), "tokens": sum(map(len, corpus)), "known": int(known.sum()),
+              "tokenizer_sha256": shards.tokenizer_sha256, "paragraphs": len(corpus), "tokens": sum(map(len, corpus)),
+              "known": int(known.sum()),
               "gensim": gensim.__version__, "vectors_sha256": hashlib.sha256(vectors.tobytes()).hexdigest(),
               **settings.key()}
     if cache:

@@ -33,6 +33,16 @@ def target_init(step2: Step2Settings, target: CorpusSettings | None) -> tuple[st
                             "scripts/make_help_lexicons.py, scripts/make_dictionaries.py; RESULTS.md)")
 
 
+def vector_languages(cfg: PipelineConfig) -> list[CorpusSettings]:
+    """The languages whose Step 2 uses static vectors, given or trained: each target whose initialiser needs them,
+    and the source where some target's aligns both languages' (WECHSEL)."""
+    from ds_minimodel.model.embedding_init import STATIC_VECTORS, WORD_LIST, get_initialiser
+
+    needs = {t.lang: get_initialiser(target_init(cfg.step2, t)[0]).needs for t in cfg.targets}
+    aligned = any({STATIC_VECTORS, WORD_LIST} <= n for n in needs.values())
+    return [cfg.source] * aligned + [t for t in cfg.targets if STATIC_VECTORS in needs[t.lang]]
+
+
 def check_step2_init(cfg: PipelineConfig, source: str) -> None:
     """Each target's initialiser, with what it needs (``source``: the config file, for messages)."""
     from ds_minimodel.model.embedding_init import INITIALISERS, NEW_ROWS, STATIC_VECTORS, WORD_LIST, initialisers_that
@@ -54,10 +64,8 @@ def check_step2_init(cfg: PipelineConfig, source: str) -> None:
                                 or importlib.util.find_spec("anyascii") is None):
         raise InputError(f"{source}: step2.transliterate works with init {' or '.join(translit)} and needs "
                          f"anyascii (pip install anyascii); init is {init!r}")
-    aligning = [name for name in listed if name in static]  # both languages' vectors: the source's too
-    trained = [t.lang for t in cfg.targets if inits[t.lang] in static and t.static_vectors is None]
-    if any(inits[t.lang] in aligning for t in cfg.targets) and cfg.source.static_vectors is None:
-        trained.append(cfg.source.lang)
+    using = vector_languages(cfg)
+    trained = [c.lang for c in using if c.static_vectors is None]
     if cfg.source_relearn and cfg.relearn_anchor is not None and target_init(step2, None)[0] in static:
         trained.append(f"{cfg.source.lang}, the anchored source-relearn control")
     if trained and importlib.util.find_spec("gensim") is None:
@@ -66,11 +74,12 @@ def check_step2_init(cfg: PipelineConfig, source: str) -> None:
                          "each language its static_vectors)")
     from ds_minimodel.data.static_vectors import check_enough_text, check_given
 
-    if cfg.source.static_vectors is not None and not set(inits.values()) & set(aligning):
-        raise InputError(f"{source}: source.static_vectors are for a target's step2.init {' or '.join(aligning)} "
-                         f"(the source's side of the alignment), not {init}")
     for target in [cfg.source, *cfg.targets]:
-        if target is not cfg.source and target.static_vectors is not None and inits[target.lang] not in static:
+        if target.static_vectors is not None and not any(c is target for c in using):
+            if target is cfg.source:
+                aligning = " or ".join(name for name in listed if name in static)
+                raise InputError(f"{source}: source.static_vectors are for a target's step2.init {aligning} (the "
+                                 f"source's side of the alignment), not {init}")
             raise InputError(f"{source}: {target.lang}'s static_vectors are for a target's step2.init "
                              f"{' or '.join(static)}, not {inits[target.lang]}")
         if inits.get(target.lang) in static:

@@ -17,7 +17,7 @@ from ds_minimodel import flops
 from ds_minimodel.config import get_preset, read_json, write_json
 from ds_minimodel.errors import InputError
 from ds_minimodel.pipeline.settings import PipelineConfig
-from ds_minimodel.pipeline.step2_init import target_init
+from ds_minimodel.pipeline.step2_init import target_init, vector_languages
 from ds_minimodel.systems import Step, get_system
 from ds_minimodel.tools.gpu_common import (
     REPO,
@@ -29,7 +29,7 @@ from ds_minimodel.tools.gpu_common import (
     materialise,
     skipped,
 )
-from ds_minimodel.tools.gpu_tokenizers import carried, carried_vectors, needs_vectors
+from ds_minimodel.tools.gpu_tokenizers import carried, carried_vectors
 
 CPU_REFERENCE = REPO / "configs/reference.json"
 """The CPU reference run's config: the body trained beside the GPU run has its shape and tokenizer."""
@@ -141,7 +141,8 @@ def reference_config(run: Run) -> PipelineConfig:
     made = replace(
         config, out=str(run.work / "reference_gpu"), preset=s.reference_preset or config.preset,
         vocab_size=s.reference_vocab or config.vocab_size, systems=systems,
-        source=replace(config.source, corpus=materialise(run.work, spec.english or config.source.corpus, max_bytes=cut)),
+        source=replace(config.source,
+                       corpus=materialise(run.work, spec.english or config.source.corpus, max_bytes=cut)),
         targets=[replace(t, corpus=materialise(run.work, t.corpus, max_bytes=cut),
                          word_list=t.word_list and str(REPO / t.word_list)) for t in config.targets
                  if t.lang in spec.languages],
@@ -168,7 +169,7 @@ def without_untrainable_vectors(config: PipelineConfig) -> PipelineConfig:
     recipe anchors and every target has one) where static vectors would have to be trained (a target without
     carried ones, as ``--tiny``'s cut corpora) and gensim is not installed: the reference part runs rather than
     fails; ``step2_inits`` records what each target started from."""
-    needs = [c.lang for c in (config.source, *config.targets) if c.static_vectors is None and needs_vectors(config, c)]
+    needs = [c.lang for c in vector_languages(config) if c.static_vectors is None]
     if not needs or importlib.util.find_spec("gensim") is not None:
         return config
     # Word anchors stay where every target has its list (the pipeline's word_anchors asks that of each).

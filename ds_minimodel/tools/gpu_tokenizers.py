@@ -24,10 +24,9 @@ from typing import Any
 from ds_minimodel.config import file_sha256, read_json, write_json
 from ds_minimodel.data.prepare import prepare, prepare_tokenizer
 from ds_minimodel.errors import InputError
-from ds_minimodel.model.embedding_init import STATIC_VECTORS, WORD_LIST, get_initialiser
 from ds_minimodel.pipeline.plan import tokenizer_settings
 from ds_minimodel.pipeline.settings import PipelineConfig
-from ds_minimodel.pipeline.step2_init import target_init
+from ds_minimodel.pipeline.step2_init import vector_languages
 from ds_minimodel.tools.gpu_common import REPO, materialise
 
 MANIFEST = "manifest.json"
@@ -46,6 +45,7 @@ def train_carried(config_path: Path, english: Path | None, out: Path, *,
     config = PipelineConfig.load(config_path)
     manifest: dict[str, Any] = {}
     out.mkdir(parents=True, exist_ok=True)
+    vectored = {c.lang for c in vector_languages(config)}
     with tempfile.TemporaryDirectory() as tmp:
         for corpus in [config.source, *config.targets]:
             settings = tokenizer_settings(config, corpus)
@@ -59,22 +59,11 @@ def train_carried(config_path: Path, english: Path | None, out: Path, *,
             manifest[corpus.lang] = {"model": f"{corpus.lang}.model", "corpus": str(given),
                                      "corpus_bytes": text.stat().st_size, "corpus_sha256": file_sha256(text),
                                      "settings": recorded_settings(config, corpus)}
-            if needs_vectors(config, corpus):
+            if corpus.lang in vectored:
                 own = replace(corpus, corpus=str(text), tokenizer=str(out / f"{corpus.lang}.model"))
                 manifest[corpus.lang]["static_vectors"] = carry_vectors(config, own, Path(tmp), out, earlier)
     write_json(out / MANIFEST, manifest)
     return manifest
-
-
-def needs_vectors(config: PipelineConfig, corpus: Any) -> bool:
-    """Whether Step 2 trains static vectors of ``corpus``: a target's where its initialiser needs them, the source's
-    where some target's aligns both languages' (WECHSEL)."""
-    def needs(target: Any) -> frozenset[str]:
-        return get_initialiser(target_init(config.step2, target)[0]).needs
-
-    if corpus is config.source:
-        return any({STATIC_VECTORS, WORD_LIST} <= needs(t) for t in config.targets)
-    return STATIC_VECTORS in needs(corpus)
 
 
 def carry_vectors(config: PipelineConfig, corpus: Any, tmp: Path, out: Path, earlier: Path | None) -> str:
