@@ -13,12 +13,10 @@ from dataclasses import asdict, replace
 from pathlib import Path
 from typing import Any
 
-from ds_minimodel import flops
 from ds_minimodel.config import get_preset, read_json, write_json
 from ds_minimodel.errors import InputError
 from ds_minimodel.pipeline.settings import PipelineConfig
 from ds_minimodel.pipeline.step2_init import target_init, vector_languages
-from ds_minimodel.systems import Step, get_system
 from ds_minimodel.tools.gpu_common import (
     REPO,
     GpuRunSpec,
@@ -29,6 +27,14 @@ from ds_minimodel.tools.gpu_common import (
     materialise,
     skipped,
 )
+from ds_minimodel.tools.gpu_plan import (
+    RESERVE_S,
+    plan_reference,
+    startup_seconds,
+    step3_shape,
+    stored_sizing,
+    tiny_plan,
+)
 from ds_minimodel.tools.gpu_tokenizers import carried, carried_vectors
 
 CPU_REFERENCE = REPO / "configs/reference.json"
@@ -36,26 +42,6 @@ CPU_REFERENCE = REPO / "configs/reference.json"
 
 PART_PIECE = 15 * 2**20
 """Largest file brought back (the device tool returns files of at most 16 MiB)."""
-# The reference run's shares of its training time (after the measured start-up of every launch): most to Step 1, as
-# in the paper, where pretraining is most of the compute.
-SHARES = {"step1": 0.45, "step1b": 0.05, "step2": 0.3, "step3": 0.2}
-RESERVE_S = 60
-"""Seconds kept for Step 4, the analysis and packing after the reference run's training."""
-SAVE_S = 2.0
-STEP2_SAVES = 6
-"""Seconds per checkpoint written (the weights and their consolidated copy; about 1.5 s measured on the H200 at stop
-33), and how many a Step-2 launch writes (``run_pipeline`` saves every fifth of its updates, and at the end)."""
-PACK_S = 10.0
-"""Seconds kept after a pipeline planned from an earlier run's jobs (``stored_sizing``, whose per-job seconds include
-Step 4 and the analysis): packing the results."""
-STORED_MARGIN = 0.9
-"""The share of what is left that a plan from an earlier run's jobs gives its updates: the rest absorbs a lease's
-variation (the sixth and seventh leases' Step-1 jobs took 0.096 and 0.113 s an update at the same shapes)."""
-JOB_SETUP_S = 5.0
-"""Allowed for each job's own set-up in the shared launch (model, engine, data; the process start is paid once, in
-``startup_s``): a planning allowance, not a measurement; the reference part's log times each job."""
-
-
 def time_reference_shapes(run: Run, end: float) -> dict[str, Any]:
     """Seconds per update of every stage of the reference run at its own shapes (Steps 1, 1b and 2 in one process,
     Step 3 in another), and with ``--body`` of the body's Step 1 (a third process, 16 s on the sixth lease): what
@@ -63,7 +49,7 @@ def time_reference_shapes(run: Run, end: float) -> dict[str, Any]:
     s, ref, sizing = run.sizes, reference_shape(run), {}
     processes = [("reference", "step1,step1-dual,step1b,step2-bl_base,step2-bl_small,step2-minijoint,step2-minipost",
                   ref["preset"], s.sizing_micro or ref["micro"], ref["ds"]),
-                 ("reference step3", "step3", ref["preset"], s.sizing_micro or 32, ref["ds3"])]
+                 ("reference step3", "step3", ref["preset"], s.sizing_micro or ref["step3_batch"], ref["ds3"])]
     if run.spec.body:
         processes.append(("body", "step1", ref["body_preset"], s.sizing_micro or ref["body_micro"], ref["body_ds"]))
     for name, stages, preset, micro_batch, ds in processes:
@@ -85,6 +71,7 @@ def reference_shape(run: Run) -> dict[str, Any]:
             "new": config.new_layers, "micro": step1_ds["train_micro_batch_size_per_gpu"],
             "ds": ds_config(run, "reference", base=config.step1.ds_config),
             "ds3": ds_config(run, "reference_step3", base=config.step3.ds_config),
+            "step3_batch": read_json(REPO / config.step3.ds_config)["train_batch_size"],
             "body_preset": run.sizes.reference_preset or "reference",
             "body_micro": read_json(REPO / cpu_ds)["train_batch_size"],
             "body_ds": ds_config(run, "body", base=cpu_ds, batch=run.sizes.sizing_micro)}
@@ -220,123 +207,14 @@ def start_data(run: Run) -> None:
         f"tokenizer=Path({str(tok / 'spm.model')!r}), progress=False)")])
 
 
-def stored_sizing(path: Path, device: str) -> dict[str, Any]:
-    """What ``plan_reference`` needs, from an earlier gpu-run's ``gpu_run.json`` on the same kind of device rather
-    than from the bench: each stage's seconds per update as that run's jobs took them (on the seventh lease 1.3-3.5
-    times the bench's medians at the same shapes, 27-49 ms more an update), its launch's start-up, and the
-    pipeline's other seconds per job (set-up, checkpoints, Step 4, the analysis). Refused with the file named when
-    the run cannot serve."""
-    where = f"--plan-from {path}"
-    try:
-        figures = json.loads(Path(path).read_text(encoding="utf-8"))
-        parts = figures["parts"]
-    except (OSError, ValueError, KeyError, TypeError) as err:
-        raise InputError(f"{where}: not a gpu-run's gpu_run.json ({type(err).__name__}: {err})") from None
-    ref = parts.get("reference") or {}
-    measured_on = ref.get("device") or (parts.get("env") or {}).get("device")
-    if measured_on != device:
-        raise InputError(f"{where}: measured on {measured_on or 'a device it does not name'}, not on this {device}")
-    pipeline, sizing = ref.get("pipeline") or {}, ref.get("sizing") or {}
-    jobs = pipeline.get("job_updates") or {}
-    if not jobs and pipeline.get("job_updates_s"):  # written before each job's updates were recorded
-        steps = (ref.get("plan") or {}).get("steps") or {}
-        jobs = {name: {"seconds": seconds, "updates": steps.get(name.split("-", 1)[0])}
-                for name, seconds in pipeline["job_updates_s"].items()}
-    if pipeline.get("status") != "ok" or not jobs or "startup_s" not in sizing:
-        raise InputError(f"{where}: its reference pipeline did not finish with its jobs timed (status "
-                         f"{pipeline.get('status', 'missing')!r}), so there is nothing to plan from")
-    rates: dict[str, float] = {}
-    for name, job in jobs.items():
-        step, _, rest = name.partition("-")
-        key = {"step1": {"base": "step1", "minijoint": "step1-dual", "small": "step1-small"}.get(rest),
-               "step1b": "step1b", "step3": "step3"}.get(step) or (f"step2-{rest.rsplit('-', 1)[-1]}"
-                                                                 if step == "step2" else None)
-        if key and job.get("updates"):
-            rates.setdefault(key, job["seconds"] / job["updates"])
-    if "step3" not in rates:  # no count of Step-3 updates: the bench's median times the other stages' job/bench
-        benched = {**(sizing.get("reference") or {}).get("median_s", {}),
-                   **(sizing.get("reference step3") or {}).get("median_s", {})}
-        ratios = [rate / benched[key] for key, rate in rates.items() if benched.get(key)]
-        if "step3" not in benched or not ratios:
-            raise InputError(f"{where}: no Step-3 job time or bench median in it to plan Step 3 from")
-        rates["step3"] = benched["step3"] * sum(ratios) / len(ratios)
-    step3 = rates.pop("step3")
-    outside = pipeline["seconds"] - pipeline["update_seconds"] - sizing["startup_s"]
-    return {"from": str(path), "reference": {"median_s": rates}, "reference step3": {"median_s": {"step3": step3}},
-            "startup_s": sizing["startup_s"], "per_job_s": max(outside, 0.0) / len(jobs)}
-
-
-def plan_reference(run: Run, config: PipelineConfig, sizing: dict[str, Any], *, body_beside: bool = True
-                   ) -> dict[str, Any]:
-    """Step counts that fit the time left: every launch's measured start-up taken off first, the rest shared out
-    by ``SHARES`` at the measured seconds per update of each stage (``--tiny``: capped at a few updates)."""
-    # The body trains beside the run on the same GPU, and these small models leave it idle between kernels: the
-    # H200 run of stop 33 measured each stage's update at about its own time plus the body's (time-sliced, not
-    # overlapped), so the body's seconds per update are added to every stage's, and the body's to theirs.
-    body = sizing.get("body") if body_beside else None
-    beside = body["median_s"]["step1"] if body else 0.0
-    t = {stage: seconds + beside for stage, seconds in sizing["reference"]["median_s"].items()}
-    t3 = sizing["reference step3"]["median_s"]["step3"] + beside
-    preset = get_preset(config.preset).replace(vocab_size=config.vocab_size)
-    shape = {"seq_len": config.seq_len, "batch": 1, "mask_prob": 0.15}
-    # BL_SMALL's Step 1 is not timed: the plain update scaled by the analytic FLOPs of 4 layers against 12.
-    small = t.pop("step1-small", None) or beside + (t["step1"] - beside) * (
-        flops.per_update_flops(Step.PRETRAIN, preset.replace(num_layers=config.small_layers), **shape)
-        / flops.per_update_flops(Step.PRETRAIN, preset, **shape))
-    langs, systems, seeds = len(config.targets), config.systems, config.step3.seeds
-    primaries = len({get_system(name).primary for name in systems})
-    jobs = (primaries + sum(get_system(name).step1b for name in systems) + len(systems) * langs
-            + len(config.source_relearn)
-            + primaries * len(seeds))
-    startup = sizing["startup_s"]
-    if "per_job_s" in sizing:  # an earlier run's jobs (stored_sizing): their measured seconds outside the updates
-        available = run.left() - PACK_S
-        train_s = STORED_MARGIN * (available - startup - jobs * sizing["per_job_s"])
-    else:
-        available = run.left() - RESERVE_S
-        # Every job but Step 3's writes STEP2_SAVES (Step 2) or one or two (Steps 1, 1b) checkpoints.
-        saves = SAVE_S * (jobs + (STEP2_SAVES - 1) * (len(systems) * langs + len(config.source_relearn)))
-        # The jobs share one launch (pipeline.workers): one start-up, then each job's own set-up (its model, engine
-        # and data), JOB_SETUP_S allowed for each.
-        train_s = 0.8 * (available - startup - jobs * JOB_SETUP_S - saves)
-    step2_each = langs * sum(t[f"step2-{name}"] for name in systems) + sum(
-        t[f"step2-{name}"] for name in config.source_relearn)
-    train_lines = sum(1 for _ in open(config.tasks[0].train, encoding="utf-8"))
-    step3_batch = read_json(config.step3.ds_config)["train_batch_size"]
-    per_epoch = primaries * len(seeds) * -(-train_lines // step3_batch) * t3
-    caps = run.sizes.step_caps
-    step1_each = sum({"base": t["step1"], "small": small}.get(name, t["step1-dual"])  # MiniJoint: the dual head
-                     for name in {get_system(name).primary for name in systems})
-    steps = {
-        "step1": int(SHARES["step1"] * train_s / step1_each),
-        "step1b": int(SHARES["step1b"] * train_s / t["step1b"]),
-        "step2": int(SHARES["step2"] * train_s / step2_each),
-    }
-    steps = {k: max(2 if k == "step2" else 1, min(v, caps.get(k, v))) for k, v in steps.items()}
-    epochs = max(0.01, min(SHARES["step3"] * train_s / per_epoch, caps.get("epochs", 3.0)))
-    # The body's update beside the run: its own time plus a typical stage's (Step 2, most of the run's launches).
-    body_update = beside + min(sizing["reference"]["median_s"].values()) if body else 0.0
-    body_steps = int(0.6 * (available - startup) / body_update) if body else 0
-    body_steps = max(1, min(body_steps, caps.get("body", body_steps))) if body else 0
-    return {"available_s": available, "jobs": jobs, "launches": 1, "startup_s": startup, "train_s": train_s,
-            "steps": steps, "epochs": round(epochs, 3), "body_steps": body_steps}
-
-
-def startup_seconds(run: Run, timing: dict[str, Any]) -> float:
-    """One training launch's fixed cost, measured: a one-stage timing process's wall time (Step 3's) less its
-    updates, with room for what a real launch adds (data, checkpoints, logs)."""
-    updates = (run.sizes.warmup + run.sizes.updates) * sum(timing["median_s"].values())
-    return 1.2 * max(timing["seconds"] - updates, 1.0) + 3
-
-
 def part_reference(run: Run, budget: float) -> dict[str, Any]:
     spec = run.spec
     found: dict[str, Any] = {"config": str(spec.config), "english": spec.english or "the config's",
                              "languages": ",".join(spec.languages), "seeds": ",".join(map(str, spec.seeds))}
     sizing = dict((run.figures["parts"].get("bench") or {}).get("sizing") or {})
     found["device"] = device_name(run.cuda)
-    if spec.plan_from is not None:  # checked before any work started (argument_problem)
-        sizing = found["sizing"] = stored_sizing(spec.plan_from, found["device"])
+    if spec.plan_from is not None:  # checked before any work started (argument_problem); read with the config below
+        sizing = {}
     elif spec.tiny:  # a check that the steps run (CI, or a GPU's last minutes): the caps alone
         sizing = {"tiny": True}
     elif not all(sizing.get(k, {}).get("status") == "ok"
@@ -345,10 +223,12 @@ def part_reference(run: Run, budget: float) -> dict[str, Any]:
         if not all(sizing[k]["status"] == "ok" for k in sizing):
             return {**found, **skipped("the reference shapes could not be timed, so no run could be sized to the "
                                        "time left")}
-    if "reference step3" in sizing and "from" not in sizing:
+    if "reference step3" in sizing:
         sizing["startup_s"] = startup_seconds(run, sizing["reference step3"])
     found["prepare"] = run.join("reference_prepare", run.left() - RESERVE_S)
     config = PipelineConfig.load(run.config_path)
+    if spec.plan_from is not None:
+        sizing = found["sizing"] = stored_sizing(spec.plan_from, found["device"], step3_shape(config))
     found["step2_init"] = step2_inits(config)
     beside = spec.body
     plan = found["plan"] = (plan_reference(run, config, sizing, body_beside=beside) if "reference step3" in sizing
@@ -365,14 +245,6 @@ def part_reference(run: Run, budget: float) -> dict[str, Any]:
         found["body"] = {**run.join("body", run.left() - 10), **pack_body(run, body)}
     ok = found["pipeline"]["status"] == "ok" and (not beside or (found.get("body") or {}).get("status") == "ok")
     return {**found, "status": "ok" if ok else "partial"}
-
-
-def tiny_plan(run: Run) -> dict[str, Any]:
-    """``--tiny`` without the bench part's timings: every step count at its cap."""
-    caps = run.sizes.step_caps
-    return {"from": "the --tiny caps", "train_s": float("inf"), "available_s": run.left(), "launches": None,
-            "steps": {k: caps[k] for k in ("step1", "step1b", "step2")}, "epochs": caps["epochs"],
-            "body_steps": caps["body"]}
 
 
 def start_body(run: Run, plan: dict[str, Any]) -> Path:

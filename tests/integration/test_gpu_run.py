@@ -164,6 +164,9 @@ def test_the_reference_part_plans_from_an_earlier_runs_jobs_and_builds_batches_i
     ref = json.loads((out / "gpu_run.json").read_text())["parts"]["reference"]
     assert ref["status"] == "ok" and ref["sizing"]["from"] == str(earlier) and ref["device"] == device_name(False)
     assert ref["plan"]["steps"] == {"step1": 1, "step1b": 1, "step2": 2} and ref["plan"]["jobs"] == 3
+    # Step 3 planned at each primary's own rate, its lease-7 count read from that lease's plan and this run's
+    # updates per epoch (the seventh lease recorded its jobs' seconds only).
+    assert set(ref["sizing"]["reference step3"]["median_s"]) == {"step3-base", "step3-minijoint", "step3-small"}
     # The recipe the CPU runs chose (init auto: FOCUS, anchored by the help lexicon): --tiny's cut German has no
     # carried vectors, and gensim here trains them.
     assert ref["step2_init"] == {"de": "focus + word anchors"}
