@@ -115,8 +115,9 @@ def step3_shape(config: PipelineConfig) -> tuple[int, int]:
 
 def plan_reference(run: Run, config: PipelineConfig, sizing: dict[str, Any], *, body_beside: bool = True
                    ) -> dict[str, Any]:
-    """Step counts that fit the time left: every launch's measured start-up taken off first, the rest shared out
-    by ``SHARES`` at the measured seconds per update of each stage (``--tiny``: capped at a few updates)."""
+    """Step counts that fit the time left: every launch's measured start-up taken off first, Step 3's epochs next
+    (``SHARES``' fifth, raised to ``STEP3_EPOCHS`` within ``STEP3_MOST``), the rest shared out by ``SHARES`` at the
+    measured seconds per update of each stage (``--tiny``: capped at a few updates)."""
     # The body trains beside the run on the same GPU, and these small models leave it idle between kernels: the
     # H200 run of stop 33 measured each stage's update at about its own time plus the body's (time-sliced, not
     # overlapped), so the body's seconds per update are added to every stage's, and the body's to theirs.
