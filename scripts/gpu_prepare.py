@@ -288,6 +288,8 @@ def main() -> int:
           "     timeout_s 540; on an H200 (the plan comes from that lease's jobs, whose batches were built on a\n"
           "     thread). On another device: bash scripts/gpu_run.sh, timeout_s 600. Add --prefetch-in thread if call\n"
           "     1's job row failed where its thread row ran (a builder forked from a CUDA process, untried on a GPU).\n"
+          "     What it will train: python -m ds_minimodel.tools.gpu_plan --plan-from benchmarks/gpu_h200_lease7.json\n"
+          "     --seconds 470 (here, before the lease).\n"
           "On a GPU node of your own, with DeepSpeed installed: ds-minimodel gpu-run --out runs/gpu")
     return 0
 
