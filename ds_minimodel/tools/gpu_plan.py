@@ -46,12 +46,12 @@ JOB_SETUP_S = 5.0
 
 
 
-def stored_sizing(path: Path, device: str, step3: tuple[int, int] | None = None) -> dict[str, Any]:
+def stored_sizing(path: Path, device: str | None, step3: tuple[int, int] | None = None) -> dict[str, Any]:
     """What ``plan_reference`` needs, from an earlier gpu-run's ``gpu_run.json`` on the same kind of device rather
     than from the bench: each stage's seconds per update as that run's jobs took them (on the seventh lease 1.3-3.5
     times the bench's medians at the same shapes, 27-49 ms more an update), Step 3's per primary, its launch's
     start-up, and the pipeline's other seconds per job (set-up, checkpoints, Step 4, the analysis). Refused with the
-    file named when the run cannot serve.
+    file named when the run cannot serve, or was measured on another device than ``device`` (None: any).
 
     ``step3``: this run's Step-3 (rows, batch). A run that recorded its jobs' seconds but not their updates (the
     seventh lease) gives Steps 1, 1b and 2 their counts from its plan's steps, and Step 3 its count from its plan's
@@ -67,7 +67,7 @@ def stored_sizing(path: Path, device: str, step3: tuple[int, int] | None = None)
         raise InputError(f"{where}: not a gpu-run's gpu_run.json ({type(err).__name__}: {err})") from None
     ref = parts.get("reference") or {}
     measured_on = ref.get("device") or (parts.get("env") or {}).get("device")
-    if measured_on != device:
+    if device is not None and measured_on != device:
         raise InputError(f"{where}: measured on {measured_on or 'a device it does not name'}, not on this {device}")
     pipeline, sizing = ref.get("pipeline") or {}, ref.get("sizing") or {}
     jobs = pipeline.get("job_updates") or {}
@@ -101,8 +101,27 @@ def stored_sizing(path: Path, device: str, step3: tuple[int, int] | None = None)
             raise InputError(f"{where}: no Step-3 job time or bench median in it to plan Step 3 from")
         timed3 = {"step3": benched["step3"] * sum(ratios) / len(ratios) * scale}
     outside = pipeline["seconds"] - pipeline["update_seconds"] - sizing["startup_s"]
-    return {"from": str(path), "reference": {"median_s": rates}, "reference step3": {"median_s": timed3},
+    return {"from": str(path), "measured_on": measured_on, "reference": {"median_s": rates}, "reference step3": {"median_s": timed3},
             "startup_s": sizing["startup_s"], "per_job_s": max(outside, 0.0) / len(jobs)}
+
+
+def choice_problem(config: PipelineConfig, systems: Any, languages: Any, name: Any) -> str | None:
+    """What ``--systems`` or ``--languages`` names that ``config`` (the file ``name``) does not hold; or None."""
+    chosen = {"--systems": (systems, config.systems), "--languages": (languages, [t.lang for t in config.targets])}
+    for option, (value, known) in chosen.items():
+        unknown = [item for item in value or () if item not in known]
+        if unknown:
+            return f"{option}: {', '.join(unknown)} not among {name}'s ({', '.join(known)})"
+    return None
+
+
+def chosen_config(config: PipelineConfig, systems: Any, languages: Any, seeds: Any, relearn: bool) -> PipelineConfig:
+    """``config`` cut as gpu-run cuts it: its systems among ``systems`` (None: all), its targets in ``languages``,
+    the finetuning ``seeds``, and the source-relearn control (one more Step-2 launch) only with ``relearn``."""
+    kept = [name for name in config.systems if systems is None or name in systems]
+    return replace(config, systems=kept, targets=[t for t in config.targets if t.lang in languages],
+                   source_relearn=[name for name in config.source_relearn if name in kept and relearn],
+                   step3=replace(config.step3, seeds=list(seeds)))
 
 
 def step3_shape(config: PipelineConfig) -> tuple[int, int]:
@@ -215,28 +234,19 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     try:
         config = PipelineConfig.load(args.config)
-        known_systems = config.systems
-        systems = args.systems.split(",") if args.systems else known_systems
         languages = args.languages.split(",")
-        all_langs = [t.lang for t in config.targets]
-        config = replace(config, systems=systems, targets=[t for t in config.targets if t.lang in languages],
-                         source_relearn=[s for s in config.source_relearn if s in systems and args.relearn],
-                         step3=replace(config.step3, seeds=[int(seed) for seed in args.seeds.split(",")]))
-        figures = json.loads(args.plan_from.read_text(encoding="utf-8")) if args.plan_from.is_file() else {}
-        parts = figures.get("parts") or {}
-        device = (parts.get("reference") or {}).get("device") or (parts.get("env") or {}).get("device") or ""
-        for option, chosen, known in (("--systems", systems, known_systems),
-                                      ("--languages", languages, all_langs)):
-            if set(chosen) - set(known):
-                raise InputError(f"{option}: {', '.join(sorted(set(chosen) - set(known)))} not among "
-                                 f"{args.config}'s ({', '.join(known)})")
-        sizing = stored_sizing(args.plan_from, device, step3_shape(config))
+        problem = choice_problem(config, args.systems and args.systems.split(","), languages, args.config)
+        if problem:
+            raise InputError(problem)
+        config = chosen_config(config, args.systems and args.systems.split(","), languages,
+                               [int(seed) for seed in args.seeds.split(",")], args.relearn)
+        sizing = stored_sizing(args.plan_from, None, step3_shape(config))
         plan = plan_reference(SimpleNamespace(left=lambda: args.seconds, sizes=GPU), config, sizing,
                               body_beside=False)
     except (InputError, OSError, ValueError) as err:
         print(f"error: {err}", file=sys.stderr)
         return 2
-    print(json.dumps({"device": device, "sizing": sizing, "plan": plan}, indent=1))
+    print(json.dumps({"device": sizing["measured_on"], "sizing": sizing, "plan": plan}, indent=1))
     return 0
 
 

@@ -29,6 +29,8 @@ from ds_minimodel.tools.gpu_common import (
 )
 from ds_minimodel.tools.gpu_plan import (
     RESERVE_S,
+    choice_problem,
+    chosen_config,
     plan_reference,
     startup_seconds,
     step3_shape,
@@ -86,12 +88,9 @@ def argument_problem(spec: GpuRunSpec) -> str | None:
         config = PipelineConfig.load(path)
     except InputError as err:
         return f"--config: {err}"
-    chosen = {"--systems": (spec.systems, config.systems),
-              "--languages": (spec.languages, [t.lang for t in config.targets])}
-    for option, (value, known) in chosen.items():
-        unknown = [name for name in value or () if name not in known]
-        if unknown:
-            return f"{option}: {', '.join(unknown)} not among {spec.config}'s ({', '.join(known)})"
+    problem = choice_problem(config, spec.systems, spec.languages, spec.config)
+    if problem:
+        return problem
     if spec.english and not Path(spec.english).is_file():
         return f"--english {spec.english}: not a file"
     if spec.plan_from is not None:
@@ -114,8 +113,8 @@ def reference_config(run: Run) -> PipelineConfig:
     """``--config`` as this run uses it: its output in the work folder, the larger English corpus (``--english``),
     the target languages and finetuning seeds of ``--languages`` and ``--seeds``, every data file unpacked."""
     spec, s, cut = run.spec, run.sizes, run.sizes.corpus_bytes
-    config = PipelineConfig.load(REPO / spec.config)
-    systems = [name for name in config.systems if spec.systems is None or name in spec.systems]
+    config = chosen_config(PipelineConfig.load(REPO / spec.config), spec.systems, spec.languages, spec.seeds,
+                           spec.relearn)
 
     def fused(section: str, settings: Any) -> Any:  # DeepSpeed's fused Adam on a GPU, torch's on a CPU
         path = str(ds_config(run, f"reference_{section}", base=settings.ds_config, batch=None if section == "step3"
@@ -127,16 +126,13 @@ def reference_config(run: Run) -> PipelineConfig:
 
     made = replace(
         config, out=str(run.work / "reference_gpu"), preset=s.reference_preset or config.preset,
-        vocab_size=s.reference_vocab or config.vocab_size, systems=systems,
+        vocab_size=s.reference_vocab or config.vocab_size,
         source=replace(config.source,
                        corpus=materialise(run.work, spec.english or config.source.corpus, max_bytes=cut)),
         targets=[replace(t, corpus=materialise(run.work, t.corpus, max_bytes=cut),
-                         word_list=t.word_list and str(REPO / t.word_list)) for t in config.targets
-                 if t.lang in spec.languages],
-        # The source-relearn control is one more Step-2 launch: only with --relearn (the minutes are few).
-        source_relearn=[name for name in config.source_relearn if name in systems and spec.relearn],
+                         word_list=t.word_list and str(REPO / t.word_list)) for t in config.targets],
         step1=fused("step1", config.step1), step1b=config.step1b and fused("step1b", config.step1b),
-        step2=fused("step2", config.step2), step3=fused("step3", replace(config.step3, seeds=list(spec.seeds))),
+        step2=fused("step2", config.step2), step3=fused("step3", config.step3),
         tasks=[replace(task, train=materialise(run.work, task.train),  # whole: a cut can lose labels its tests hold
                        **{split: {lang: materialise(run.work, path, lines=s.task_lines)
                                   for lang, path in getattr(task, split).items() if lang in ("en", *spec.languages)}
