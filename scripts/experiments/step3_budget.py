@@ -8,8 +8,13 @@ each ``BATCH:LR:EPOCHS`` (the rest as ``--ds-config``: the CPU's ``cpu_bf16_fine
 variant, English dev accuracy and macro-F1, the updates it took and their wall clock; ``OUT/results.jsonl`` holds
 every finished run under ``--out``. Dev only; finished runs are read again, not retrained.
 
+With ``--transfer STEP2_RUN --lang L``, each classifier of the call is also read zero-shot on L's dev file with the
+embeddings of every complete checkpoint of that Step-2 run swapped in (Step 4 on dev), one row per (classifier,
+checkpoint) in ``OUT/transfer.L.jsonl``: what a Step-3 recipe chosen on English does to transfer.
+
     python scripts/experiments/step3_budget.py --out runs/step3-budget \\
-        --body runs/reference/step1/base/checkpoints/step_00003000 --variants 32:1e-4:3 32:1e-4:1 128:4e-4:3
+        --body runs/reference/step1/base/checkpoints/step_00003000 --variants 32:1e-4:3 32:1e-4:1 128:4e-4:3 \\
+        [--transfer runs/reference/step2/de/bl_base --lang de]
 """
 from __future__ import annotations
 
@@ -22,6 +27,10 @@ import time
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(REPO))
+from ds_minimodel.tasks.evaluate import zero_shot
+from ds_minimodel.train.checkpoint import complete_checkpoints
+
 TASK = REPO / "reference_data/tasks/lohelp"
 
 
@@ -76,7 +85,14 @@ def main() -> int:
     parser.add_argument("--seeds", type=int, nargs="+", default=[1])
     parser.add_argument("--ranks", type=int, default=2)
     parser.add_argument("--ds-config", type=Path, default=REPO / "ds_configs/cpu_bf16_finetune.json")
+    parser.add_argument("--transfer", type=Path, help="a Step-2 run folder whose checkpoints are read (with --lang)")
+    parser.add_argument("--lang", help="the Step-2 run's language: its dev file is read")
     args = parser.parse_args()
+    if (args.transfer is None) != (args.lang is None):
+        parser.error("--transfer and --lang go together")
+    if args.transfer is not None and not complete_checkpoints(args.transfer):
+        parser.error(f"{args.transfer}: no complete Step-2 checkpoint in it")
+    classifiers = []
     print("body | batch | lr | epochs | seed | updates | English dev | macro-F1 | wall s", flush=True)
     for body in args.body:
         for batch, lr, epochs in args.variants:
@@ -84,12 +100,37 @@ def main() -> int:
                 name = f"{body.name}/b{batch}-lr{lr:g}-e{epochs:g}/seed{seed}"
                 row = {"body": str(body), "batch": batch, "lr": lr, "epochs": epochs, "seed": seed,
                        **finetune(body, args.out / name, batch, lr, epochs, seed, args.ranks, args.ds_config)}
+                classifiers.append((args.out / name / "run", row))
                 print(f"{body.name} | {batch} | {lr:g} | {epochs:g} | {seed} | {row['updates']} | "
                       f"{row['accuracy']:.1f} | {row['macro_f1']:.1f} | {row['wall_s']}", flush=True)
     finished = [read_run(path.parent) for path in sorted(args.out.glob("*/*/seed*/run/dev_scores.json"))]
     with open(args.out / "results.jsonl", "w", encoding="utf-8") as f:  # every finished run under --out, this call's
         f.writelines(json.dumps(row) + "\n" for row in finished)       # and earlier ones'
+    if args.transfer is not None:
+        transfer(classifiers, args.transfer, TASK / f"dev.{args.lang}.jsonl", args.lang,
+                 args.out / f"transfer.{args.lang}.jsonl")
     return 0
+
+
+def transfer(classifiers: list[tuple[Path, dict]], step2: Path, dev: Path, lang: str, out: Path) -> None:
+    """Each classifier's (its run folder, its settings) final save with each Step-2 checkpoint's embeddings on
+    ``dev`` in ``lang``; rows already in ``out`` (same classifier and checkpoint) are kept, not scored again."""
+    kept = [json.loads(line) for line in out.read_text(encoding="utf-8").splitlines()] if out.is_file() else []
+    done = {(row["task_model"], row["embeddings"]) for row in kept}
+    print(f"{lang} dev: body | batch | lr | epochs | seed | Step-2 update | accuracy | macro-F1", flush=True)
+    with open(out, "a", encoding="utf-8") as f:
+        for run, settings in classifiers:
+            model = complete_checkpoints(run)[-1]
+            for ckpt in complete_checkpoints(step2):
+                if (str(model), str(ckpt)) in done:
+                    continue
+                record = zero_shot(model, ckpt, dev, lang)
+                row = {**{k: settings[k] for k in ("body", "batch", "lr", "epochs", "seed")}, **record}
+                f.write(json.dumps(row) + "\n")
+                f.flush()
+                print(f"{Path(row['body']).name} | {row['batch']} | {row['lr']:g} | {row['epochs']:g} | "
+                      f"{row['seed']} | {row['step2_update']} | {row['accuracy']:.1f} | {row['macro_f1']:.1f}",
+                      flush=True)
 
 
 def read_run(run: Path) -> dict:

@@ -4,6 +4,7 @@ system, Step-2 checkpoint and seed, and a re-run that skips every finished step.
 from __future__ import annotations
 
 import csv
+import importlib.util
 import json
 import re
 import sys
@@ -118,7 +119,7 @@ def test_finetuning_keeps_embeddings_bitwise_and_beats_the_majority_class(pipeli
     for primary in ("base", "minijoint", "small"):
         source, _ = load_mlm(primary_checkpoint(out, primary))
         for seed in SEEDS:
-            model, _, meta = load_task_model(finetuned(out, primary, seed))
+            model, _, _ = load_task_model(finetuned(out, primary, seed))
             assert torch.equal(model.embeddings.tokens.weight, source.embeddings.tokens.weight)
             assert not torch.equal(model.layers[0].ffn_in.weight, source.layers[0].ffn_in.weight)  # the body trained
             dev = json.loads((out / "step3/lohelp" / primary / f"seed{seed}" / "dev_scores.json").read_text())
@@ -161,6 +162,29 @@ def test_label_shares_agree_with_step_4_and_with_the_file(pipeline):
     # a prediction is right only where its label is the gold one: accuracy is at most the overlap of the two shares
     overlap = sum(min(record["gold"][label], record["predicted"][label]) for label in record["gold"])
     assert record["accuracy"] <= overlap + 0.5
+
+
+def test_step3_budget_transfer_rows_are_step_4_and_are_not_scored_twice(pipeline, tmp_path):
+    """scripts/experiments/step3_budget.py --transfer (RESULTS.md, "What Step 3 needs"): one row per classifier and
+    Step-2 checkpoint, each Step 4's scores for that pair on the file read; a second call adds nothing."""
+    spec = importlib.util.spec_from_file_location("step3_budget", REPO / "scripts/experiments/step3_budget.py")
+    budget = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(budget)
+    out, step2 = pipeline["out"], pipeline["out"] / "step2/de/bl_base"
+    file_de = Path(pipeline["settings"]["tasks"][0]["test"]["de"])  # the demo has no German dev file
+    settings = {"body": "b", "batch": 4, "lr": 1e-4, "epochs": 1.0, "seed": SEEDS[0]}
+    runs = [(out / "step3/lohelp/base" / f"seed{seed}", {**settings, "seed": seed}) for seed in SEEDS]
+    rows_file = tmp_path / "transfer.de.jsonl"
+    budget.transfer(runs, step2, file_de, "de", rows_file)
+    rows = [json.loads(line) for line in rows_file.read_text(encoding="utf-8").splitlines()]
+    saves = checkpoint.complete_checkpoints(step2)
+    assert len(rows) == len(SEEDS) * len(saves) and [r["seed"] for r in rows[:: len(saves)]] == SEEDS
+    for row in rows[-len(saves):]:
+        step4 = zero_shot(finetuned(out, "base", SEEDS[-1]), Path(row["embeddings"]), file_de, "de")
+        assert (row["accuracy"], row["macro_f1"], row["step2_update"]) == (
+            step4["accuracy"], step4["macro_f1"], step4["step2_update"])
+    budget.transfer(runs, step2, file_de, "de", rows_file)
+    assert rows_file.read_text(encoding="utf-8").count("\n") == len(rows)
 
 
 def test_rerun_skips_finished_steps_and_gives_the_same_results(pipeline):
