@@ -29,7 +29,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO))
 from ds_minimodel.tasks.evaluate import zero_shot
-from ds_minimodel.train.checkpoint import complete_checkpoints
+from ds_minimodel.train.checkpoint import complete_checkpoints, load_meta
 
 TASK = REPO / "reference_data/tasks/lohelp"
 
@@ -90,8 +90,15 @@ def main() -> int:
     args = parser.parse_args()
     if (args.transfer is None) != (args.lang is None):
         parser.error("--transfer and --lang go together")
-    if args.transfer is not None and not complete_checkpoints(args.transfer):
-        parser.error(f"{args.transfer}: no complete Step-2 checkpoint in it")
+    if args.transfer is not None:  # checked before any classifier trains
+        saves = complete_checkpoints(args.transfer)
+        if not saves:
+            parser.error(f"{args.transfer}: no complete Step-2 checkpoint in it")
+        learned_for = load_meta(saves[-1]).details.get("lang")
+        if learned_for not in (None, args.lang):
+            parser.error(f"{args.transfer}: embeddings learned for {learned_for!r}, but --lang is {args.lang!r}")
+        if not (TASK / f"dev.{args.lang}.jsonl").is_file():
+            parser.error(f"{TASK / f'dev.{args.lang}.jsonl'}: no dev file for --lang {args.lang!r}")
     classifiers = []
     print("body | batch | lr | epochs | seed | updates | English dev | macro-F1 | wall s", flush=True)
     for body in args.body:
