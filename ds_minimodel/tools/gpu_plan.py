@@ -45,7 +45,6 @@ JOB_SETUP_S = 5.0
 ``startup_s``): a planning allowance, not a measurement; the reference part's log times each job."""
 
 
-
 def stored_sizing(path: Path, device: str | None, step3: tuple[int, int] | None = None) -> dict[str, Any]:
     """What ``plan_reference`` needs, from an earlier gpu-run's ``gpu_run.json`` on the same kind of device rather
     than from the bench: each stage's seconds per update as that run's jobs took them (on the seventh lease 1.3-3.5
@@ -101,8 +100,9 @@ def stored_sizing(path: Path, device: str | None, step3: tuple[int, int] | None 
             raise InputError(f"{where}: no Step-3 job time or bench median in it to plan Step 3 from")
         timed3 = {"step3": benched["step3"] * sum(ratios) / len(ratios) * scale}
     outside = pipeline["seconds"] - pipeline["update_seconds"] - sizing["startup_s"]
-    return {"from": str(path), "measured_on": measured_on, "reference": {"median_s": rates}, "reference step3": {"median_s": timed3},
-            "startup_s": sizing["startup_s"], "per_job_s": max(outside, 0.0) / len(jobs)}
+    return {"from": str(path), "measured_on": measured_on, "reference": {"median_s": rates},
+            "reference step3": {"median_s": timed3}, "startup_s": sizing["startup_s"],
+            "per_job_s": max(outside, 0.0) / len(jobs)}
 
 
 def choice_problem(config: PipelineConfig, systems: Any, languages: Any, name: Any) -> str | None:

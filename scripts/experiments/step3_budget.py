@@ -125,10 +125,11 @@ def transfer(classifiers: list[tuple[Path, dict]], step2: Path, dev: Path, lang:
     kept = [json.loads(line) for line in out.read_text(encoding="utf-8").splitlines()] if out.is_file() else []
     done = {(row["task_model"], row["embeddings"]) for row in kept}
     print(f"{lang} dev: body | batch | lr | epochs | seed | Step-2 update | accuracy | macro-F1", flush=True)
+    saves = complete_checkpoints(step2)
     with open(out, "a", encoding="utf-8") as f:
         for run, settings in classifiers:
             model = complete_checkpoints(run)[-1]
-            for ckpt in complete_checkpoints(step2):
+            for ckpt in saves:
                 if (str(model), str(ckpt)) in done:
                     continue
                 record = zero_shot(model, ckpt, dev, lang)

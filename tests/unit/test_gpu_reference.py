@@ -1,4 +1,5 @@
-"""The GPU command's planner (``tools.gpu_plan``): step counts from measured seconds per update that fit the time left."""
+"""The GPU command's planner (``tools.gpu_plan``): step counts from measured seconds per update that fit the time
+left."""
 from __future__ import annotations
 
 import dataclasses
@@ -27,7 +28,8 @@ def config(tmp_path, systems, languages=("de",)):
     return dataclasses.replace(
         base, preset="reference_gpu", vocab_size=8000, seq_len=128, small_layers=4, systems=systems,
         targets=[dataclasses.replace(base.targets[0], lang=lang) for lang in languages], source_relearn=[],
-        step3=dataclasses.replace(base.step3, seeds=[1], ds_config=str(ds3)), tasks=[dataclasses.replace(base.tasks[0], train=str(train))])
+        step3=dataclasses.replace(base.step3, seeds=[1], ds_config=str(ds3)),
+        tasks=[dataclasses.replace(base.tasks[0], train=str(train))])
 
 
 def fake_run(left, sizes=GPU):
