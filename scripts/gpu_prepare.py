@@ -285,11 +285,12 @@ def main() -> int:
           "     (what building batches on a thread and in a process costs 5,000 kernel launches on this host; a job's\n"
           "     update with its batches built in a process, now a GPU's default, and on a thread as before)\n"
           "  2. bash scripts/gpu_run.sh --parts reference --plan-from benchmarks/gpu_h200_lease7.json --minutes 8\n"
-          "     timeout_s 540; on an H200 (the plan comes from that lease's jobs, whose batches were built on a\n"
-          "     thread). On another device: bash scripts/gpu_run.sh, timeout_s 600. Add --prefetch-in thread if call\n"
-          "     1's job row failed where its thread row ran (a builder forked from a CUDA process, untried on a GPU).\n"
-          "     What it will train: python -m ds_minimodel.tools.gpu_plan --plan-from benchmarks/gpu_h200_lease7.json\n"
-          "     --seconds 470 (here, before the lease).\n"
+          "     timeout_s 540 (the plan comes from that H200 lease's jobs, whose batches were built on a thread; on\n"
+          "     another device it times the reference shapes first and scales the jobs' times by them). Add\n"
+          "     --prefetch-in thread if call 1's job row failed where its thread row ran (a builder forked from a CUDA\n"
+          "     process, untried on a GPU). What it will train: python -m ds_minimodel.tools.gpu_plan --plan-from\n"
+          "     benchmarks/gpu_h200_lease7.json --seconds 470 (here, before the lease; on an H100 add --bench-from\n"
+          "     benchmarks/gpu_h100_reference.json and take its sizing, 68 s on the third lease, off the seconds).\n"
           "On a GPU node of your own, with DeepSpeed installed: ds-minimodel gpu-run --out runs/gpu")
     return 0
 

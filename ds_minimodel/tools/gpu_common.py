@@ -106,8 +106,9 @@ class GpuRunSpec:
     """where the reference run's MLM stages build their micro-batches (``TrainConfig.prefetch_process``): a process
     of their own (True), a thread (False); None: the stages' default (a process on a GPU)"""
     plan_from: Path | None = None
-    """an earlier gpu-run's gpu_run.json on the same kind of device: the reference run is planned from what its jobs
-    took (``gpu_reference.stored_sizing``) instead of timing the bench first"""
+    """an earlier gpu-run's gpu_run.json: the reference run is planned from what its jobs took
+    (``gpu_plan.stored_sizing``), on the same kind of device instead of timing the bench first, on another scaled by
+    this device's bench of the same shapes"""
     argv: tuple[str, ...] = ()
     """the command line as given, for the record"""
 

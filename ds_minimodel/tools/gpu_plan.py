@@ -45,29 +45,31 @@ JOB_SETUP_S = 5.0
 ``startup_s``): a planning allowance, not a measurement; the reference part's log times each job."""
 
 
-def stored_sizing(path: Path, device: str | None, step3: tuple[int, int] | None = None) -> dict[str, Any]:
+def stored_sizing(path: Path, device: str | None, step3: tuple[int, int] | None = None,
+                  here: dict[str, Any] | None = None) -> dict[str, Any]:
     """What ``plan_reference`` needs, from an earlier gpu-run's ``gpu_run.json`` on the same kind of device rather
     than from the bench: each stage's seconds per update as that run's jobs took them (on the seventh lease 1.3-3.5
     times the bench's medians at the same shapes, 27-49 ms more an update), Step 3's per primary, its launch's
     start-up, and the pipeline's other seconds per job (set-up, checkpoints, Step 4, the analysis). Refused with the
-    file named when the run cannot serve, or was measured on another device than ``device`` (None: any).
+    file named when the run cannot serve, or was measured on another device than ``device`` (None: any) and no
+    ``here`` is given.
 
     ``step3``: this run's Step-3 (rows, batch). A run that recorded its jobs' seconds but not their updates (the
     seventh lease) gives Steps 1, 1b and 2 their counts from its plan's steps, and Step 3 its count from its plan's
     epochs as finetuning counts them, ``int(epochs * (rows // batch))`` at its own batch. A Step-3 update at a larger
     batch than the stored run's is planned at the stored time scaled by the batch (an upper bound: the same widths,
     more rows, nothing per update that grows faster). Without ``step3``, Step 3 falls back to the bench's median
-    times the other stages' mean ratio of job to bench."""
+    times the other stages' mean ratio of job to bench.
+
+    ``here``: this device's own sizing of the reference shapes (``time_reference_shapes``, with ``startup_s``), for
+    a run measured on another device: each stage's job time is then scaled by this device's bench median over the
+    stored run's (``scaled``), and the launch's start-up is this device's. The stored run's job-to-bench ratio is
+    what carries over: on the seventh lease 1.3-3.5, the host's share of an update, not the card's."""
     where = f"--plan-from {path}"
-    try:
-        figures = json.loads(Path(path).read_text(encoding="utf-8"))
-        parts = figures["parts"]
-    except (OSError, ValueError, KeyError, TypeError) as err:
-        raise InputError(f"{where}: not a gpu-run's gpu_run.json ({type(err).__name__}: {err})") from None
-    ref = parts.get("reference") or {}
-    measured_on = ref.get("device") or (parts.get("env") or {}).get("device")
-    if device is not None and measured_on != device:
-        raise InputError(f"{where}: measured on {measured_on or 'a device it does not name'}, not on this {device}")
+    ref, measured_on = stored_reference(path)
+    if device is not None and measured_on != device and here is None:
+        raise InputError(f"{where}: measured on {measured_on or 'a device it does not name'}, not on this {device}, "
+                         "and no bench of this device's to scale it by")
     pipeline, sizing = ref.get("pipeline") or {}, ref.get("sizing") or {}
     jobs = pipeline.get("job_updates") or {}
     plan = ref.get("plan") or {}
@@ -100,9 +102,52 @@ def stored_sizing(path: Path, device: str | None, step3: tuple[int, int] | None 
             raise InputError(f"{where}: no Step-3 job time or bench median in it to plan Step 3 from")
         timed3 = {"step3": benched["step3"] * sum(ratios) / len(ratios) * scale}
     outside = pipeline["seconds"] - pipeline["update_seconds"] - sizing["startup_s"]
-    return {"from": str(path), "measured_on": measured_on, "reference": {"median_s": rates},
-            "reference step3": {"median_s": timed3}, "startup_s": sizing["startup_s"],
-            "per_job_s": max(outside, 0.0) / len(jobs)}
+    stored = {"from": str(path), "measured_on": measured_on, "reference": {"median_s": rates},
+              "reference step3": {"median_s": timed3}, "startup_s": sizing["startup_s"],
+              "per_job_s": max(outside, 0.0) / len(jobs)}
+    return stored if here is None else scaled(stored, sizing, here, where)
+
+
+def stored_reference(path: Path, option: str = "--plan-from") -> tuple[dict[str, Any], str | None]:
+    """An earlier gpu-run's ``reference`` part and the device it ran on, from its ``gpu_run.json``; refused with the
+    file named when it is not one."""
+    try:
+        parts = json.loads(Path(path).read_text(encoding="utf-8"))["parts"]
+        ref = parts.get("reference") or {}
+        return ref, ref.get("device") or (parts.get("env") or {}).get("device")
+    except (OSError, ValueError, KeyError, TypeError, AttributeError) as err:
+        raise InputError(f"{option} {path}: not a gpu-run's gpu_run.json ({type(err).__name__}: {err})") from None
+
+
+def bench_median(sizing: dict[str, Any], stage: str) -> float | None:
+    """The bench's median seconds per update that a job's ``stage`` compares with in ``sizing`` (a sizing of the
+    reference shapes): Step 3's primaries with the full-depth ``step3``, BL_SMALL's Step 1 (never benched) with
+    ``step1``; None where it holds none."""
+    table, name = (("reference step3", "step3") if stage.startswith("step3") else
+                   ("reference", "step1" if stage == "step1-small" else stage))
+    return ((sizing.get(table) or {}).get("median_s") or {}).get(name)
+
+
+def scaled(stored: dict[str, Any], stored_bench: dict[str, Any], here: dict[str, Any], where: str) -> dict[str, Any]:
+    """``stored`` (``stored_sizing``'s, from another device's run) moved to this device: each stage's seconds per
+    update times this device's bench median over the stored run's at the same shapes (a stage without both: the
+    mean of the others' factors), the launch's start-up measured here; the per-job seconds outside the updates, the
+    host's, kept."""
+    factors = {}
+    for table in ("reference", "reference step3"):
+        for stage in stored[table]["median_s"]:
+            mine, theirs = bench_median(here, stage), bench_median(stored_bench, stage)
+            if mine and theirs:
+                factors[stage] = mine / theirs
+    if not factors:
+        raise InputError(f"{where}: no bench median of a stage both it and this device's sizing timed, so its jobs' "
+                         "times cannot be scaled to this device")
+    mean = sum(factors.values()) / len(factors)
+    moved = {table: {"median_s": {stage: seconds * factors.get(stage, mean)
+                                  for stage, seconds in stored[table]["median_s"].items()}}
+             for table in ("reference", "reference step3")}
+    return {**stored, **moved, "startup_s": here.get("startup_s", stored["startup_s"]),
+            "scaled_by": {stage: round(factor, 4) for stage, factor in factors.items()}}
 
 
 def choice_problem(config: PipelineConfig, systems: Any, languages: Any, name: Any) -> str | None:
@@ -225,6 +270,9 @@ def main(argv: list[str] | None = None) -> int:
                     "its plan is made (the whole call's --minutes less the parts before it), without a GPU: the "
                     "reference config cut to the chosen systems, languages and seeds as gpu-run cuts it.")
     parser.add_argument("--plan-from", type=Path, required=True, help="an earlier gpu-run's gpu_run.json")
+    parser.add_argument("--bench-from", type=Path, help="another gpu-run's gpu_run.json whose sizing of the reference "
+                        "shapes stands for the lease's device (e.g. an H100's): the plan gpu-run makes on a device "
+                        "other than --plan-from's, which times those shapes first and scales the jobs' times by them")
     parser.add_argument("--seconds", type=float, required=True, help="seconds left when the plan is made")
     parser.add_argument("--config", type=Path, default=REPO / "configs/reference_gpu.json")
     parser.add_argument("--systems", default=None, help="comma-separated (default: the config's)")
@@ -240,7 +288,12 @@ def main(argv: list[str] | None = None) -> int:
             raise InputError(problem)
         config = chosen_config(config, args.systems and args.systems.split(","), languages,
                                [int(seed) for seed in args.seeds.split(",")], args.relearn)
-        sizing = stored_sizing(args.plan_from, None, step3_shape(config))
+        here = None
+        if args.bench_from is not None:
+            here = stored_reference(args.bench_from, "--bench-from")[0].get("sizing") or {}
+            if not (here.get("reference") or {}).get("median_s") or "startup_s" not in here:
+                raise InputError(f"--bench-from {args.bench_from}: its reference part timed no bench shapes")
+        sizing = stored_sizing(args.plan_from, None, step3_shape(config), here=here)
         plan = plan_reference(SimpleNamespace(left=lambda: args.seconds, sizes=GPU), config, sizing,
                               body_beside=False)
     except (InputError, OSError, ValueError) as err:

@@ -29,11 +29,13 @@ from ds_minimodel.tools.gpu_common import (
 )
 from ds_minimodel.tools.gpu_plan import (
     RESERVE_S,
+    bench_median,
     choice_problem,
     chosen_config,
     plan_reference,
     startup_seconds,
     step3_shape,
+    stored_reference,
     stored_sizing,
     tiny_plan,
 )
@@ -96,10 +98,15 @@ def argument_problem(spec: GpuRunSpec) -> str | None:
     if spec.plan_from is not None:
         import torch
 
+        device = device_name(torch.cuda.is_available())
         try:
-            timed = stored_sizing(spec.plan_from, device_name(torch.cuda.is_available()))["reference"]["median_s"]
+            ref, measured_on = stored_reference(spec.plan_from)
+            timed = stored_sizing(spec.plan_from, None)["reference"]["median_s"]
         except InputError as err:
             return str(err)
+        if measured_on != device and not any(bench_median(ref.get("sizing") or {}, stage) for stage in timed):
+            return (f"--plan-from {spec.plan_from}: measured on {measured_on or 'a device it does not name'}, not on "
+                    f"this {device}, and it holds no bench medians to scale its jobs' times to this device by")
         # What plan_reference reads: every Step-1 kind, Step 1b, and Step 2 of each system this run trains.
         needed = ["step1", "step1-dual", "step1b", *(f"step2-{name}" for name in spec.systems or config.systems)]
         missing = [stage for stage in needed if stage not in timed]
@@ -203,18 +210,33 @@ def start_data(run: Run) -> None:
         f"tokenizer=Path({str(tok / 'spm.model')!r}), progress=False)")])
 
 
+def sizing_source(spec: GpuRunSpec, device: str, benched: dict[str, Any]) -> tuple[str, bool]:
+    """Where the reference part's seconds per update come from, and whether it times the reference shapes first:
+    an earlier run's jobs on this device ("stored": nothing timed), on another device ("scaled": this device's
+    bench of the same shapes first, the bench part's where it ran), ``--tiny``'s caps ("caps": a check that the
+    steps run), or this device's bench alone ("bench")."""
+    if spec.plan_from is not None:
+        source = "stored" if stored_reference(spec.plan_from)[1] == device else "scaled"
+    else:
+        source = "caps" if spec.tiny else "bench"
+    timed = all((benched.get(k) or {}).get("status") == "ok"
+                for k in ("reference", "reference step3", *(("body",) if spec.body else ())))
+    return source, source in ("scaled", "bench") and not timed
+
+
 def part_reference(run: Run, budget: float) -> dict[str, Any]:
     spec = run.spec
     found: dict[str, Any] = {"config": str(spec.config), "english": spec.english or "the config's",
                              "languages": ",".join(spec.languages), "seeds": ",".join(map(str, spec.seeds))}
     sizing = dict((run.figures["parts"].get("bench") or {}).get("sizing") or {})
     found["device"] = device_name(run.cuda)
-    if spec.plan_from is not None:  # checked before any work started (argument_problem); read with the config below
+    source, timing = sizing_source(spec, found["device"], sizing)
+    found["sized_by"] = source
+    if source == "stored":  # checked before any work (argument_problem); read with the config below
         sizing = {}
-    elif spec.tiny:  # a check that the steps run (CI, or a GPU's last minutes): the caps alone
+    elif source == "caps":
         sizing = {"tiny": True}
-    elif not all(sizing.get(k, {}).get("status") == "ok"
-                 for k in ("reference", "reference step3", *(("body",) if spec.body else ()))):
+    elif timing:
         sizing = found["sizing"] = time_reference_shapes(run, time.monotonic() + min(budget, 300))
         if not all(sizing[k]["status"] == "ok" for k in sizing):
             return {**found, **skipped("the reference shapes could not be timed, so no run could be sized to the "
@@ -224,7 +246,10 @@ def part_reference(run: Run, budget: float) -> dict[str, Any]:
     found["prepare"] = run.join("reference_prepare", run.left() - RESERVE_S)
     config = PipelineConfig.load(run.config_path)
     if spec.plan_from is not None:
-        sizing = found["sizing"] = stored_sizing(spec.plan_from, found["device"], step3_shape(config))
+        here = sizing if source == "scaled" else None
+        if here is not None:
+            found["sizing_here"] = here
+        sizing = found["sizing"] = stored_sizing(spec.plan_from, found["device"], step3_shape(config), here=here)
     found["step2_init"] = step2_inits(config)
     beside = spec.body
     plan = found["plan"] = (plan_reference(run, config, sizing, body_beside=beside) if "reference step3" in sizing

@@ -23,8 +23,9 @@ Parts, in order (``--parts`` picks a subset, e.g. to rerun what failed; by defau
   the log.
 - ``reference``: ``configs/reference_gpu.json`` through the whole pipeline (Steps 1-4, all four systems) with step
   counts set from the throughput just measured so that it ends before the deadline, its jobs in one launch (with
-  ``--plan-from`` an earlier run's ``gpu_run.json`` on the same kind of device, from what that run's jobs took:
-  their seconds per update and outside the updates, no bench timed first); with
+  ``--plan-from`` an earlier run's ``gpu_run.json``, from what that run's jobs took: their seconds per update and
+  outside the updates, no bench timed first on the same kind of device, each stage scaled by this device's bench
+  over that run's on another); with
   ``--body``, beside it on the same GPU, a Step-1 body of the CPU reference's shape trained for as long as the time
   allows (``bodies``), for the CPU reference experiment to start its Steps 2-4 from.
 
@@ -393,9 +394,10 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--prefetch-in", choices=("thread", "process"), help="where the reference run's MLM stages build "
                    "their micro-batches (default: the stages' own, a process on a GPU and a thread on a CPU; README, "
                    "Performance)")
-    p.add_argument("--plan-from", type=Path, help="an earlier gpu-run's gpu_run.json on the same kind of device: plan "
-                   "the reference run from what its jobs took (their seconds per update and outside the updates), "
-                   "without timing the bench first")
+    p.add_argument("--plan-from", type=Path, help="an earlier gpu-run's gpu_run.json: plan the reference run from "
+                   "what its jobs took (their seconds per update and outside the updates); on the same kind of device "
+                   "without timing the bench first, on another with each stage scaled by this device's bench of the "
+                   "reference shapes over that run's")
     args = p.parse_args(argv)
     parts = args.parts.split(",")
     unknown = [name for name in parts if name not in PARTS]

@@ -221,19 +221,96 @@ def test_a_plan_from_an_earlier_lease_reads_step3_counts_where_recorded_and_refu
     assert argument_problem(spec) == (f"--plan-from {subset}: its jobs time no step2-minipost, which this run needs; "
                                       "plan without it, or from a run of these systems")
     assert argument_problem(dataclasses.replace(spec, systems=("bl_base", "bl_small"))) is None
-    # Before any work: the command line's check names the file and the problem (here: this machine has no H200).
+    # Another device's run serves where it holds the bench medians to scale its jobs by (this machine has no H200)...
     spec = GpuRunSpec(out=tmp_path / "out", work=tmp_path / "work", parts=("reference",), plan_from=LEASE7)
-    problem = argument_problem(spec)
-    assert problem is not None and problem.startswith(f"--plan-from {LEASE7}: measured on NVIDIA H200, not on this")
+    assert argument_problem(spec) is None
+    # ...and without them the command line's check names the file and the problem, before any work.
+    unbenched = without_bench(tmp_path)
+    problem = argument_problem(dataclasses.replace(spec, plan_from=unbenched))
+    assert problem == (f"--plan-from {unbenched}: measured on NVIDIA H200, not on this {device}, and it holds no bench "
+                       "medians to scale its jobs' times to this device by")
 
 
-def test_the_command_refuses_a_plan_from_another_device_before_any_work(tmp_path, capsys):
+def without_bench(tmp_path):
+    """The seventh lease's file with its jobs' updates recorded (Step 3's too) and its bench medians gone."""
+    figures = json.loads(LEASE7.read_text())
+    ref = figures["parts"]["reference"]
+    steps = {**ref["plan"]["steps"], "step3": 42}
+    ref["pipeline"]["job_updates"] = {name: {"seconds": seconds, "updates": steps[name.split("-")[0]]}
+                                      for name, seconds in ref["pipeline"]["job_updates_s"].items()}
+    del ref["sizing"]["reference"], ref["sizing"]["reference step3"]
+    path = tmp_path / "unbenched.json"
+    path.write_text(json.dumps(figures))
+    return path
+
+
+def test_the_command_refuses_a_plan_it_cannot_move_to_this_device_before_any_work(tmp_path, capsys):
     from ds_minimodel.tools import gpu_run
 
+    unbenched = without_bench(tmp_path)
     with pytest.raises(SystemExit) as stop:
-        gpu_run.main(["--out", str(tmp_path / "out"), "--parts", "reference", "--plan-from", str(LEASE7)])
+        gpu_run.main(["--out", str(tmp_path / "out"), "--parts", "reference", "--plan-from", str(unbenched)])
     assert stop.value.code == 2 and "measured on NVIDIA H200, not on this" in capsys.readouterr().err
     assert not (tmp_path / "out").exists()
+
+
+H100 = REPO / "benchmarks/gpu_h100_reference.json"  # the third lease's H100: the reference shapes benched there
+
+
+def test_a_plan_from_another_devices_lease_scales_its_jobs_by_this_devices_bench(tmp_path):
+    from ds_minimodel.errors import InputError
+    from ds_minimodel.tools.gpu_plan import stored_sizing
+
+    here = json.loads(H100.read_text())["parts"]["reference"]["sizing"]
+    there = json.loads(LEASE7.read_text())["parts"]["reference"]["sizing"]
+    stored = stored_sizing(LEASE7, "NVIDIA H200", (12374, 128))
+    moved = stored_sizing(LEASE7, "NVIDIA H100 80GB HBM3", (12374, 128), here=here)
+    # Each stage's job time times this device's bench median over the stored run's at the same shapes: the stored
+    # run's job-to-bench ratio carries over. BL_SMALL's Step 1 (never benched) moves as Step 1 does, every
+    # primary's Step 3 as the full-depth Step-3 bench.
+    def factor(table, name):
+        return here[table]["median_s"][name] / there[table]["median_s"][name]
+    for stage, seconds in stored["reference"]["median_s"].items():
+        bench = "step1" if stage == "step1-small" else stage
+        assert moved["reference"]["median_s"][stage] == pytest.approx(seconds * factor("reference", bench))
+        assert moved["reference"]["median_s"][stage] / here["reference"]["median_s"][bench] == pytest.approx(
+            seconds / there["reference"]["median_s"][bench])
+    for stage, seconds in stored["reference step3"]["median_s"].items():
+        assert moved["reference step3"]["median_s"][stage] == pytest.approx(seconds * factor("reference step3",
+                                                                                              "step3"))
+    assert moved["scaled_by"]["step2-bl_base"] == round(factor("reference", "step2-bl_base"), 4)
+    # The launch's start-up is this device's; the seconds outside the updates per job, the host's, are kept.
+    assert moved["startup_s"] == here["startup_s"] and moved["per_job_s"] == stored["per_job_s"]
+    # A stage this device's bench did not time moves by the mean of the others' factors.
+    partial = {**here, "reference": {"median_s": {k: v for k, v in here["reference"]["median_s"].items()
+                                                  if k != "step1b"}}}
+    moved = stored_sizing(LEASE7, "NVIDIA H100 80GB HBM3", (12374, 128), here=partial)
+    factors = moved["scaled_by"].values()  # rounded to 4 places in the record
+    assert "step1b" not in moved["scaled_by"]
+    assert moved["reference"]["median_s"]["step1b"] == pytest.approx(
+        stored["reference"]["median_s"]["step1b"] * sum(factors) / len(factors), rel=1e-4)
+    with pytest.raises(InputError, match=r"gpu_h200_lease7.json: no bench median of a stage both it and this "):
+        stored_sizing(LEASE7, "NVIDIA H100 80GB HBM3", here={"startup_s": 20.0})
+
+
+def test_where_the_reference_part_takes_its_seconds_per_update_from(tmp_path):
+    from ds_minimodel.tools.gpu_common import GpuRunSpec
+    from ds_minimodel.tools.gpu_reference import sizing_source
+
+    spec = GpuRunSpec(out=tmp_path / "out", work=tmp_path / "work", parts=("reference",))
+    benched = {"reference": {"status": "ok"}, "reference step3": {"status": "ok"}}
+    # Its own bench: timed first, unless the bench part timed the shapes (and the body's, with --body) already.
+    assert sizing_source(spec, "NVIDIA H200", {}) == ("bench", True)
+    assert sizing_source(spec, "NVIDIA H200", benched) == ("bench", False)
+    assert sizing_source(dataclasses.replace(spec, body=True), "NVIDIA H200", benched) == ("bench", True)
+    assert sizing_source(dataclasses.replace(spec, tiny=True), "cpu", {}) == ("caps", False)
+    # An earlier run on this device: its jobs' times, nothing timed; on another device, this one's bench first.
+    spec = dataclasses.replace(spec, plan_from=LEASE7)
+    assert sizing_source(spec, "NVIDIA H200", {}) == ("stored", False)
+    assert sizing_source(dataclasses.replace(spec, tiny=True), "NVIDIA H200", {}) == ("stored", False)
+    assert sizing_source(spec, "NVIDIA H100 80GB HBM3", {}) == ("scaled", True)
+    assert sizing_source(spec, "NVIDIA H100 80GB HBM3", benched) == ("scaled", False)
+    assert sizing_source(dataclasses.replace(spec, tiny=True), "cpu", {}) == ("scaled", True)
 
 
 def test_the_plan_a_lease_would_train_is_printed_without_a_gpu(tmp_path, capsys):
@@ -256,8 +333,20 @@ def test_the_plan_a_lease_would_train_is_printed_without_a_gpu(tmp_path, capsys)
     sizing = gpu_plan.stored_sizing(LEASE7, "NVIDIA H200", (12374, 128))
     assert shown["plan"] == json.loads(json.dumps(plan_reference(fake_run(470), cfg, sizing, body_beside=False)))
     assert shown["plan"]["epochs"] == 1.0  # its fifth gives less than an epoch: raised to one
+    # On an H100, as the third lease benched the reference shapes: the seventh lease's jobs scaled by them.
+    assert gpu_plan.main(["--plan-from", str(LEASE7), "--seconds", "470", "--config", str(path),
+                          "--bench-from", str(H100)]) == 0
+    moved = json.loads(capsys.readouterr().out)
+    here = json.loads(H100.read_text())["parts"]["reference"]["sizing"]
+    assert moved["sizing"] == json.loads(json.dumps(gpu_plan.stored_sizing(LEASE7, None, (12374, 128), here=here)))
+    assert moved["plan"]["startup_s"] == here["startup_s"] and moved["plan"]["epochs"] == 1.0
+    unbenched = tmp_path / "unbenched.json"
+    unbenched.write_text(json.dumps({"parts": {"reference": {"status": "skipped"}}}))
+    none = tmp_path / "none.json"
     for bad, message in ((["--languages", "xx"], "--languages: xx not among"),
                          (["--systems", "bl_huge"], "--systems: bl_huge not among"),
-                         (["--plan-from", str(tmp_path / "none.json")], "not a gpu-run's gpu_run.json")):
+                         (["--plan-from", str(none)], "not a gpu-run's gpu_run.json"),
+                         (["--bench-from", str(none)], f"--bench-from {none}: not a gpu-run's gpu_run.json"),
+                         (["--bench-from", str(unbenched)], f"--bench-from {unbenched}: its reference part timed no")):
         args = ["--plan-from", str(LEASE7), "--seconds", "470", "--config", str(path), *bad]
         assert gpu_plan.main(args) == 2 and message in capsys.readouterr().err
