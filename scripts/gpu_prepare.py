@@ -287,10 +287,14 @@ def main() -> int:
           "  2. bash scripts/gpu_run.sh --parts reference --plan-from benchmarks/gpu_h200_lease7.json --minutes 8\n"
           "     timeout_s 540 (the plan comes from that H200 lease's jobs, whose batches were built on a thread; on\n"
           "     another device it times the reference shapes first and scales the jobs' times by them). Add\n"
-          "     --prefetch-in thread if call 1's job row failed where its thread row ran (a builder forked from a CUDA\n"
-          "     process, untried on a GPU). What it will train: python -m ds_minimodel.tools.gpu_plan --plan-from\n"
-          "     benchmarks/gpu_h200_lease7.json --seconds 470 (here, before the lease; on an H100 add --bench-from\n"
-          "     benchmarks/gpu_h100_reference.json and take its sizing, 68 s on the third lease, off the seconds).\n"
+          "     --prefetch-in thread if call 1's job row failed where its thread row ran (a builder forked from a\n"
+          "     CUDA process, untried on a GPU). What it will train: python -m ds_minimodel.tools.gpu_plan\n"
+          "     --plan-from benchmarks/gpu_h200_lease7.json --seconds 470 (here, before the lease; on an H100 add\n"
+          "     --bench-from benchmarks/gpu_h100_reference.json and take its sizing, 68 s on the third lease, off\n"
+          "     the seconds).\n"
+          "     Where status's budget_left_s after call 1 is under 600, give --minutes (budget_left_s - 60) / 60 and\n"
+          "     timeout_s 30 s above it: a call cut by the device's time limit loses the pipeline's Step 4 (the\n"
+          "     seventh lease's three calls ran 739 s of its 829 s of device time, the rest start and transfers).\n"
           "On a GPU node of your own, with DeepSpeed installed: ds-minimodel gpu-run --out runs/gpu")
     return 0
 
