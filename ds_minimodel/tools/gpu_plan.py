@@ -120,19 +120,23 @@ def stored_reference(path: Path, option: str = "--plan-from") -> tuple[dict[str,
 
 
 def bench_median(sizing: dict[str, Any], stage: str) -> float | None:
-    """The bench's median seconds per update that a job's ``stage`` compares with in ``sizing`` (a sizing of the
-    reference shapes): Step 3's primaries with the full-depth ``step3``, BL_SMALL's Step 1 (never benched) with
-    ``step1``; None where it holds none."""
+    """The bench's median seconds per row of a micro-batch that a job's ``stage`` compares with in ``sizing`` (a
+    sizing of the reference shapes): Step 3's primaries with the full-depth ``step3``, BL_SMALL's Step 1 (never
+    benched) with ``step1``; None where it holds none. Per row, since two runs' configs can bench Step 3 at
+    different batches (the seventh lease's at 32, this config's at 128)."""
     table, name = (("reference step3", "step3") if stage.startswith("step3") else
                    ("reference", "step1" if stage == "step1-small" else stage))
-    return ((sizing.get(table) or {}).get("median_s") or {}).get(name)
+    timed = sizing.get(table) or {}
+    median = (timed.get("median_s") or {}).get(name)
+    return median / timed.get("micro_batch", 1) if median else None
 
 
 def scaled(stored: dict[str, Any], stored_bench: dict[str, Any], here: dict[str, Any], where: str) -> dict[str, Any]:
     """``stored`` (``stored_sizing``'s, from another device's run) moved to this device: each stage's seconds per
-    update times this device's bench median over the stored run's at the same shapes (a stage without both: the
-    mean of the others' factors), the launch's start-up measured here; the per-job seconds outside the updates, the
-    host's, kept."""
+    update times this device's bench median over the stored run's at the same shapes, per row (a stage without
+    both: the mean of the others' factors), the launch's start-up measured here; the per-job seconds outside the
+    updates, the host's, kept. Step 3, whose stored time ``stored_sizing`` scaled to this run's batch by its rows,
+    so comes to the stored run's job-to-bench ratio times this device's bench at this run's batch."""
     factors = {}
     for table in ("reference", "reference step3"):
         for stage in stored[table]["median_s"]:

@@ -95,6 +95,9 @@ def argument_problem(spec: GpuRunSpec) -> str | None:
         return problem
     if spec.english and not Path(spec.english).is_file():
         return f"--english {spec.english}: not a file"
+    if spec.plan_from is not None and spec.body:
+        return (f"--plan-from {spec.plan_from} with --body: that run's jobs were timed without a body sharing the "
+                "GPU, so a plan from them would not leave the body its turns; drop one of the two")
     if spec.plan_from is not None:
         import torch
 

@@ -224,6 +224,10 @@ def test_a_plan_from_an_earlier_lease_reads_step3_counts_where_recorded_and_refu
     # Another device's run serves where it holds the bench medians to scale its jobs by (this machine has no H200)...
     spec = GpuRunSpec(out=tmp_path / "out", work=tmp_path / "work", parts=("reference",), plan_from=LEASE7)
     assert argument_problem(spec) is None
+    # A body beside the run: the stored jobs had the GPU to themselves, so no plan from them leaves it its turns.
+    assert argument_problem(dataclasses.replace(spec, body=True)) == (
+        f"--plan-from {LEASE7} with --body: that run's jobs were timed without a body sharing the GPU, so a plan from "
+        "them would not leave the body its turns; drop one of the two")
     # ...and without them the command line's check names the file and the problem, before any work.
     unbenched = without_bench(tmp_path)
     problem = argument_problem(dataclasses.replace(spec, plan_from=unbenched))
@@ -289,6 +293,15 @@ def test_a_plan_from_another_devices_lease_scales_its_jobs_by_this_devices_bench
     assert "step1b" not in moved["scaled_by"]
     assert moved["reference"]["median_s"]["step1b"] == pytest.approx(
         stored["reference"]["median_s"]["step1b"] * sum(factors) / len(factors), rel=1e-4)
+    # This config benches Step 3 at its own batch (128 rows; the seventh lease's and the third's at 32): compared per
+    # row, so a device whose update at 128 takes 3.5 times the H200's at 32 gives Step 3 the stored job-to-bench
+    # ratio times that update, not the stored time scaled by the rows twice.
+    wide = {**here, "reference step3": {"micro_batch": 128,
+                                         "median_s": {"step3": 3.5 * there["reference step3"]["median_s"]["step3"]}}}
+    moved = stored_sizing(LEASE7, "NVIDIA H100 80GB HBM3", (12374, 128), here=wide)
+    narrow = stored_sizing(LEASE7, "NVIDIA H200", (12374, 32))["reference step3"]["median_s"]
+    for stage, seconds in moved["reference step3"]["median_s"].items():
+        assert seconds == pytest.approx(narrow[stage] * 3.5)
     with pytest.raises(InputError, match=r"gpu_h200_lease7.json: no bench median of a stage both it and this "):
         stored_sizing(LEASE7, "NVIDIA H100 80GB HBM3", here={"startup_s": 20.0})
 
