@@ -1,8 +1,11 @@
 #!/usr/bin/env bash
 # Issue 47's Target 4 figure without the profiler: Step 1 at RoBERTa-base shapes, length 512, micro-batch 256, bf16,
-# ZeRO-1, FusedAdam (torch's AdamW on a CPU), with and without DeepSpeed's gradient overflow check, eager and --compile (the rows the
-# `profile` part of gpu-run timed under torch.profiler). For a lease's last minutes, after scripts/gpu_prepare.py:
-#     device run: bash scripts/experiments/gpu_mfu_rows.sh   carry [".gpu"]   (about 3 minutes)
+# ZeRO-1, FusedAdam (torch's AdamW on a CPU), with and without DeepSpeed's gradient overflow check, eager and --compile,
+# with and without --qkv-views (the rows the `profile` part of gpu-run times under torch.profiler, and the two
+# levers together). For a lease's last minutes, after scripts/gpu_prepare.py:
+#     device run: bash scripts/experiments/gpu_mfu_rows.sh   carry [".gpu"]   (the first three rows: about 3 minutes)
+# On a CPU at a size of seconds: PRESET=tiny VOCAB=1000 SEQ=64 MICRO=2 UPDATES=2 NO_COMPILE=1 \
+#     PYTHON=.venv/bin/python bash scripts/experiments/gpu_mfu_rows.sh
 # Each row's JSON line (bench's) goes to $OUT/mfu_rows.jsonl, the whole output to $OUT/mfu_rows.log.
 set -uo pipefail
 cd "$(dirname "$0")/../.."
@@ -23,6 +26,9 @@ PY
 row() {  # label, overflow check, extra arguments
   local label=$1 check=$2; shift 2
   echo "### $label" | tee -a "$OUT/mfu_rows.log"
+  if [[ " $* " == *" --compile "* && -n ${NO_COMPILE:-} ]]; then
+    echo "skipped: NO_COMPILE" | tee -a "$OUT/mfu_rows.log"; return
+  fi
   timeout 150 "$PY" -m ds_minimodel bench one-stage step1 --preset ${PRESET:-base} --vocab ${VOCAB:-50000} --seq-len ${SEQ:-512} \
     --micro-batch ${MICRO:-256} --warmup 3 --updates ${UPDATES:-10} --ds-config "$WORK/ds_$check.json" "$@" 2>&1 \
     | tee -a "$OUT/mfu_rows.log" | grep '^{' | "$PY" -c "import json,sys; [print(json.dumps({'label': '$label', **json.loads(l)})) for l in sys.stdin]" \
@@ -30,7 +36,9 @@ row() {  # label, overflow check, extra arguments
 }
 row "bf16, with overflow check (the default)" true
 row "bf16, no overflow check" false
+row "bf16 --qkv-views, no overflow check" false --qkv-views
 row "bf16 --compile, no overflow check" false --compile
+row "bf16 --compile --qkv-views, no overflow check" false --compile --qkv-views
 "$PY" -c "
 import json
 for l in open('$OUT/mfu_rows.jsonl'):
