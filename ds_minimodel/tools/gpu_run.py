@@ -349,7 +349,13 @@ def summary_markdown(figures: dict[str, Any]) -> str:
     ref = parts.get("reference") or {}
     if ref.get("plan"):
         pipeline = ref.get("pipeline") or {}
-        lines += ["", "## Reference run", "", f"Plan: {json.dumps(ref['plan'])}",
+        sizing = ref.get("sizing") or {}
+        origin = {"stored": f"the jobs of {sizing.get('from')}",
+                  "scaled": f"the jobs of {sizing.get('from')} times this device's bench over that run's, by stage "
+                            f"{json.dumps(sizing.get('scaled_by'))}",
+                  "caps": "--tiny's caps", "bench": "this device's bench"}.get(ref.get("sized_by"))
+        lines += ["", "## Reference run", "", *([f"Seconds per update from {origin}."] if origin else []),
+                  f"Plan: {json.dumps(ref['plan'])}",
                   f"Pipeline: {pipeline.get('status')} in {pipeline.get('seconds', 0):.0f} s"
                   + (f", {pipeline['update_share']:.0%} of it in training updates ({pipeline['update_seconds']:.0f} s)."
                      if pipeline.get("update_share") is not None else ".")]

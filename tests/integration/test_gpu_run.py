@@ -171,6 +171,8 @@ def test_the_reference_part_plans_from_an_earlier_runs_jobs_and_builds_batches_i
     # carried vectors, and gensim here trains them.
     assert ref["step2_init"] == {"de": "focus + word anchors"}
     assert "### sizing" not in (out / "gpu_run.log").read_text()
+    assert ref["sized_by"] == "stored" and "sizing_here" not in ref
+    assert f"Seconds per update from the jobs of {earlier}.\n" in (out / "gpu_run.md").read_text()
     jobs = ref["pipeline"]["job_updates"]
     assert jobs["step1-base"]["updates"] == 1 and jobs["step2-de-bl_base"]["updates"] == 2
     assert all(job["seconds"] > 0 for job in jobs.values())

@@ -306,6 +306,22 @@ def test_a_plan_from_another_devices_lease_scales_its_jobs_by_this_devices_bench
         stored_sizing(LEASE7, "NVIDIA H100 80GB HBM3", here={"startup_s": 20.0})
 
 
+def test_the_summary_says_where_the_plans_seconds_per_update_came_from():
+    from ds_minimodel.tools.gpu_run import summary_markdown
+
+    def summary(reference):
+        figures = {"command": "gpu-run", "minutes": 8, "cuda": True, "parts": {"reference": {
+            "status": "ok", "plan": {"steps": {"step1": 388}}, **reference}}}
+        return [line for line in summary_markdown(figures).splitlines() if line.startswith("Seconds per update")]
+
+    scaled = {"sized_by": "scaled", "sizing": {"from": "lease7.json", "scaled_by": {"step1": 0.9855}}}
+    line = ("Seconds per update from the jobs of lease7.json times this device's bench over that run's, by stage "
+            '{"step1": 0.9855}.')
+    assert summary(scaled) == [line]
+    assert summary({"sized_by": "bench"}) == ["Seconds per update from this device's bench."]
+    assert summary({}) == []  # a run from before it was recorded
+
+
 def test_where_the_reference_part_takes_its_seconds_per_update_from(tmp_path):
     from ds_minimodel.tools.gpu_common import GpuRunSpec
     from ds_minimodel.tools.gpu_reference import sizing_source
