@@ -146,6 +146,8 @@ def run_main(run: Callable[[Any], dict[str, Any]], spec: RunSpec) -> int:
     try:
         # Before any work: a run writes only into a new or empty folder or its own earlier run (folders.py).
         require_output(spec.out, own=checkpoint.is_run_folder, what="a training run")
+        if dist.is_initialized():  # ranks kept from an earlier job (stages.worker): none writes before all checked
+            dist.barrier()
         summary = run(spec)
     except (InputError, TrainingError) as err:
         return report(err)

@@ -6,10 +6,13 @@ from __future__ import annotations
 import json
 import os
 import threading
+from types import SimpleNamespace
+
+import torch.distributed as dist
 
 from ds_minimodel.config import write_json
 from ds_minimodel.pipeline.workers import Workers
-from ds_minimodel.stages import worker
+from ds_minimodel.stages import cli, worker
 from tests.integration.conftest import REPO
 
 
@@ -24,6 +27,24 @@ def test_a_failed_job_ends_the_ranks_loop_with_its_status_and_its_error_in_its_l
     assert json.loads(worker.done_file(queue, 1).read_text()) == {"code": 2, "stopped_by": None}
     assert not worker.done_file(queue, 2).exists()  # the launch ended: the pipeline stops at the failed job
     assert f"error: {tmp_path / 'missing.json'}: file not found" in log.read_text()
+
+
+def test_a_kept_group_checks_the_output_on_every_rank_before_any_rank_writes_it(tmp_path, monkeypatch):
+    """In a shared launch no rendezvous starts a job: rank 0 went on to write the next job's run.json (through its
+    temporary file) while rank 1 still checked that folder, and took the file for another run's."""
+    events: list[str] = []
+    monkeypatch.setattr(dist, "is_initialized", lambda: True)
+    monkeypatch.setattr(dist, "get_rank", lambda: 1)
+    monkeypatch.setattr(dist, "barrier", lambda: events.append("barrier"))
+    monkeypatch.setattr(cli, "require_output", lambda out, **kw: events.append(f"checked {out.name}"))
+    monkeypatch.setattr(cli, "keep_process_group", True)
+
+    def run(spec):
+        events.append("ran")
+        return {"stopped_by": None}
+
+    assert cli.run_main(run, SimpleNamespace(out=tmp_path / "step2")) == 0
+    assert events == ["checked step2", "barrier", "ran", "barrier"]
 
 
 def test_an_idle_launch_ends_at_the_stop_mark(tmp_path):
