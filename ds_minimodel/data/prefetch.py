@@ -160,7 +160,12 @@ def pinned(batch: dict) -> dict:
 
 def produce_in_process(stream: Any, out: Any, stop: Any) -> None:
     """The forked builder: the stop signals are the training process's to act on (it saves, then stops this one
-    through ``stop``), and it ends when that process is gone (a SIGKILL leaves it no chance to say so)."""
+    through ``stop``), and it ends when that process is gone (a SIGKILL leaves it no chance to say so).
+
+    One thread for torch's own operations: a fork of a parent that ran a parallel operation on the host inherits its
+    OpenMP pool but not the pool's threads, and GNU OpenMP's first parallel region in the child waits on them for ever
+    (until the stall limit). Today's streams build in NumPy; one that used a large torch operation would hang."""
+    torch.set_num_threads(1)
     for number in (signal.SIGINT, signal.SIGTERM, getattr(signal, "SIGUSR1", None)):
         if number is not None:
             signal.signal(number, signal.SIG_IGN)

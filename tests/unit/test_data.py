@@ -573,6 +573,40 @@ def test_a_hung_builder_is_a_clear_error_after_the_stall_limit(dataset: PackedDa
     prefetched.close()  # the loop's own close afterwards: nothing left to stop
 
 
+FORKED_AFTER_A_PARALLEL_OP = """
+import torch
+from ds_minimodel.data.prefetch import Prefetcher
+
+class Stream:  # builds each batch with a torch operation large enough to run on every thread
+    def __init__(self):
+        self.n = 0
+    def __next__(self):
+        self.n += 1
+        return {"x": torch.full((1 << 20,), float(self.n)).mul_(2)}
+    def state_dict(self):
+        return {"n": self.n}
+    def load_state_dict(self, state):
+        self.n = state["n"]
+
+torch.set_num_threads(2)
+assert float(torch.ones(1 << 22).mul_(3).sum()) == 3 * (1 << 22)  # the parent's OpenMP pool, as a model's init makes it
+batches = Prefetcher(Stream(), process=True, stall_s=20)
+print([float(next(batches)["x"][0]) for _ in range(3)])
+batches.close()
+"""
+
+
+def test_a_builder_forked_from_a_process_with_parallel_threads_builds(tmp_path: Path) -> None:
+    """A fork does not take the parent's OpenMP threads with it: a builder that ran a parallel torch operation waited
+    on them for ever (until the stall limit, 600 s by default), under every launcher that leaves OMP_NUM_THREADS
+    unset for a single process."""
+    env = {**os.environ, "OMP_NUM_THREADS": "2"}  # the suite's 1 would never start a pool
+    result = subprocess.run([sys.executable, "-c", FORKED_AFTER_A_PARALLEL_OP], capture_output=True, text=True,
+                            env=env, timeout=120, cwd=tmp_path, check=False)
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert result.stdout.strip() == "[2.0, 4.0, 6.0]"
+
+
 def test_too_few_blocks_is_an_input_error(dataset: PackedDataset) -> None:
     with pytest.raises(InputError, match=f"{len(dataset)} blocks") as error:
         make_stream(dataset, micro_batch_size=len(dataset), world_size=2)
