@@ -35,6 +35,7 @@ from ds_minimodel.data.tokenizer import (
     train_sentencepiece,
 )
 from ds_minimodel.errors import InputError, TrainingError
+from tests.integration.conftest import run_cmd
 
 VOCAB_SIZE = 300
 SHARD_TOKENS = 5000  # several shards, so reads cross shard boundaries
@@ -589,21 +590,19 @@ class Stream:  # builds each batch with a torch operation large enough to run on
         self.n = state["n"]
 
 torch.set_num_threads(2)
-assert float(torch.ones(1 << 22).mul_(3).sum()) == 3 * (1 << 22)  # the parent's OpenMP pool, as a model's init makes it
+assert float(torch.ones(1 << 22).mul_(3).sum()) == 3 * (1 << 22)  # starts the parent's OpenMP pool
 batches = Prefetcher(Stream(), process=True, stall_s=20)
 print([float(next(batches)["x"][0]) for _ in range(3)])
 batches.close()
 """
 
 
-def test_a_builder_forked_from_a_process_with_parallel_threads_builds(tmp_path: Path) -> None:
+def test_a_builder_forked_from_a_process_with_parallel_threads_builds() -> None:
     """A fork does not take the parent's OpenMP threads with it: a builder that ran a parallel torch operation waited
     on them for ever (until the stall limit, 600 s by default), under every launcher that leaves OMP_NUM_THREADS
     unset for a single process."""
-    env = {**os.environ, "OMP_NUM_THREADS": "2"}  # the suite's 1 would never start a pool
-    result = subprocess.run([sys.executable, "-c", FORKED_AFTER_A_PARALLEL_OP], capture_output=True, text=True,
-                            env=env, timeout=120, cwd=tmp_path, check=False)
-    assert result.returncode == 0, result.stderr[-2000:]
+    # run_cmd fails the test on a nonzero exit, with its output; the suite's 1 thread would never start a pool
+    result = run_cmd([sys.executable, "-c", FORKED_AFTER_A_PARALLEL_OP], timeout=120, env={"OMP_NUM_THREADS": "2"})
     assert result.stdout.strip() == "[2.0, 4.0, 6.0]"
 
 
