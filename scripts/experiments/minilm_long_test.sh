@@ -7,6 +7,8 @@
 # mini-model's classifiers and Step 4 over everything. A Step-2 checkpoint can be read before Step 4 with
 # scripts/experiments/label_shares.py. Run it again after an interruption: finished jobs are skipped, a stopped one
 # resumes from its last checkpoint.
+# A run folder lost before Step 4: scripts/experiments/readings_results.py builds Step 4's results from the
+# committed readings and Step-2 logs (results/minilm-long-test/README.md, its last entry).
 #
 #   bash scripts/experiments/minilm_long_test.sh
 #   python scripts/check_targets.py runs/reference-minilm-continued-long/results.json --per-language
