@@ -128,7 +128,7 @@ def _tsv_rows(path: Path, required: Sequence[str]) -> tuple[dict[str, int], Iter
     return columns, rows()
 
 
-def _jsonl_objects(path: Path) -> Iterator[tuple[int, dict]]:
+def jsonl_objects(path: Path) -> Iterator[tuple[int, dict]]:
     """(line number, object) for each non-blank line of a JSON Lines file."""
     for number, line in _lines(path):
         if not line.strip():
@@ -205,7 +205,7 @@ def read_generic(path: Path | str, labels: Sequence[str] | None = None) -> Examp
 
 
 def _generic_jsonl(path: Path) -> Iterator[tuple[int, str | None, tuple[str, str | None], str]]:
-    for number, record in _jsonl_objects(path):
+    for number, record in jsonl_objects(path):
         text = _text_field(path, number, record, "text")
         text_pair = _text_field(path, number, record, "text_pair", optional=True)
         if "label" not in record:
@@ -245,7 +245,7 @@ def read_multinli_jsonl(path: Path | str) -> Examples:
     training recipe; `.skipped` counts them."""
     path = Path(path)
     examples = Examples(labels=NLI_LABELS)
-    for number, record in _jsonl_objects(path):
+    for number, record in jsonl_objects(path):
         if "gold_label" not in record:
             raise InputError(f"{path}:{number}: missing field 'gold_label'")
         name = record["gold_label"]

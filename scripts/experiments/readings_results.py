@@ -30,6 +30,7 @@ from ds_minimodel.pipeline.records import METRICS, DevScore, Results, Score
 from ds_minimodel.pipeline.results import task_baselines, write_results
 from ds_minimodel.pipeline.settings import PipelineConfig, TaskSettings
 from ds_minimodel.systems import is_system
+from ds_minimodel.tasks.readers import jsonl_objects
 
 READINGS = re.compile(r"step2-(?P<lang>[^-]+)-(?P<system>.+)\.test_readings\.jsonl")
 DEV = re.compile(r"step3-(?P<primary>.+)-seed(?P<seed>\d+)\.dev_scores\.json")
@@ -42,10 +43,9 @@ def flops_per_update(path: Path) -> float:
     if not path.is_file():
         raise InputError(f"{path}: no such file (the Step-2 training log beside its readings gives the FLOPs)")
     ratios = []
-    for n, line in enumerate(path.read_text().splitlines(), 1):
-        row = _json_line(f"{path}: line {n}", line)
+    for n, row in jsonl_objects(path):
         if not isinstance(row.get("flops"), (int, float)) or not isinstance(row.get("step"), int) or row["step"] < 1:
-            raise InputError(f"{path}: line {n}: needs a number 'flops' and a positive 'step'")
+            raise InputError(f"{path}:{n}: needs a number 'flops' and a positive 'step'")
         ratios.append(row["flops"] / row["step"])
     if not ratios:
         raise InputError(f"{path}: empty")
@@ -53,16 +53,6 @@ def flops_per_update(path: Path) -> float:
         raise InputError(f"{path}: FLOPs per update vary from {min(ratios):.6g} to {max(ratios):.6g}; "
                          "Step 2's are one constant")
     return ratios[-1]
-
-
-def _json_line(where: str, line: str) -> dict:
-    try:
-        row = json.loads(line)
-    except json.JSONDecodeError as err:
-        raise InputError(f"{where}: not JSON ({err})") from None
-    if not isinstance(row, dict):
-        raise InputError(f"{where}: not a JSON object")
-    return row
 
 
 def _number(pattern: str, text: str, where: str, what: str) -> int:
@@ -86,24 +76,26 @@ def zero_shot_scores(folder: Path, task: TaskSettings) -> list[Score]:
         if lang not in task.test:
             raise InputError(f"{path}: task {task.name!r} has no test file for {lang!r}")
         per_update = flops_per_update(folder / f"step2-{lang}-{system}.metrics.jsonl")
-        for n, line in enumerate(path.read_text().splitlines(), 1):
-            where = f"{path}: line {n}"
-            r = _json_line(where, line)
+        for n, r in jsonl_objects(path):
+            where = f"{path}:{n}"
             if r.get("lang") != lang or Path(r.get("file", "")) != Path(task.test[lang]):
                 raise InputError(f"{where}: reads {r.get('file')!r} ({r.get('lang')}), not task {task.name!r}'s "
                                  f"{lang} test file {task.test[lang]}")
             if f"/step2/{lang}/{system}/" not in r.get("embeddings", ""):
                 raise InputError(f"{where}: embeddings {r.get('embeddings')!r} are not {system}'s {lang} Step 2")
-            seed = _number(r"/seed(\d+)/", r["task_model"], where, "the finetuning seed")
+            seed = _number(r"/seed(\d+)/", str(r.get("task_model")), where, "the finetuning seed")
             update = _number(r"/step_(\d+)/?$", r["embeddings"], where, "the Step-2 update")
             key = (lang, system, seed, update)
             if key in seen:
                 raise InputError(f"{where}: {system} {lang} seed {seed} update {update} read twice "
                                  f"(first at line {seen[key]})")
             seen[key] = n
+            metrics = {k: r[k] for k in METRICS if k in r}
+            if not metrics or not all(isinstance(v, (int, float)) for v in metrics.values()):
+                raise InputError(f"{where}: needs numbers among {', '.join(METRICS)}; has {sorted(metrics)}")
             step2_flops = update * per_update
             records.append(Score(task=task.name, lang=lang, seed=seed,
-                                 metrics={k: float(r[k]) for k in METRICS if k in r}, test_file=r["file"],
+                                 metrics={k: float(v) for k, v in metrics.items()}, test_file=r["file"],
                                  task_model=r["task_model"], system=system, embeddings=r["embeddings"],
                                  step2_update=update, step2_flops=step2_flops, v100_days=to_gpu_days(step2_flops)))
     return records

@@ -87,6 +87,9 @@ def test_the_flops_per_update_must_be_one_constant(tmp_path, task):
     (lambda r: r.update(embeddings="runs/r/step2/fr/bl_base/checkpoints/step_00000300"),
      "are not bl_base's de Step 2"),
     (lambda r: r.update(task_model="runs/r/step3/t/base/checkpoints/step_1"), "the finetuning seed not found"),
+    (lambda r: r.pop("task_model"), "the finetuning seed not found in 'None'"),
+    (lambda r: [r.pop("accuracy"), r.pop("macro_f1")], "needs numbers among accuracy, macro_f1, f1, exact_match"),
+    (lambda r: r.update(accuracy="high"), "needs numbers among"),
 ])
 def test_a_reading_of_something_else_is_refused_naming_its_line(tmp_path, task, change, problem):
     write_run(tmp_path, Path(task.test["de"]))
@@ -94,7 +97,7 @@ def test_a_reading_of_something_else_is_refused_naming_its_line(tmp_path, task, 
     rows = [json.loads(line) for line in path.read_text().splitlines()]
     change(rows[2])
     path.write_text(lines(rows))
-    with pytest.raises(InputError, match=f"step2-de-bl_base.test_readings.jsonl: line 3: .*{problem}"):
+    with pytest.raises(InputError, match=f"step2-de-bl_base.test_readings.jsonl:3: .*{problem}"):
         readings_results.zero_shot_scores(tmp_path, task)
 
 
@@ -102,7 +105,7 @@ def test_a_checkpoint_read_twice_with_one_classifier_is_refused(tmp_path, task):
     write_run(tmp_path, Path(task.test["de"]))
     path = tmp_path / "step2-de-bl_base.test_readings.jsonl"
     path.write_text(path.read_text() + path.read_text().splitlines()[0] + "\n")
-    with pytest.raises(InputError, match=r"line 7: bl_base de seed 1 update 0 read twice \(first at line 1\)"):
+    with pytest.raises(InputError, match=r"jsonl:7: bl_base de seed 1 update 0 read twice \(first at line 1\)"):
         readings_results.zero_shot_scores(tmp_path, task)
 
 
@@ -111,7 +114,7 @@ def test_a_folder_without_readings_or_with_bad_json_is_refused(tmp_path, task):
         readings_results.zero_shot_scores(tmp_path, task)
     write_run(tmp_path, Path(task.test["de"]))
     (tmp_path / "step2-de-minipost.test_readings.jsonl").write_text("{not json\n")
-    with pytest.raises(InputError, match="step2-de-minipost.test_readings.jsonl: line 1: not JSON"):
+    with pytest.raises(InputError, match="step2-de-minipost.test_readings.jsonl:1: bad JSON"):
         readings_results.zero_shot_scores(tmp_path, task)
 
 
