@@ -24,7 +24,7 @@ import sys
 from pathlib import Path
 
 from ds_minimodel.config import read_json
-from ds_minimodel.errors import InputError
+from ds_minimodel.errors import InputError, report
 from ds_minimodel.flops import to_gpu_days
 from ds_minimodel.pipeline.records import METRICS, DevScore, Results, Score
 from ds_minimodel.pipeline.results import task_baselines, write_results
@@ -138,8 +138,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         print(json.dumps(build(args.config, args.folder, args.out, args.task, args.source_model_from)))
     except InputError as err:
-        print(f"readings_results.py: {err}", file=sys.stderr)
-        return 2
+        return report(err)
     return 0
 
 
