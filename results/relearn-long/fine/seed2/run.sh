@@ -1,8 +1,8 @@
 #!/bin/bash
 # German's Step 2 for BL_BASE and MiniPost with Step-2 seed SEED (default 2; the fine run's are seed 1), saved every
-# 25 updates: BL_BASE for its whole 1,800 updates (its final score sets the target), MiniPost until its save at UNTIL (SIGTERM then:
-# it saves where it is). Same body, Step 1b, data and schedule as FINE's runs (their specs, with seed, out and
-# save_every changed). Run from the worktree that trained FINE:
+# 25 updates: BL_BASE for its whole 1,800 updates (its final score sets the target), MiniPost until its save at UNTIL
+# (SIGTERM then: it saves where it is). Same body, Step 1b, data and schedule as FINE's runs (their specs, with seed,
+# out and save_every changed). Run from the worktree that trained FINE:
 #   bash results/relearn-long/fine/seed2/run.sh runs/relearn-fine runs/seed2 500 [SEED]
 set -u
 fine=$1 out=$2 until=$3 seed=${4:-2}
