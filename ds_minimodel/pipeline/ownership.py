@@ -12,6 +12,10 @@ PRETRAIN_RUN, PRETRAIN_FOLDER = ".seed", "pretrain-seed"
 """A further pretraining run (``pretrain_seeds``): its job names end ``.seed<k>`` (``step1-base.seed2``), its
 outputs are in ``<out>/pretrain-seed<k>/``."""
 
+STEP2_RUN, STEP2_FOLDER = ".step2-seed", "step2-seed"
+"""A further Step-2 run (``step2_seeds``): its job names end ``.step2-seed<k>`` (``step2-minipost.step2-seed2``), its
+runs are in ``<out>/step2-seed<k>/<lang>/<system>/``."""
+
 OWNER_MARK = ".ds-minimodel-pipeline"  # written into a pipeline's output folder before anything else
 
 

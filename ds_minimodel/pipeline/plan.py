@@ -1,35 +1,33 @@
 """The pipeline's plan: its jobs (prepare, Step 1 and 1b, Step 2 per target language, Step 3 per task and seed,
-Step 4), the folders they write, what each needs and how it runs. The command is ``command.py``
-(``ds-minimodel pipeline``).
+Step 4), the folders they write, what each needs and how it runs. Step 4's scoring is ``step4.py``; the command is
+``command.py`` (``ds-minimodel pipeline``).
 """
 from __future__ import annotations
 
 import hashlib
 import json
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ds_minimodel.config import read_json, write_json
+from ds_minimodel.config import write_json
 from ds_minimodel.data.prepare import prepare, prepare_tokenizer, tokenizer_path
 from ds_minimodel.data.shards import META_FILE, read_meta
 from ds_minimodel.ds_config import load_ds_config, resolve_batch
 from ds_minimodel.errors import InputError
 from ds_minimodel.model.embedding_init import WORD_LIST, get_initialiser
 from ds_minimodel.model.surgery import extract_minijoint_folder
+from ds_minimodel.pipeline import step4
 from ds_minimodel.pipeline.launching import finished, train_step
-from ds_minimodel.pipeline.ownership import PRETRAIN_FOLDER, PRETRAIN_RUN
-from ds_minimodel.pipeline.records import DevScore, Score
-from ds_minimodel.pipeline.results import scored, task_baselines, write_results
+from ds_minimodel.pipeline.ownership import PRETRAIN_FOLDER, PRETRAIN_RUN, STEP2_FOLDER, STEP2_RUN
 from ds_minimodel.pipeline.sections import Section
-from ds_minimodel.pipeline.settings import RELEARN_SUFFIX, PipelineConfig, TaskSettings, check, task_finetuning
+from ds_minimodel.pipeline.settings import RELEARN_SUFFIX, PipelineConfig, check, task_finetuning
 from ds_minimodel.pipeline.source_model import (
     SOURCE_MODEL_RECORD,
     GivenModel,
     case_folded,
     check_recorded,
     given_primary,
-    trained_here,
 )
 from ds_minimodel.pipeline.step2_init import AUTO_INIT, target_init
 from ds_minimodel.pipeline.stopping import raise_if_stopped
@@ -64,12 +62,16 @@ class Job:
     after: tuple[str, ...] = ()
     array: tuple[str, ...] = ()
     """Step 2 only: the target languages, one run each (one task of a Slurm job array)."""
+    step2_seed: int | None = None
+    """Step 2 only: a further Step-2 run's seed (``step2_seeds``), None for the main run's."""
 
     @property
     def name(self) -> str:
-        """``step2-minijoint``, ``step1-base.seed2``, ``prepare``: the name ``--only`` and Slurm know it by."""
+        """``step2-minijoint``, ``step1-base.seed2``, ``step2-minipost.step2-seed3``, ``prepare``: the name ``--only``
+        and Slurm know it by."""
         seed = "" if self.pretrain_seed is None else f"{PRETRAIN_RUN}{self.pretrain_seed}"
-        return f"{self.step}{'-' if self.what else ''}{self.what}{seed}"
+        further = "" if self.step2_seed is None else f"{STEP2_RUN}{self.step2_seed}"
+        return f"{self.step}{'-' if self.what else ''}{self.what}{seed}{further}"
 
     @property
     def trains(self) -> bool:
@@ -117,13 +119,13 @@ class Pipeline:
     def _job(self, step: Step, what: str = "", **kw: Any) -> Job:
         return Job(step, what, self.pretrain_seed, **kw)
 
-    def _name(self, step: Step, what: str) -> str:
-        """The name of this run's job of ``step`` for ``what``."""
-        return self._job(step, what).name
+    def job_name(self, step: Step, what: str, *, step2_seed: int | None = None) -> str:
+        """The name of this run's job of ``step`` for ``what`` (Step 2: of the further Step-2 run ``step2_seed``)."""
+        return self._job(step, what, step2_seed=step2_seed).name
 
     def body_job(self, system: str) -> str:
         entry = get_system(system)
-        return self._name(entry.body_step, system if entry.step1b else entry.primary)
+        return self.job_name(entry.body_step, system if entry.step1b else entry.primary)
 
     def jobs(self) -> list[Job]:
         jobs = [Job(Step.PREPARE), *self._training_jobs()]
@@ -142,6 +144,8 @@ class Pipeline:
         relearn = (self.relearn_lang,) if main else ()  # the controls: the main run only
         jobs += [self._job(Step.ADAPT, s, after=(self.body_job(s),),
                            array=targets + (relearn if s in self.cfg.source_relearn else ())) for s in self.cfg.systems]
+        jobs += [self._job(Step.ADAPT, s, after=(self.body_job(s),), array=targets, step2_seed=k)
+                 for k in (self.cfg.step2_seeds if main else ()) for s in self.cfg.systems]
         jobs += [self._job(Step.FINETUNE, v, after=(step1[v].name,)) for v in self.primaries]
         jobs += [self._job(Step.FINETUNE, mini_name(s), after=(self.body_job(s),))
                  for s in (self.cfg.source_minis if main else ())]
@@ -167,8 +171,9 @@ class Pipeline:
     def step1b_dir(self, system: str) -> Path:
         return self.out / Step.MINIPOST / system
 
-    def step2_dir(self, lang: str, system: str) -> Path:
-        return self.out / Step.ADAPT / lang / system
+    def step2_dir(self, lang: str, system: str, step2_seed: int | None = None) -> Path:
+        """The Step-2 run of ``system`` in ``lang``: the main run's, or the further Step-2 run ``step2_seed``'s."""
+        return self.out / (Step.ADAPT if step2_seed is None else f"{STEP2_FOLDER}{step2_seed}") / lang / system
 
     def step3_dir(self, task: str, variant: str, seed: int) -> Path:
         return self.out / Step.FINETUNE / task / variant / f"seed{seed}"
@@ -186,7 +191,9 @@ class Pipeline:
             raise InputError(f"{needed_by} needs the prepared {lang} data in {folder}; run the prepare job first")
         return folder
 
-    def _finished(self, run_dir: Path, job: str, needed_by: str) -> Path:
+    def finished_run(self, run_dir: Path, job: str, needed_by: str) -> Path:
+        """The last checkpoint of job ``job``'s finished run in ``run_dir``; refused, naming ``needed_by``, when the run
+        is not finished."""
         if not finished(run_dir):
             raise InputError(f"{needed_by} needs the finished run in {run_dir}; run the {job} job first")
         return checkpoint.latest_checkpoint(run_dir)
@@ -194,20 +201,20 @@ class Pipeline:
     def _primary(self, variant: str, needed_by: str) -> Path:
         """The model of primary ``variant``: Step 1's final checkpoint, or, for the one ``source.model`` gives, that
         model (a bare encoder: the checkpoint of the job that trained its head)."""
-        job = self._name(Step.PRETRAIN, variant)
+        job = self.job_name(Step.PRETRAIN, variant)
         if self.given is None or variant != given_primary():
-            return self._finished(self.step1_dir(variant), job, needed_by)
+            return self.finished_run(self.step1_dir(variant), job, needed_by)
         if not self.source_model_record().is_file():
             raise InputError(f"{needed_by} needs the given source model recorded in {self.source_model_record()}; "
                              f"run the {job} job first")
         if self.given.needs_head:
-            return self._finished(self.step1_dir(variant), job, needed_by)
+            return self.finished_run(self.step1_dir(variant), job, needed_by)
         return Path(self.given.path)
 
     def _body(self, system: str, needed_by: str) -> Path:
         """What ``system``'s Step 2 trains over: Step 1b's output, or its primary's model."""
         if get_system(system).step1b:
-            return self._finished(self.step1b_dir(system), self.body_job(system), needed_by)
+            return self.finished_run(self.step1b_dir(system), self.body_job(system), needed_by)
         return self._primary(get_system(system).primary, needed_by)
 
     # -- running
@@ -232,7 +239,7 @@ class Pipeline:
             return self._prepare()
         if job.step == Step.TRANSFER:
             end_shared_launch()
-            return self._step4()
+            return step4.transfer(self)
         run = self if job.pretrain_seed is None else self.extra_runs[job.pretrain_seed]
         if job.step == Step.PRETRAIN:
             run._step1(job.what)
@@ -240,7 +247,7 @@ class Pipeline:
             run._step1b(job.what)
         elif job.step == Step.ADAPT:
             for lang in [value] if value is not None else job.array:
-                run._step2(job.what, lang)
+                run._step2(job.what, lang, job.step2_seed)
         else:
             run._step3(job.what)
         return {}
@@ -281,7 +288,7 @@ class Pipeline:
         self._train(self.cfg.step1, self.step1_dir(variant), f"{Step.PRETRAIN}-{variant}",
                     {"variant": variant, "aux_layer": self.cfg.aux_layer, "small_layers": self.cfg.small_layers,
                      "preset": self.cfg.preset, "model_config": self._model_file(),
-                     **self._common(self._name(Step.PRETRAIN, variant))},
+                     **self._common(self.job_name(Step.PRETRAIN, variant))},
                     leave_out=("aux_weight",) * one_head)
 
     def _model_file(self) -> Path | None:
@@ -299,7 +306,7 @@ class Pipeline:
     def _step1_given(self, variant: str) -> None:
         """Step 1 of the primary ``source.model`` gives: its record first (``check_recorded`` reads it), then for a bare
         encoder its MLM head trained (``run_head.py``: body and embeddings frozen) in ``step1/<variant>``."""
-        job = self._name(Step.PRETRAIN, variant)
+        job = self.job_name(Step.PRETRAIN, variant)
         if not self.source_model_record().is_file():  # else the same record: check_recorded compared them
             self.source_model_record().parent.mkdir(parents=True, exist_ok=True)
             write_json(self.source_model_record(), self.given.to_record())
@@ -316,9 +323,11 @@ class Pipeline:
         self._train(self.cfg.step1b, self.step1b_dir(system), job,
                     {"from_": base, "keep_layers": own.keep, "new_layers": own.new, **self._common(job)})
 
-    def _step2(self, system: str, lang: str) -> None:
-        """Step 2 for one system and target language; every checkpoint is kept for Step 4."""
-        needed_by = f"{self._name(Step.ADAPT, system)} ({lang})"
+    def _step2(self, system: str, lang: str, step2_seed: int | None = None) -> None:
+        """Step 2 for one system and target language (with ``step2_seed``: that further Step-2 run's, with that seed
+        over the same body); every checkpoint is kept for Step 4."""
+        job = self.job_name(Step.ADAPT, system, step2_seed=step2_seed)
+        needed_by = f"{job} ({lang})"
         body = self._body(system, needed_by)
         relearn = lang == self.relearn_lang
         data = self._data(self.cfg.source.lang if relearn else lang, needed_by)
@@ -339,19 +348,22 @@ class Pipeline:
         if target is not None and target.static_vectors is not None:  # (only with an init that uses them: load)
             anchored["static_vectors"] = target.static_vectors
         if self.cfg.step2.get("init") == AUTO_INIT:
-            print(f"[pipeline] {self._name(Step.ADAPT, system)} {lang}: init {init} ({why})", flush=True)
-        if not relearn:
-            self._note_passes(system, lang, data)
-        self._train(self.cfg.step2, self.step2_dir(lang, system), f"{Step.ADAPT}-{lang}-{system}",
+            print(f"[pipeline] {job} {lang}: init {init} ({why})", flush=True)
+        run_dir = self.step2_dir(lang, system, step2_seed)
+        if not relearn and not finished(run_dir):
+            self._note_passes(job, lang, data)
+        further = "" if step2_seed is None else f"{STEP2_RUN}{step2_seed}"
+        self._train(self.cfg.step2, run_dir, f"{Step.ADAPT}-{lang}-{system}{further}",
                     {"system": system, "body": body, "data": data, **anchored, "init": init, "lang": lang,
-                     "seq_len": self.cfg.seq_len, "seed": self.seed},
+                     "seq_len": self.cfg.seq_len, "seed": self.seed if step2_seed is None else step2_seed},
                     leave_out=("init", *entry.unused_options, *("word_anchors",) * (not anchors)))
 
-    def _note_passes(self, system: str, lang: str, data: Path) -> None:
-        """Before a Step 2 that reads its target's corpus ``PASSES_NOTED`` times or more, say so: on test, Hindi's 0.39
-        MB read 95 times lost 6 points through Step 2 where Chinese's 1.47 MB read 16 times gained 14 (RESULTS.md)."""
+    def _note_passes(self, job: str, lang: str, data: Path) -> None:
+        """Before a Step 2 (of job ``job``) that reads its target's corpus ``PASSES_NOTED`` times or more, say so: on
+        test, Hindi's 0.39 MB read 95 times lost 6 points through Step 2 where Chinese's 1.47 MB read 16 times gained
+        14 (RESULTS.md)."""
         meta = read_meta(data / META_FILE)
-        if finished(self.step2_dir(lang, system)) or meta is None or not meta.get("num_tokens"):
+        if meta is None or not meta.get("num_tokens"):
             return
         ds_config = self.cfg.step2.get("ds_config")
         try:  # the global batch as the run will have it (the check before any work refused a config that has none)
@@ -361,7 +373,7 @@ class Pipeline:
         steps, tokens = self.cfg.step2.get("steps"), meta["num_tokens"]
         passes = steps * batch * self.cfg.seq_len / tokens
         if passes >= PASSES_NOTED:
-            print(f"[pipeline] {self._name(Step.ADAPT, system)} {lang}: {steps:,} updates of {batch} x "
+            print(f"[pipeline] {job} {lang}: {steps:,} updates of {batch} x "
                   f"{self.cfg.seq_len} tokens read {lang}'s {tokens:,} tokens up to {passes:.0f} times over; on test, "
                   "Hindi's 0.39 MB read 95 times scored lower after Step 2 than before it (RESULTS.md): check a "
                   "shorter Step 2 on dev", flush=True)
@@ -369,7 +381,7 @@ class Pipeline:
     def _mini_model(self, system: str) -> Path:
         """The model a ``source_minis`` system's Step 2 trains over: Step 1b's output, or (a ``mini`` body) the layers
         below its primary's second head and that head, cut out once into ``mini_dir``."""
-        job = self._name(Step.FINETUNE, mini_name(system))
+        job = self.job_name(Step.FINETUNE, mini_name(system))
         body = self._body(system, job)
         if get_system(system).step1b:
             return body
@@ -384,7 +396,7 @@ class Pipeline:
         if (system := mini_system(variant)) is not None:
             primary = self._mini_model(system)
         else:
-            primary = self._primary(variant, self._name(Step.FINETUNE, variant))
+            primary = self._primary(variant, self.job_name(Step.FINETUNE, variant))
         for task in self.cfg.tasks:
             own = task_finetuning(self.cfg.step3, task)
             for seed in self.seeds:
@@ -393,83 +405,3 @@ class Pipeline:
                             {"model": primary, "task": task.name, "format": task.format, "train": task.train,
                              "dev": task.dev.get(source), "dev_format": task.eval_format, "language": source,
                              "seed": seed})
-
-    def _step4(self) -> dict[str, Any]:
-        """Zero-shot: each Step-2 checkpoint of each system with each seed's task model; the controls (a primary
-        with its own embeddings, source-relearn runs on source test files), trivial baselines; then the results."""
-        source = self.cfg.source.lang
-        task_models, dev_scores = {}, []
-        for task in self.cfg.tasks:
-            for variant in self.finetuned():
-                for seed in self.seeds:
-                    run_dir = self.step3_dir(task.name, variant, seed)
-                    task_models[(task.name, variant, seed)] = self._finished(
-                        run_dir, self._name(Step.FINETUNE, variant), Step.TRANSFER)
-                    if (run_dir / "dev_scores.json").is_file():
-                        dev_scores.append(DevScore.from_dict({"task": task.name, "primary": variant, "seed": seed, **(
-                            read_json(run_dir / "dev_scores.json"))}, str(run_dir / "dev_scores.json")))
-        results, own, relearned, trivial = [], [], [], []
-        for task in self.cfg.tasks:
-            trivial += task_baselines(task, source)
-            if source in task.test:  # diagnostics (a) and (b) of issue 16: the body, and Step 2 without a gap
-                for variant in self.finetuned():
-                    for seed in self.seeds:
-                        own.append(self._score(task, source, None, None, seed,
-                                               task_models[(task.name, variant, seed)], own_of=variant))
-                for system in self.cfg.source_relearn:
-                    run_dir = self.step2_dir(self.relearn_lang, system)
-                    self._finished(run_dir, self._name(Step.ADAPT, system), Step.TRANSFER)
-                    for ckpt in checkpoint.complete_checkpoints(run_dir):
-                        for seed in self.seeds:
-                            relearned.append(self._score(task, source, system, ckpt, seed,
-                                                         task_models[(task.name, get_system(system).primary, seed)],
-                                                         as_lang=self.relearn_lang))
-            for target in self.cfg.targets:
-                for system in self.cfg.systems:
-                    run_dir = self.step2_dir(target.lang, system)
-                    self._finished(run_dir, self._name(Step.ADAPT, system), Step.TRANSFER)
-                    if target.lang not in task.test:
-                        continue
-                    for ckpt in checkpoint.complete_checkpoints(run_dir):
-                        for seed in self.seeds:
-                            results.append(self._score(task, target.lang, system, ckpt, seed,
-                                                       task_models[(task.name, get_system(system).primary, seed)]))
-        # Appendix A.5: every pretraining run's final scores (the main run's were just scored: read from the cache)
-        runs = (self, *self.extra_runs.values()) if self.extra_runs else ()
-        return write_results(self.out, results, dev_scores, source_test=own, source_relearn=relearned,
-                             baselines=trivial, pretrain_runs=[r for run in runs for r in run._final_scores()],
-                             source_model=None if self.given is None else {
-                                 **self.given.to_record(), **trained_here(self.cfg.head)})
-
-    def _final_scores(self) -> list[Score]:
-        """This pretraining run's final scores: the final Step-2 checkpoint of every system and target language with
-        every finetuning seed of its own Step 3 (appendix A.5 compares final scores)."""
-        records = []
-        for task in self.cfg.tasks:
-            for target in self.cfg.targets:
-                if target.lang not in task.test:
-                    continue
-                for system in self.cfg.systems:
-                    primary = get_system(system).primary
-                    final = self._finished(self.step2_dir(target.lang, system), self._name(Step.ADAPT, system),
-                                           Step.TRANSFER)
-                    for seed in self.seeds:
-                        model = self._finished(self.step3_dir(task.name, primary, seed),
-                                               self._name(Step.FINETUNE, primary), Step.TRANSFER)
-                        records.append(replace(self._score(task, target.lang, system, final, seed, model),
-                                               pretrain_seed=self.seed))
-        return records
-
-    def _score(self, task: TaskSettings, lang: str, system: str | None, ckpt: Path | None, seed: int,
-               task_model: Path, *, as_lang: str | None = None, own_of: str | None = None) -> Score:
-        """One Step-4 score: ``task_model`` with ``ckpt``'s embeddings (None: its own, those of primary
-        ``own_of``) on ``lang``'s test file, recorded under ``as_lang`` (default ``lang``)."""
-        as_lang = as_lang or lang
-        where = f"{system}/seed{seed}/{ckpt.name}" if ckpt is not None else f"own-{own_of}/seed{seed}"
-        cache = self.out / Step.TRANSFER / task.name / as_lang / f"{where}.json"
-        record = Score.from_dict({**scored(cache, task_model, ckpt, Path(task.test[lang]), lang, task.eval_format),
-                                  "lang": as_lang, "primary": own_of}, str(cache))
-        what = f"{system} update {record.step2_update}" if ckpt is not None else f"primary {own_of}, own embeddings"
-        print(f"[{Step.TRANSFER}] {task.name} {as_lang} {what} seed {seed}: "
-              + ", ".join(f"{k} {v:.1f}" for k, v in record.metrics.items() if k != "exact_match"), flush=True)
-        return record

@@ -1,12 +1,12 @@
 """What Step 4 writes and the analysis reads, as typed records: a pipeline's ``results.json`` parsed once.
 
-A score record is one finetuned model (Step 3, one seed) scored on one test file, with a Step-2 checkpoint's
-embeddings swapped in (``system`` set: the zero-shot runs, the source-relearn control, the pretraining runs' finals)
-or with its own (``primary`` set: each finetuned model on the source test files). Its metrics are the task kind's
-(``tasks.formats``: accuracy and macro-F1 for classification, accuracy for tagging, F1 and exact match for QA), kept
-flat in the file as the pipeline has always written them. A mean record is one Step-2 checkpoint's mean over
-finetuning seeds (a point of the paper's Figure 3). ``Results.load`` refuses a file that does not hold these, naming
-the file, the list and the position; ``Results.write`` writes the file the pipeline always wrote, byte for byte.
+A score record is one finetuned model (Step 3, one seed) scored on one test file, with a Step-2 checkpoint's embeddings
+swapped in (``system`` set: the zero-shot runs, the further Step-2 runs, the source-relearn control, the pretraining
+runs' finals) or with its own (``primary`` set: each finetuned model on the source test files). Its metrics are the task
+kind's (``tasks.formats``: accuracy and macro-F1 for classification, accuracy for tagging, F1 and exact match for QA),
+kept flat in the file as the pipeline has always written them. A mean record is one Step-2 checkpoint's mean over
+finetuning seeds (a point of the paper's Figure 3). ``Results.load`` refuses a file that does not hold these, naming the
+file, the list and the position; ``Results.write`` writes the file the pipeline always wrote, byte for byte.
 """
 from __future__ import annotations
 
@@ -106,6 +106,8 @@ class Score(_Record):
     """with its own embeddings: the finetuned model's name (a primary, or ``mini-<system>``)"""
     pretrain_seed: int | None = None
     """a pretraining run's final scores (``pretrain_runs``): its Step-1 seed"""
+    step2_seed: int | None = None
+    """a further Step-2 run's scores (``step2_runs``): its Step-2 seed"""
 
     @property
     def metric(self) -> str:
@@ -132,6 +134,8 @@ class MeanScore(_Record):
     mean: float
     std: float
     seeds: list[int]
+    step2_seed: int | None = None
+    """a further Step-2 run's (``step2_runs_over_seeds``): its Step-2 seed"""
 
 
 @dataclass(frozen=True)
@@ -178,13 +182,18 @@ class Results:
     source_relearn_over_seeds: list[MeanScore] = field(default_factory=list)
     baselines: list[Baseline] = field(default_factory=list)
     pretrain_runs: list[Score] = field(default_factory=list)
+    step2_runs: list[Score] = field(default_factory=list)
+    """every further Step-2 run's scores (``step2_seeds``), as ``zero_shot`` holds the main run's"""
+    step2_runs_over_seeds: list[MeanScore] = field(default_factory=list)
     source_model: dict[str, Any] | None = None
     """the given English model BL_BASE's primary is (``pipeline.source_model``), or None when Step 1 trained it"""
 
     KINDS: ClassVar[dict[str, type[_Record]]] = {
         "zero_shot": Score, "zero_shot_over_seeds": MeanScore, "source_dev": DevScore, "source_test": Score,
         "source_relearn": Score, "source_relearn_over_seeds": MeanScore, "baselines": Baseline,
-        "pretrain_runs": Score}
+        "pretrain_runs": Score, "step2_runs": Score, "step2_runs_over_seeds": MeanScore}
+    WHEN_SET: ClassVar[frozenset[str]] = frozenset({"step2_runs", "step2_runs_over_seeds"})
+    """Lists written only when they hold something: a file without further Step-2 runs is as it was before them."""
 
     @classmethod
     def load(cls, path: Path) -> Results:
@@ -210,8 +219,8 @@ class Results:
         return cls(**lists, source_model=source_model)
 
     def to_dict(self) -> dict[str, Any]:
-        return {**{key: [r.to_dict() for r in getattr(self, key)] for key in self.KINDS},
-                "source_model": self.source_model}
+        return {**{key: [r.to_dict() for r in getattr(self, key)] for key in self.KINDS
+                    if getattr(self, key) or key not in self.WHEN_SET}, "source_model": self.source_model}
 
     def write(self, path: Path) -> None:
         write_json(path, self.to_dict())

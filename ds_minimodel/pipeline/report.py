@@ -1,7 +1,8 @@
 """``ds-minimodel analysis``: every table and figure of the paper that a pipeline's ``results.json`` holds, written
 into one folder: Tables 2 and 3 (scores and compute to near-maximal performance), Figure 1 (speedups), Figure 3
 (score against Step-2 compute) and the diagnostics; where the run has them, the depth study's Table 4, Table A3 and
-Figure 4, Table 5 (mini-models on English) and Table A5 (further pretraining runs).
+Figure 4, Table 5 (mini-models on English), Table A5 (further pretraining runs) and Table 3 over further Step-2 runs
+(``table3_step2_runs.txt``, ``time_to_target_step2_runs.json``).
 
 Only results.json is read: the analysis of a finished run can be redone anywhere, without its checkpoints.
 """
@@ -50,6 +51,7 @@ def run(results_path: Path, out: Path, *, plots: bool = True) -> dict[str, Any]:
               "diagnostics": diagnostics(results, all_curves, relearn_curves, metrics),
               "table4": studies.table4(rows), "table_a3": studies.table_a3(all_curves),
               "table5": studies.table5(results), "table_a5": studies.table_a5(results)}
+    tables["table3_step2_runs"], over_runs = studies.step2_runs(results, majority, str(results_path))
     for name, text in tables.items():
         if text:  # the studies' tables exist only where the run has a depth sweep or finetuned mini-models
             (out / f"{name}.txt").write_text(text + "\n", encoding="utf-8")
@@ -57,6 +59,8 @@ def run(results_path: Path, out: Path, *, plots: bool = True) -> dict[str, Any]:
     write_json(out / "time_to_target.json", {"near_maximal": NEAR_MAXIMAL, "baseline": BASELINE, "rows": records})
     if records:
         write_csv(out / "time_to_target.csv", records, fieldnames=list(records[0]))
+    if over_runs:
+        write_json(out / "time_to_target_step2_runs.json", over_runs)
     if averaged:  # a task with two target languages or more
         write_json(out / "curves_over_languages.json", {
             "note": "mean over target languages of the per-seed-mean curves, at the updates all languages share",
@@ -105,8 +109,8 @@ def main(argv: list[str] | None = None) -> int:
         summary = run(args.results, args.out or args.results.parent / "analysis", plots=not args.no_plots)
     except InputError as err:
         return report(err)
-    print("\n\n".join(summary[name] for name in ("table2", "table3", "diagnostics", "table4", "table_a3", "table5",
-                                                     "table_a5")
+    print("\n\n".join(summary[name] for name in ("table2", "table3", "table3_step2_runs", "diagnostics", "table4",
+                                                     "table_a3", "table5", "table_a5")
                       if summary[name]))
     print(f"\ntables and time to target: {summary['out']}")
     for figure in summary["figures"]:

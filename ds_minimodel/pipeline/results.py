@@ -50,28 +50,31 @@ def scored(cache: Path, task_model: Path, embeddings: Path | None, test_file: Pa
 
 
 def over_seeds(results: list[Score]) -> list[MeanScore]:
-    """Mean and sample standard deviation over finetuning seeds of the main metric, per task, system, language
-    and Step-2 checkpoint (one row per point of the paper's Figure 3 curves)."""
+    """Mean and sample standard deviation over finetuning seeds of the main metric, per task, system, language,
+    Step-2 run (``step2_seed``: None for the main one) and Step-2 checkpoint (one row per point of the paper's
+    Figure 3 curves)."""
     groups: dict[tuple, list[Score]] = {}
     for r in results:
-        groups.setdefault((r.task, r.system, r.lang, r.step2_update), []).append(r)
+        groups.setdefault((r.task, r.system, r.lang, -1 if r.step2_seed is None else r.step2_seed,
+                           r.step2_update), []).append(r)
     rows = []
-    for (task, system, lang, update), records in sorted(groups.items(),
-                                                        key=lambda kv: (kv[0][0], order_key(kv[0][1]), *kv[0][2:])):
+    for (task, system, lang, _, update), records in sorted(groups.items(),
+                                                           key=lambda kv: (kv[0][0], order_key(kv[0][1]), *kv[0][2:])):
         metric = records[0].metric
         scores = [r.metrics[metric] for r in records]
         rows.append(MeanScore(task=task, system=system, lang=lang, step2_update=update,
                               step2_flops=records[0].step2_flops, v100_days=records[0].v100_days, metric=metric,
                               mean=statistics.mean(scores), std=statistics.stdev(scores) if len(scores) > 1 else 0.0,
-                              seeds=sorted(r.seed for r in records)))
+                              seeds=sorted(r.seed for r in records), step2_seed=records[0].step2_seed))
     return rows
 
 
 def write_results(out: Path, results: list[Score], dev_scores: list[DevScore], *, source_test: list[Score] = (),
                   source_relearn: list[Score] = (), baselines: list[Baseline] = (), pretrain_runs: list[Score] = (),
-                  source_model: dict[str, Any] | None = None) -> dict[str, Any]:
+                  step2_runs: list[Score] = (), source_model: dict[str, Any] | None = None) -> dict[str, Any]:
     """results.json (every record, the per-checkpoint means over seeds, the source-language dev scores, the
-    controls, the trivial baselines and, with ``pretrain_seeds``, the final scores of every pretraining run),
+    controls, the trivial baselines, with ``pretrain_seeds`` the final scores of every pretraining run and with
+    ``step2_seeds`` every further Step-2 run's scores and their means),
     results.csv (one row per seed and checkpoint) and results_mean.csv (one row
     per checkpoint). ``source_model``: the given model BL_BASE's primary is (``settings.GivenModel``), or None
     when Step 1 pretrained it."""
@@ -79,7 +82,8 @@ def write_results(out: Path, results: list[Score], dev_scores: list[DevScore], *
     Results(zero_shot=list(results), zero_shot_over_seeds=summary, source_dev=list(dev_scores),
             source_test=list(source_test), source_relearn=list(source_relearn),
             source_relearn_over_seeds=over_seeds(list(source_relearn)), baselines=list(baselines),
-            pretrain_runs=list(pretrain_runs), source_model=source_model).write(out / "results.json")
+            pretrain_runs=list(pretrain_runs), step2_runs=list(step2_runs),
+            step2_runs_over_seeds=over_seeds(list(step2_runs)), source_model=source_model).write(out / "results.json")
     if results:
         write_csv(out / "results.csv", [r.to_dict() for r in results])
         write_csv(out / "results_mean.csv", [{**r.to_dict(), "seeds": " ".join(map(str, r.seeds))} for r in summary])

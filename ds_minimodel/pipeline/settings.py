@@ -175,6 +175,12 @@ class PipelineConfig:
     finetuning seed in ``<out>/pretrain-seed<k>/`` (Steps 1 and 2 with seed k; the prepared data are shared), and Step
     4 scores their final Step-2 checkpoints beside the main run's (``seed``, in ``out``), for the spread over
     pretraining runs next to the spread over finetuning seeds."""
+    step2_seeds: list[int] = field(default_factory=list)
+    """Further Step-2 runs: each seed k repeats Step 2 alone for every system and target language, with seed k (the
+    drawn rows, static vectors, data order, masks and dropout), over the main run's bodies, in
+    ``<out>/step2-seed<k>/`` (job names end ``.step2-seed<k>``); Step 4 scores every checkpoint of each with the
+    main run's Step-3 models, and the analysis gives each run's time to target and the speedup's spread over runs
+    (one Step-2 run per system does not size a speedup: ``results/relearn-long/fine/seed2``)."""
     source_minis: list[str] = field(default_factory=list)
     """Systems whose mini-model (the body their Step 2 trains over) is also finetuned on each task and scored on the
     source test files, beside the primaries (the paper's Table 5: does dual-head pretraining hurt English?)."""
@@ -217,10 +223,11 @@ class PipelineConfig:
         if cfg.relearn_anchor is not None and cfg.relearn_anchor not in [t.lang for t in cfg.targets]:
             raise InputError(f"{source}: relearn_anchor must be one of the target languages, got "
                              f"{cfg.relearn_anchor!r}")
-        seeds = cfg.pretrain_seeds
-        if not all(k >= 0 for k in seeds) or len(set(seeds)) != len(seeds) or cfg.seed in seeds:
-            raise InputError(f"{source}: pretrain_seeds must be distinct integers of at least 0, other than seed "
-                             f"({cfg.seed}); got {seeds}")
+        for key in ("pretrain_seeds", "step2_seeds"):  # further runs beside the main one, which has seed
+            seeds = getattr(cfg, key)
+            if not all(k >= 0 for k in seeds) or len(set(seeds)) != len(seeds) or cfg.seed in seeds:
+                raise InputError(f"{source}: {key} must be distinct integers of at least 0, other than seed "
+                                 f"({cfg.seed}); got {seeds}")
         minis = [name for name in cfg.source_minis if name not in cfg.systems or get_system(name).whole_primary]
         if minis:
             raise InputError(f"{source}: source_minis must name systems of this pipeline that adapt a mini-model "

@@ -33,7 +33,7 @@ def job_status(pipeline: Any, job: Any) -> str:
     if job.step == Step.MINIPOST:
         return _state(finished(run.step1b_dir(job.what)))
     if job.step == Step.ADAPT:
-        done = [lang for lang in job.array if finished(run.step2_dir(lang, job.what))]
+        done = [lang for lang in job.array if finished(run.step2_dir(lang, job.what, job.step2_seed))]
         left = [lang for lang in job.array if lang not in done]
         return "; ".join(f"{state}: {', '.join(langs)}" for state, langs in ((DONE, done), (TO_RUN, left)) if langs)
     if job.step == Step.FINETUNE:
@@ -48,20 +48,23 @@ def _state(done: bool) -> str:
 
 def _scored(run: Any) -> bool:
     """Step 4 is done when results.json holds a score of every system in every target language with a test file,
-    at its final Step-2 checkpoint (a language added since, or a Step-2 run resumed, makes it to run again)."""
+    at its final Step-2 checkpoint, of the main Step-2 run and of each further one (a language or a Step-2 seed added
+    since, or a Step-2 run resumed, makes it to run again)."""
     path = Path(run.out) / "results.json"
     if not path.is_file():
         return False
-    scored = {(r.task, r.lang, r.system, r.step2_update) for r in Results.load(path).zero_shot}
-    for task in run.cfg.tasks:
-        for target in run.cfg.targets:
-            if target.lang not in task.test:
-                continue
-            for system in run.cfg.systems:
-                run_dir = run.step2_dir(target.lang, system)
-                if not finished(run_dir) or (task.name, target.lang, system,
-                                             read_json(run_dir / "run.json")["train"]["steps"]) not in scored:
-                    return False
+    results = Results.load(path)
+    scored = {(r.step2_seed, r.task, r.lang, r.system, r.step2_update) for r in results.zero_shot + results.step2_runs}
+    for step2_seed in (None, *run.cfg.step2_seeds):
+        for task in run.cfg.tasks:
+            for target in run.cfg.targets:
+                if target.lang not in task.test:
+                    continue
+                for system in run.cfg.systems:
+                    run_dir = run.step2_dir(target.lang, system, step2_seed)
+                    if not finished(run_dir) or (step2_seed, task.name, target.lang, system,
+                                                 read_json(run_dir / "run.json")["train"]["steps"]) not in scored:
+                        return False
     return True
 
 

@@ -12,16 +12,26 @@ A.5, Table A5).
   the same way: MiniJoint's full model against BL_BASE, its mini-model against BL_SMALL (Table 5).
 - **Pretraining runs.** With ``pretrain_seeds``, results.json's ``pretrain_runs`` holds the final scores of every
   pretraining run; Table A5 sets the spread over those runs beside the spread over finetuning seeds.
+- **Step-2 runs** (ours: the paper has one Step-2 run per system). With ``step2_seeds``, results.json's
+  ``step2_runs`` holds every further Step-2 run's scores; each run is analysed as Table 3 analyses the main one, its
+  target 95% of its own BL_BASE's final score, and each system's speedup is given per run, with the bounds its
+  checkpoints prove, and as a mean and sample standard deviation over the runs.
 """
 from __future__ import annotations
 
 import statistics
+from dataclasses import asdict
 from pathlib import Path
+from typing import Any
 
 from ds_minimodel.pipeline.analysis import (
     AVERAGE,
+    NEAR_MAXIMAL,
     Point,
     TargetRow,
+    analyse,
+    average_speedups,
+    curves,
     own_scores,
 )
 from ds_minimodel.pipeline.figures import plot_curves
@@ -185,3 +195,76 @@ def table_a5(results: Results) -> str:
                          + f" {statistics.mean(_spread(v) for v in runs.values()):15.1f}")
         lines.append("")
     return "\n".join(lines).rstrip()
+
+
+MAIN_RUN = "main"
+"""The main Step-2 run's column (the config's ``seed``) beside the further runs' (``seed <k>``)."""
+
+
+def step2_runs(results: Results, majority: dict[tuple[str, str], float], where: str) -> tuple[str, dict[str, Any]]:
+    """The speedup over Step-2 runs (``step2_seeds`` beside the main run): each run analysed on its own (``analyse``:
+    its target 95% of its own BL_BASE's final score), then per task, system and language (and ``avg``, the mean over
+    languages of footnote 6) every run's speedup with the range its checkpoints prove, and the mean +- sample std
+    over the runs that have one. The table and the JSON record (every run's Table-3 rows and the summary); both empty
+    without further Step-2 runs. ``where``: the results file, for errors."""
+    if not results.step2_runs_over_seeds:
+        return "", {}
+    grouped: dict[int | None, list] = {None: results.zero_shot_over_seeds}
+    for row in results.step2_runs_over_seeds:
+        grouped.setdefault(row.step2_seed, []).append(row)
+    runs = {k: analyse(curves(rows, f"{where}: {'zero_shot' if k is None else 'step2_runs'}_over_seeds")[0], majority)
+            for k, rows in grouped.items()}
+    labels = {k: MAIN_RUN if k is None else f"seed {k}" for k in runs}
+    rows = {(r.task, r.system, r.lang, k): r for k, analysed in runs.items() for r in analysed}
+    averages = {(task, system, AVERAGE, k): v for k, analysed in runs.items()
+                for (task, system), v in average_speedups(analysed).items()}
+    summary, lines = [], []
+    for task in sorted({key[0] for key in rows}):
+        langs = sorted({key[2] for key in rows if key[0] == task})
+        starred = False
+        lines += [(f"Table 3 over Step-2 runs ({task}): speedup over BL_BASE to 95% of each run's own BL_BASE final "
+                   "score, (at least - at most) by its checkpoints; then the mean +- std over the runs"),
+                  f"{'system':<12} {'lang':<6} " + " ".join(f"{labels[k]:>24}" for k in runs) + f" {'over runs':>22}"]
+        for system in sorted({key[1] for key in rows if key[0] == task and key[1] != BASELINE}, key=order_key):
+            for lang in [*langs, *([AVERAGE] if len(langs) > 1 else [])]:
+                cells, values = [], []
+                for k in runs:
+                    r = rows.get((task, system, lang, k))
+                    value = averages.get((task, system, lang, k)) if lang == AVERAGE else r and r.speedup
+                    left_out = lang == AVERAGE and value is not None and any(
+                        getattr(rows.get((task, system, other, k)), "speedup", None) is None for other in langs)
+                    starred |= left_out
+                    cells.append(_speedup_cell(r, value, "*" if left_out else ""))
+                    values.append(value)
+                known = [v for v in values if v is not None]
+                mean = statistics.mean(known) if known else None
+                std = statistics.stdev(known) if len(known) > 1 else None  # none from one run
+                spread = "-" if mean is None else f"{mean:.2f}" + ("" if std is None else f" +- {std:.2f}") + (
+                    f" ({len(known)} of {len(values)})" if len(known) < len(values) else "")
+                lines.append(f"{system:<12} {lang:<6} " + " ".join(cells) + f" {spread:>22}")
+                summary.append({"task": task, "system": system, "lang": lang, "speedups": values, "mean": mean,
+                                "std": std, "runs": len(known)})
+        finals = [f"{lang} " + ", ".join(f"{rows[(task, BASELINE, lang, k)].final_score:.1f}" for k in runs
+                                         if (task, BASELINE, lang, k) in rows) for lang in langs]
+        lines += [f"BL_BASE's final score per run ({', '.join(labels.values())}): " + "; ".join(finals),
+                  *(["*: that run's average leaves out the languages where it has no speedup"] if starred else []),
+                  (f"{MAIN_RUN}: the Step-2 runs with the config's seed; seed k: the further runs of step2_seeds. "
+                   "∞: never reached; no transfer: that run's BL_BASE is not clearly above the majority class"), ""]
+    record = {"near_maximal": NEAR_MAXIMAL, "baseline": BASELINE, "summary": summary,
+              "runs": [{"step2_seed": k, "rows": [asdict(r) for r in analysed]} for k, analysed in runs.items()]}
+    return "\n".join(lines).rstrip(), record
+
+
+def _speedup_cell(row: TargetRow | None, value: float | None, mark: str = "") -> str:
+    """One run's speedup for a language (``row``: its Table-3 row) or the average over languages (``row`` None;
+    ``mark``: after it)."""
+    if row is not None and not row.transfer:
+        return f"{'no transfer':>24}"
+    if row is not None and row.never:
+        return f"{'∞':>24}"
+    if value is None:
+        return f"{'-':>24}"
+    if row is None or row.speedup_at_least is None:
+        return f"{value:.2f}x{mark}".rjust(24)
+    most = "unbounded" if row.speedup_at_most is None else f"{row.speedup_at_most:.2f}"
+    return f"{value:.2f}x ({row.speedup_at_least:.2f}-{most})".rjust(24)

@@ -4,8 +4,9 @@
     python -m ds_minimodel submit --config configs/paper.json             # sbatch them, print the job ids
 
 Jobs (``python -m ds_minimodel pipeline --config C --list``): ``prepare``; ``step1-<primary>``; ``step1b-minipost``;
-``step2-<system>``, a job array with one task per target language; ``step3-<primary>`` (every task and seed);
-``step4`` (zero-shot evaluation and the results tables). Each runs ``python -m ds_minimodel pipeline --only <job>
+``step2-<system>``, a job array with one task per target language (and ``step2-<system>.step2-seed<k>`` per
+further Step-2 run of ``step2_seeds``); ``step3-<primary>`` (every task and seed); ``step4`` (zero-shot evaluation
+and the results tables). Each runs ``python -m ds_minimodel pipeline --only <job>
 --launcher srun``, so ranks start with ``srun`` on the job's nodes (``ranks`` tasks per node). A job asks for
 SIGUSR1 ``signal_seconds`` before its time limit; every rank then saves a checkpoint and exits, and the job
 requeues itself and resumes (see ``ds_minimodel.cluster.slurm``). A failed job cancels the jobs that need it.

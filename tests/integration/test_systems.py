@@ -195,12 +195,13 @@ def test_extractive_qa_runs_through_step4_and_the_tables(run):
     assert (out / "analysis/figure3_qa_de.png").is_file()
 
 
-def test_further_pretraining_runs_are_scored_beside_the_main_one(tmp_path):
+def test_further_pretraining_and_step2_runs_are_scored_beside_the_main_one(tmp_path):
     """Appendix A.5: ``pretrain_seeds`` repeats Steps 1-3 with another Step-1 seed in its own folder; Step 4 scores
-    its final Step-2 checkpoint, and Table A5 sets the runs side by side."""
+    its final Step-2 checkpoint, and Table A5 sets the runs side by side. ``step2_seeds`` repeats Step 2 alone over
+    the main run's body; Step 4 scores each of its checkpoints, and the analysis tabulates each run's speedup."""
     config = json.loads((REPO / "configs/demo.json").read_text())
     config.update(out=str(tmp_path / "out"), ranks=1, preset="tiny", vocab_size=500, systems=["bl_base"],
-                  pretrain_seeds=[5])
+                  pretrain_seeds=[5], step2_seeds=[4])
     for corpus in [config["source"], *config["targets"]]:
         corpus["corpus"] = head(REPO / corpus["corpus"], tmp_path / f"{corpus['lang']}.txt", 3000)
     for section, steps in (("step1", 2), ("step2", 2)):
@@ -227,3 +228,12 @@ def test_further_pretraining_runs_are_scored_beside_the_main_one(tmp_path):
     assert {r["pretrain_seed"] for r in results["pretrain_runs"]} == {1, 5}
     table = (out / "analysis/table_a5.txt").read_text().splitlines()
     assert table[1].split()[2:6] == ["seed", "1", "seed", "5"] and table[2].split()[:2] == ["bl_base", "de"]
+    further = json.loads((out / "step2-seed4/de/bl_base/run.json").read_text())
+    assert further["seed"] == 4 and further["body"] == json.loads((out / "step2/de/bl_base/run.json").read_text())[
+        "body"]
+    assert sorted((r["step2_seed"], r["step2_update"]) for r in results["step2_runs"]) == [(4, 0), (4, 2)]
+    assert {r["step2_seed"] for r in results["step2_runs_over_seeds"]} == {4}
+    assert all("step2_seed" not in r for r in results["zero_shot"])
+    assert "BL_BASE's final score per run (main, seed 4): de " in (out / "analysis/table3_step2_runs.txt").read_text()
+    listed = run_cmd([sys.executable, "-m", "ds_minimodel", "pipeline", "--config", str(path), "--list"]).stdout
+    assert "step2-bl_base.step2-seed4" in listed and "to run" not in listed  # Step 4 counts the further runs too

@@ -425,3 +425,42 @@ def test_table_a5_spread_over_pretraining_runs_next_to_finetuning_seeds(tmp_path
     # per run: 61 +- 1.4, 65 +- 1.4, 56 +- 0; over runs: mean 60.7, std 4.5; mean finetuning std (1.41+1.41+0)/3
     assert t[2].split() == ["bl_base", "de", "61.0+-", "1.4", "65.0+-", "1.4", "56.0+-", "0.0", "60.7+-", "4.5", "0.9"]
     assert (tmp_path / "analysis/table_a5.txt").is_file()
+
+
+def test_the_speedup_over_step2_runs_each_with_its_own_target(tmp_path):
+    """``step2_seeds``: a further Step-2 run (seed 7) where MiniJoint learns German slower (59 only at update 4,000)
+    gets its own Table-3 rows; each system's speedup per run, the range its checkpoints prove, and the spread."""
+    results = synthetic_results()
+    slower = {("bl_base", "de"): [30, 50, 58, 60], ("bl_base", "fr"): [40, 60, 67, 70],
+              ("minijoint", "de"): [30, 40, 50, 59], ("minijoint", "fr"): [40, 60, 67, 68]}
+    further = [{**record(system, 1000 * (i + 1), seed, score + (1 if seed == 2 else -1), lang), "step2_seed": 7}
+               for (system, lang), points in slower.items() for i, score in enumerate(points) for seed in (1, 2)]
+    results.update(step2_runs=further, step2_runs_over_seeds=means(further))
+    path = tmp_path / "results.json"
+    path.write_text(json.dumps(results))
+    loaded = Results.load(path)
+    assert {r.step2_seed for r in loaded.step2_runs_over_seeds} == {7} and len(loaded.step2_runs) == 32
+    loaded.write(tmp_path / "again.json")
+    again = json.loads((tmp_path / "again.json").read_text())
+    assert again["step2_runs"] == further and again["step2_runs_over_seeds"] == results["step2_runs_over_seeds"]
+    summary = run(path, tmp_path / "analysis", plots=False)
+    main_only = tmp_path / "main-only.json"
+    main_only.write_text(json.dumps(synthetic_results()))
+    assert summary["table3"] == run(main_only, tmp_path / "main-only", plots=False)["table3"]  # the main run's
+    assert not (tmp_path / "main-only/table3_step2_runs.txt").exists()
+    lines = summary["table3_step2_runs"].splitlines()
+    assert lines[1].split() == ["system", "lang", "main", "seed", "7", "over", "runs"]
+    rows = {tuple(line.split()[:2]): line.split()[2:] for line in lines[2:8]}
+    # main: 2.5x, proved 2,000 / (3,000 x 0.4) to 3,000 / (2,000 x 0.4); seed 7: 57 crossed at 3,000 + 7/9 x 1,000
+    # updates, 2,875 / (3,777.8 x 0.4) = 1.90x, proved 2,000 / (4,000 x 0.4) to 3,000 / (3,000 x 0.4)
+    assert rows[("minijoint", "de")] == ["2.50x", "(1.67-3.75)", "1.90x", "(1.25-2.50)", "2.20", "+-", "0.42"]
+    assert rows[("minijoint", "avg")] == ["2.50x", "2.20x", "2.35", "+-", "0.21"]
+    assert rows[("bl_small", "fr")] == ["∞", "-", "-"]  # never reached; no BL_SMALL in the further run
+    assert rows[("bl_small", "avg")] == ["7.19x*", "-", "7.19", "(1", "of", "2)"]  # German's alone; no spread
+    assert "*: that run's average leaves out the languages where it has no speedup" in lines
+    assert "BL_BASE's final score per run (main, seed 7): de 60.0, 60.0; fr 70.0, 70.0" in summary["table3_step2_runs"]
+    saved = json.loads((tmp_path / "analysis/time_to_target_step2_runs.json").read_text())
+    assert [run_["step2_seed"] for run_ in saved["runs"]] == [None, 7]
+    de = next(s for s in saved["summary"] if (s["system"], s["lang"]) == ("minijoint", "de"))
+    assert de["speedups"] == pytest.approx([2.5, 2875 / ((3000 + 7000 / 9) * 0.4)]) and de["runs"] == 2
+    assert (tmp_path / "analysis/table3_step2_runs.txt").is_file()

@@ -88,7 +88,7 @@ def step2_specs(pipeline, monkeypatch, langs, system="bl_base") -> dict:
     from ds_minimodel.pipeline import plan
 
     launched = {}
-    monkeypatch.setattr(pipeline, "_finished", lambda *a: Path("body"))
+    monkeypatch.setattr(pipeline, "finished_run", lambda *a: Path("body"))
     monkeypatch.setattr(pipeline, "_data", lambda lang, *a: Path(f"data/{lang}"))
     monkeypatch.setattr(plan, "train_step", lambda spec, spec_file, *a, **k: launched.update({spec_file.stem: spec}))
     for lang in langs:
@@ -140,7 +140,7 @@ def test_a_step2_that_reads_its_target_corpus_many_times_over_is_said_before_it_
     data.mkdir()
     for tokens in (300_000, 400 * 32 * 64 // PASSES_NOTED):
         (data / "meta.json").write_text(json.dumps({"num_tokens": tokens}))
-        pipeline._note_passes("bl_base", "de", data)
+        pipeline._note_passes("step2-bl_base", "de", data)
     said = capsys.readouterr().out.strip().splitlines()
     assert said == [(f"[pipeline] step2-bl_base de: 400 updates of 32 x 64 tokens read de's 16,384 tokens up to "
                      f"{PASSES_NOTED} times over; on test, Hindi's 0.39 MB read 95 times scored lower after Step 2 "
@@ -293,13 +293,51 @@ def test_pretraining_seeds_repeat_steps_1_to_3_in_their_own_folder(tmp_path):
     with pytest.raises(InputError, match=r"needs the finished run in .*pretrain-seed7/step1/base; run the "
                                          r"step1-base.seed7 job first"):
         pipeline.run("step1b-minipost.seed7")
+
+
+@pytest.mark.parametrize("key", ["pretrain_seeds", "step2_seeds"])
+def test_the_seeds_of_further_runs_are_checked_when_the_config_loads(tmp_path, key):
     base = json.loads((Path(__file__).resolve().parents[2] / "configs/demo.json").read_text())
     path = tmp_path / "bad.json"
     for seeds, problem in (([1], " must be distinct integers"), ([2, 2], " must be distinct integers"),
                            ([-1], " must be distinct integers"), (["2"], r"\[0\] must be a valid integer, got '2'")):
-        path.write_text(json.dumps({**base, "pretrain_seeds": seeds}))  # 1 is the main run's seed
-        with pytest.raises(InputError, match=rf"{path}: pretrain_seeds{problem}"):
+        path.write_text(json.dumps({**base, key: seeds}))  # 1 is the main run's seed
+        with pytest.raises(InputError, match=rf"{path}: {key}{problem}"):
             PipelineConfig.load(path)
+
+
+def test_step2_seeds_repeat_step2_alone_over_the_main_runs_bodies(tmp_path, monkeypatch):
+    """``step2_seeds``: each seed k is a further Step-2 run of every system and target language with seed k, over
+    the main run's bodies, in <out>/step2-seed<k>/; Step 4 waits for them; nothing else is repeated."""
+    pipeline = demo_pipeline(tmp_path, systems=["bl_base", "minipost"], step2_seeds=[3], source_relearn=["bl_base"])
+    names = [j.name for j in pipeline.jobs()]
+    assert names == ["prepare", "step1-base", "step1b-minipost", "step2-bl_base", "step2-minipost",
+                     "step2-bl_base.step2-seed3", "step2-minipost.step2-seed3", "step3-base", "step4"]
+    by_name = {j.name: j for j in pipeline.jobs()}
+    assert by_name["step2-minipost.step2-seed3"].after == ("step1b-minipost",)
+    assert by_name["step2-bl_base.step2-seed3"].array == ("de",)  # the targets: no source-relearn control again
+    assert by_name["step2-bl_base"].array == ("de", "en-relearn")
+    assert set(by_name["step4"].after) == {n for n in names if n.startswith(("step2-", "step3-"))}
+    assert pipeline.step2_dir("de", "minipost", 3) == tmp_path / "out/step2-seed3/de/minipost"
+    with pytest.raises(InputError, match=r"step2-minipost.step2-seed3 \(de\) needs the finished run in "
+                                         r".*out/step1b/minipost; run the step1b-minipost job first"):
+        pipeline.run("step2-minipost.step2-seed3", "de")
+    with pytest.raises(InputError, match=r"step2-bl_base.step2-seed3 runs for de; not for 'en-relearn'"):
+        pipeline.checked_job("step2-bl_base.step2-seed3", "en-relearn")
+    from ds_minimodel.pipeline import plan
+
+    launched = {}
+    monkeypatch.setattr(pipeline, "finished_run", lambda *a: Path("body"))
+    monkeypatch.setattr(pipeline, "_data", lambda lang, *a: Path(f"data/{lang}"))
+    monkeypatch.setattr(plan, "train_step", lambda spec, spec_file, *a, **k: launched.update({spec_file.stem: spec}))
+    pipeline.run("step2-minipost.step2-seed3", "de")
+    pipeline.run("step2-minipost", "de")
+    further, main = launched["step2-de-minipost.step2-seed3"], launched["step2-de-minipost"]
+    assert (further.seed, main.seed) == (3, 1)
+    assert further.out == tmp_path / "out/step2-seed3/de/minipost"
+    assert further.run_name == "step2-de-minipost.step2-seed3"
+    assert {k: v for k, v in vars(further).items() if k not in ("seed", "out", "run_name")} == {
+        k: v for k, v in vars(main).items() if k not in ("seed", "out", "run_name")}  # the same body, data, schedule
 
 
 def test_systems_option_runs_a_subset_of_the_configs_systems_in_the_same_folders(tmp_path):
@@ -335,7 +373,7 @@ def test_step1_forgetting_and_step2_initialiser_settings_reach_their_launches_an
     def spec_of(spec, spec_file, *a, **k):  # the spec each launch gets, by its job's name
         launched[spec_file.stem] = spec
 
-    monkeypatch.setattr(pipeline, "_finished", lambda *a: Path("body"))
+    monkeypatch.setattr(pipeline, "finished_run", lambda *a: Path("body"))
     monkeypatch.setattr(pipeline, "_data", lambda *a: Path("data"))
     monkeypatch.setattr(plan, "train_step", spec_of)
     pipeline._step1("minijoint")
@@ -356,7 +394,7 @@ def test_step1_forgetting_and_step2_initialiser_settings_reach_their_launches_an
         assert spec.init == init and spec.new_rows == "source" and spec.freeze_copied and spec.shared_with is None
     # The anchored control: the relearn run starts as German's would, copying only what German shares.
     anchored = demo_pipeline(tmp_path, step2=step2, source_relearn=["bl_base"], relearn_anchor="de")
-    monkeypatch.setattr(anchored, "_finished", lambda *a: Path("body"))
+    monkeypatch.setattr(anchored, "finished_run", lambda *a: Path("body"))
     monkeypatch.setattr(anchored, "_data", lambda lang, *a: Path(f"data/{lang}"))
     anchored._step2("bl_base", "en-relearn")
     spec = launched["step2-en-relearn-bl_base"]
@@ -580,7 +618,7 @@ def test_step2_transliterate_reaches_the_launch_and_is_refused_where_nothing_is_
     base = json.loads((Path(__file__).resolve().parents[2] / "configs/demo.json").read_text())
     pipeline = demo_pipeline(tmp_path, step2={**base["step2"], "init": "focus", "transliterate": True})
     launched = {}
-    monkeypatch.setattr(pipeline, "_finished", lambda *a: Path("body"))
+    monkeypatch.setattr(pipeline, "finished_run", lambda *a: Path("body"))
     monkeypatch.setattr(pipeline, "_data", lambda *a: Path("data"))
     monkeypatch.setattr(plan, "train_step", lambda spec, spec_file, *a, **k: launched.update({spec_file.stem: spec}))
     pipeline._step2("bl_base", "de")
@@ -598,7 +636,7 @@ def test_step2_word_anchors_take_the_targets_word_list_and_are_refused_without_o
     step2 = {**base["step2"], "init": "focus", "word_anchors": True}
     pipeline = demo_pipeline(tmp_path, step2=step2, targets=listed, source_relearn=["bl_base"], relearn_anchor="de")
     launched = {}
-    monkeypatch.setattr(pipeline, "_finished", lambda *a: Path("body"))
+    monkeypatch.setattr(pipeline, "finished_run", lambda *a: Path("body"))
     monkeypatch.setattr(pipeline, "_data", lambda lang, *a: Path(f"data/{lang}"))
     monkeypatch.setattr(plan, "train_step", lambda spec, spec_file, *a, **k: launched.update({spec_file.stem: spec}))
     for lang in ("de", "en-relearn"):
@@ -613,7 +651,7 @@ def test_step2_word_anchors_take_the_targets_word_list_and_are_refused_without_o
     # Under init auto: FOCUS anchored where a target has a list, unanchored where it has none.
     unlisted = {"lang": "xx", "corpus": base["targets"][0]["corpus"]}
     auto = demo_pipeline(tmp_path, step2={**step2, "init": "auto"}, targets=[*listed, unlisted])
-    monkeypatch.setattr(auto, "_finished", lambda *a: Path("body"))
+    monkeypatch.setattr(auto, "finished_run", lambda *a: Path("body"))
     monkeypatch.setattr(auto, "_data", lambda lang, *a: Path(f"data/{lang}"))
     for lang in ("de", "xx"):
         auto._step2("bl_base", lang)
