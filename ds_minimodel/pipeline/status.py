@@ -70,8 +70,10 @@ def _scored(run: Any) -> bool:
 
 def print_jobs(pipeline: Any, only: str | None = None) -> int:
     """``pipeline --list``: each job (or job ``only``, ``--only``), what it needs and how much of it is done."""
-    for job in [pipeline.checked_job(only)] if only is not None else pipeline.jobs():
-        print(f"{job.name:<20} after: {', '.join(job.after) or '-'}"
+    jobs = [pipeline.checked_job(only)] if only is not None else pipeline.jobs()
+    width = max(20, *(len(job.name) for job in jobs))  # a further run's names are longer: step2-minipost.step2-seed3
+    for job in jobs:
+        print(f"{job.name:<{width}} after: {', '.join(job.after) or '-'}"
               + (f"; one run per language: {', '.join(job.array)}" if job.array else "")
               + f"  [{job_status(pipeline, job)}]")
     return 0
