@@ -16,6 +16,12 @@ STEP2_RUN, STEP2_FOLDER = ".step2-seed", "step2-seed"
 """A further Step-2 run (``step2_seeds``): its job names end ``.step2-seed<k>`` (``step2-minipost.step2-seed2``), its
 runs are in ``<out>/step2-seed<k>/<lang>/<system>/``."""
 
+
+def step2_run(step2_seed: int | None) -> str:
+    """What a further Step-2 run's names end with (its jobs, its runs' names, its Step-4 cache): ``.step2-seed<k>``;
+    nothing for the main run (``step2_seed`` None)."""
+    return "" if step2_seed is None else f"{STEP2_RUN}{step2_seed}"
+
 OWNER_MARK = ".ds-minimodel-pipeline"  # written into a pipeline's output folder before anything else
 
 

@@ -19,7 +19,7 @@ from ds_minimodel.model.embedding_init import WORD_LIST, get_initialiser
 from ds_minimodel.model.surgery import extract_minijoint_folder
 from ds_minimodel.pipeline import step4
 from ds_minimodel.pipeline.launching import finished, train_step
-from ds_minimodel.pipeline.ownership import PRETRAIN_FOLDER, PRETRAIN_RUN, STEP2_FOLDER, STEP2_RUN
+from ds_minimodel.pipeline.ownership import PRETRAIN_FOLDER, PRETRAIN_RUN, STEP2_FOLDER, step2_run
 from ds_minimodel.pipeline.sections import Section
 from ds_minimodel.pipeline.settings import RELEARN_SUFFIX, PipelineConfig, check, task_finetuning
 from ds_minimodel.pipeline.source_model import (
@@ -70,8 +70,7 @@ class Job:
         """``step2-minijoint``, ``step1-base.seed2``, ``step2-minipost.step2-seed3``, ``prepare``: the name ``--only``
         and Slurm know it by."""
         seed = "" if self.pretrain_seed is None else f"{PRETRAIN_RUN}{self.pretrain_seed}"
-        further = "" if self.step2_seed is None else f"{STEP2_RUN}{self.step2_seed}"
-        return f"{self.step}{'-' if self.what else ''}{self.what}{seed}{further}"
+        return f"{self.step}{'-' if self.what else ''}{self.what}{seed}{step2_run(self.step2_seed)}"
 
     @property
     def trains(self) -> bool:
@@ -352,8 +351,7 @@ class Pipeline:
         run_dir = self.step2_dir(lang, system, step2_seed)
         if not relearn and not finished(run_dir):
             self._note_passes(job, lang, data)
-        further = "" if step2_seed is None else f"{STEP2_RUN}{step2_seed}"
-        self._train(self.cfg.step2, run_dir, f"{Step.ADAPT}-{lang}-{system}{further}",
+        self._train(self.cfg.step2, run_dir, f"{Step.ADAPT}-{lang}-{system}{step2_run(step2_seed)}",
                     {"system": system, "body": body, "data": data, **anchored, "init": init, "lang": lang,
                      "seq_len": self.cfg.seq_len, "seed": self.seed if step2_seed is None else step2_seed},
                     leave_out=("init", *entry.unused_options, *("word_anchors",) * (not anchors)))

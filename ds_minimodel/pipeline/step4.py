@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from ds_minimodel.config import read_json
-from ds_minimodel.pipeline.ownership import STEP2_RUN
+from ds_minimodel.pipeline.ownership import step2_run
 from ds_minimodel.pipeline.records import DevScore, Score
 from ds_minimodel.pipeline.results import scored, task_baselines, write_results
 from ds_minimodel.pipeline.settings import TaskSettings
@@ -101,7 +101,7 @@ def score(run: Any, task: TaskSettings, lang: str, system: str | None, ckpt: Pat
     of primary ``own_of``) on ``lang``'s test file, recorded under ``as_lang`` (default ``lang``); ``step2_seed``:
     ``ckpt`` is of that further Step-2 run's."""
     as_lang = as_lang or lang
-    further = "" if step2_seed is None else f"{STEP2_RUN}{step2_seed}"
+    further = step2_run(step2_seed)
     where = f"{system}{further}/seed{seed}/{ckpt.name}" if ckpt is not None else f"own-{own_of}/seed{seed}"
     cache = run.out / Step.TRANSFER / task.name / as_lang / f"{where}.json"
     record = Score.from_dict({**scored(cache, task_model, ckpt, Path(task.test[lang]), lang, task.eval_format),
