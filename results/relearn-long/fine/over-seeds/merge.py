@@ -1,8 +1,8 @@
 """The fine run's Step-2 seeds as one pipeline results.json with further Step-2 runs (``step2_seeds``), for ``python -m
 ds_minimodel analysis``'s Table 3 over Step-2 runs: the main run's readings are ``../finer/``'s (seed 1, saves 25
 apart around the crossings), each further run's are a ``--alone`` scoring of ``../score.py`` (``../seed2/``,
-``../seed2-fr/``, ``../seed2-es/``: seed 2; ``../seed3/``, ``../seed3-fr/``: seed 3), their records tagged with their Step-2 seed as the
-pipeline's Step 4 tags them.
+``../seed2-fr/``, ``../seed2-es/``: seed 2; ``../seed3/``, ``../seed3-fr/``, ``../seed3-es/``: seed 3), their records
+tagged with their Step-2 seed as the pipeline's Step 4 tags them.
 
     python3 results/relearn-long/fine/over-seeds/merge.py OUT     # writes OUT/results.json
 """
@@ -14,7 +14,7 @@ from ds_minimodel.pipeline.records import Results
 from ds_minimodel.pipeline.results import over_seeds
 
 fine = Path(__file__).resolve().parent.parent
-further = {2: ("seed2", "seed2-fr", "seed2-es"), 3: ("seed3", "seed3-fr")}
+further = {2: ("seed2", "seed2-fr", "seed2-es"), 3: ("seed3", "seed3-fr", "seed3-es")}
 main = Results.load(fine / "finer/results.json")
 runs = [dataclasses.replace(r, step2_seed=k) for k, folders in further.items() for folder in folders
         for r in Results.load(fine / folder / "results.json").zero_shot]
