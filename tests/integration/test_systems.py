@@ -198,7 +198,8 @@ def test_extractive_qa_runs_through_step4_and_the_tables(run):
 def test_further_pretraining_and_step2_runs_are_scored_beside_the_main_one(tmp_path):
     """Appendix A.5: ``pretrain_seeds`` repeats Steps 1-3 with another Step-1 seed in its own folder; Step 4 scores
     its final Step-2 checkpoint, and Table A5 sets the runs side by side. ``step2_seeds`` repeats Step 2 alone over
-    the main run's body; Step 4 scores each of its checkpoints, and the analysis tabulates each run's speedup."""
+    the main run's body; Step 4 scores each of its checkpoints, and the analysis tabulates each run's speedup. A
+    Step-2 seed added to the finished run trains its own Step 2 alone and scores only its checkpoints."""
     config = json.loads((REPO / "configs/demo.json").read_text())
     config.update(out=str(tmp_path / "out"), ranks=1, preset="tiny", vocab_size=500, systems=["bl_base"],
                   pretrain_seeds=[5], step2_seeds=[4])
@@ -237,3 +238,28 @@ def test_further_pretraining_and_step2_runs_are_scored_beside_the_main_one(tmp_p
     assert "BL_BASE's final score per run (main, seed 4): de " in (out / "analysis/table3_step2_runs.txt").read_text()
     listed = run_cmd([sys.executable, "-m", "ds_minimodel", "pipeline", "--config", str(path), "--list"]).stdout
     assert "step2-bl_base.step2-seed4" in listed and "to run" not in listed  # Step 4 counts the further runs too
+
+    # A Step-2 seed added to the finished run: only its Step 2 trains and only its checkpoints are scored
+    def stamps() -> dict[str, int]:
+        kept = [p for p in out.iterdir() if p.is_dir() and p.name not in ("specs", "logs", "analysis", "workers")]
+        return {str(p.relative_to(out)): p.stat().st_mtime_ns for folder in kept for p in folder.rglob("*")
+                if p.is_file()}
+
+    before = stamps()
+    path.write_text(json.dumps({**config, "step2_seeds": [4, 6]}))
+    listed = run_cmd([sys.executable, "-m", "ds_minimodel", "pipeline", "--config", str(path), "--list"]).stdout
+    assert [line.split()[0] for line in listed.splitlines() if "to run" in line] == ["step2-bl_base.step2-seed6",
+                                                                                     "step4"]
+    proc = run_cmd([sys.executable, "-m", "ds_minimodel", "pipeline", "--config", str(path), "--launcher", "torchrun"],
+                   timeout=600)
+    jobs = [line for line in proc.stdout.splitlines() if line.startswith("$ ") and "--config" in line]
+    assert len(jobs) == 1 and "step2-de-bl_base.step2-seed6" in jobs[0], jobs
+    after = stamps()
+    assert [name for name, stamp in before.items() if after.get(name) != stamp] == []  # nothing finished rewritten
+    new = set(after) - set(before)
+    assert {name.split("/")[0] for name in new} == {"step2-seed6", "step4", "tensorboard"}, new
+    assert all("seed6" in name for name in new), new
+    results = json.loads((out / "results.json").read_text())
+    assert sorted((r["step2_seed"], r["step2_update"]) for r in results["step2_runs"]) == [(4, 0), (4, 2), (6, 0),
+                                                                                          (6, 2)]
+    assert "(main, seed 4, seed 6)" in (out / "analysis/table3_step2_runs.txt").read_text()
