@@ -9,8 +9,8 @@
 #   MODEL=DIR PAIRS="2:1 6:1" OUT=runs/depth-cut bash scripts/experiments/depth_cut.sh
 #   TASK=bshift TASK_DIR=runs/bshift MAX_LEN=64 DS=ds_configs/cpu_finetune_pretrained.json OUT=runs/bshift/depth-cut \
 #     bash scripts/experiments/depth_cut.sh            # another generic task, in fp32 (a CPU without native bf16)
-#   MODEL=runs/reference/step1/base/checkpoints/step_00003000 POOLING=cls DS=ds_configs/cpu_bf16_finetune_paper.json \
-#     ...                                              # a body of this package's, with its own run's Step-3 recipe
+#   MODEL=runs/reference/step1/base/checkpoints/step_00003000 POOLING=cls TASK=bshift TASK_DIR=runs/bshift MAX_LEN=64 \
+#     OUT=... bash scripts/experiments/depth_cut.sh    # a body of this package's, pooled as its runs' Step 3 pools
 #
 # PAIRS lists layers:seed, in the order run; a layer count equal to the model's depth is the whole model. Finished
 # pairs are skipped and an interrupted one resumes when run again. Output under $OUT: ft-cut<K>-seed<S>/ (run folder,
