@@ -48,22 +48,26 @@ def _state(done: bool) -> str:
 
 def _scored(run: Any) -> bool:
     """Step 4 is done when results.json holds a score of every system in every target language with a test file,
-    at its final Step-2 checkpoint, of the main Step-2 run and of each further one (a language or a Step-2 seed added
-    since, or a Step-2 run resumed, makes it to run again)."""
+    at its final Step-2 checkpoint, of the main Step-2 run and of each further one, and (Table A5) of each further
+    pretraining run (a language, a Step-2 or Step-1 seed added since, or a Step-2 run resumed, makes it to run
+    again)."""
     path = Path(run.out) / "results.json"
     if not path.is_file():
         return False
     results = Results.load(path)
     scored = {(r.step2_seed, r.task, r.lang, r.system, r.step2_update) for r in results.zero_shot + results.step2_runs}
-    for step2_seed in (None, *run.cfg.step2_seeds):
+    further = {(r.pretrain_seed, r.task, r.lang, r.system, r.step2_update) for r in results.pretrain_runs}
+    runs = [(run, step2_seed, step2_seed, scored) for step2_seed in (None, *run.cfg.step2_seeds)]
+    runs += [(extra, None, extra.seed, further) for extra in run.extra_runs.values()]
+    for each, step2_seed, key, found in runs:
         for task in run.cfg.tasks:
             for target in run.cfg.targets:
                 if target.lang not in task.test:
                     continue
                 for system in run.cfg.systems:
-                    run_dir = run.step2_dir(target.lang, system, step2_seed)
-                    if not finished(run_dir) or (step2_seed, task.name, target.lang, system,
-                                                 read_json(run_dir / "run.json")["train"]["steps"]) not in scored:
+                    run_dir = each.step2_dir(target.lang, system, step2_seed)
+                    if not finished(run_dir) or (key, task.name, target.lang, system,
+                                                 read_json(run_dir / "run.json")["train"]["steps"]) not in found:
                         return False
     return True
 

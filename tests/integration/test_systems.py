@@ -263,3 +263,26 @@ def test_further_pretraining_and_step2_runs_are_scored_beside_the_main_one(tmp_p
     assert sorted((r["step2_seed"], r["step2_update"]) for r in results["step2_runs"]) == [(4, 0), (4, 2), (6, 0),
                                                                                           (6, 2)]
     assert "(main, seed 4, seed 6)" in (out / "analysis/table3_step2_runs.txt").read_text()
+
+    # A Step-1 seed added to the finished run: only its Steps 1-3 train, in its own folder, and Table A5 gains it
+    before = stamps()
+    path.write_text(json.dumps({**config, "step2_seeds": [4, 6], "pretrain_seeds": [5, 8]}))
+    listed = run_cmd([sys.executable, "-m", "ds_minimodel", "pipeline", "--config", str(path), "--list"]).stdout
+    to_run = [line.split()[0] for line in listed.splitlines() if "to run" in line]
+    assert "step4" in to_run and len(to_run) > 1, listed
+    assert all(name.endswith(".seed8") for name in to_run if name != "step4"), listed
+    proc = run_cmd([sys.executable, "-m", "ds_minimodel", "pipeline", "--config", str(path), "--launcher", "torchrun"],
+                   timeout=600)
+    jobs = [line for line in proc.stdout.splitlines() if line.startswith("$ ") and "--config" in line]
+    assert len(jobs) == 3 and all(job.endswith(".seed8.json") for job in jobs), jobs  # Steps 1, 2, 3
+    after = stamps()
+    assert [name for name, stamp in before.items() if after.get(name) != stamp] == []
+    new = set(after) - set(before)
+    assert {name.split("/")[0] for name in new} == {"pretrain-seed8", "tensorboard"}, new  # its Step 4 cache too
+    assert any(name.startswith("pretrain-seed8/step4/") for name in new) and not (out / "pretrain-seed8/data").exists()
+    assert json.loads((out / "pretrain-seed8/step1/base/run.json").read_text())["seed"] == 8
+    results = json.loads((out / "results.json").read_text())
+    assert sorted(r["pretrain_seed"] for r in results["pretrain_runs"]) == [1, 5, 8]
+    assert len(results["step2_runs"]) == 4  # the further Step-2 runs are read as before, not again
+    table = (out / "analysis/table_a5.txt").read_text().splitlines()
+    assert table[1].split()[2:8] == ["seed", "1", "seed", "5", "seed", "8"]
