@@ -9,7 +9,9 @@ they are (MiniPost's Step 1b before its new layers, without them), so a classifi
 (``run_finetune.py --model runs/depth-cut/cut2``) against one over the whole model says what the upper layers buy a
 task, pretraining held fixed. ``--layers`` equal to the model's depth writes the whole model the same way (a Hugging
 Face folder imported, as the pipeline imports ``source.model``). The folder's meta.json records where it was cut
-from.
+from, and the model's lineage as its own (``primary_sha256``): Step-2 rows trained over the model plug into a classifier
+finetuned over the cut, as into one over the model (MiniJoint's primary cut to its whole depth loses its second head,
+so without it the cut would be a primary of its own and refuse them).
 """
 from __future__ import annotations
 
@@ -36,7 +38,8 @@ def main() -> int:
     except InputError as err:
         raise InputError(f"{args.source}: --layers: {err}") from None
     values = {**meta.to_json(), "model_config": cut.cfg.to_dict(), "cut_from": str(args.source),
-              "cut_from_sha256": meta.weights_sha256, "cut_to_layers": args.layers}
+              "cut_from_sha256": meta.weights_sha256, "cut_to_layers": args.layers,
+              "primary_sha256": meta.lineage}  # a descendant: rows trained over the model plug into the cut's classifier
     values.pop("num_parameters", None)
     record = save_model_folder(args.out, cut.state_dict(), values)
     print(f"{args.out}: layers 1-{args.layers} of {args.source}'s {model.cfg.num_layers}, "

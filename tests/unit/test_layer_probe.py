@@ -99,6 +99,7 @@ def test_a_cut_keeps_the_bottom_layers_so_its_layers_read_as_the_whole_models_do
     assert cut_layers.main() == 0
     cut, meta = load_mlm(tmp_path / "cut")
     assert cut.cfg.num_layers == 2 and meta.details["cut_to_layers"] == 2
+    assert meta.lineage == load_mlm(tmp_path / "whole")[1].weights_sha256 != meta.weights_sha256  # a descendant
     ids = torch.from_numpy(_inputs([5, 8])["input_ids"])
     mask = ids != PAD_ID
     with torch.no_grad():
