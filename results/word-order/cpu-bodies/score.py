@@ -10,7 +10,9 @@ Each classifier's English dev scores (run_finetune.py's dev_scores.json) and Eng
 (``ft-cut<K>-seed<S>.test.json``) go in as the source-language records, the trivial baselines of every file of
 TASK_DIR as the pipeline computes them. ``--every N``: only the saves at multiples of N updates (and each run's last)
 are read: a reading takes seconds, a run has 19 saves. ``--until U``: none after update U but the last (the
-further Step-2 seeds' runs, saved every 25: the crossings of 95% of BL_BASE's final lie before update 600)."""
+further Step-2 seeds' runs, saved every 25: the crossings of 95% of BL_BASE's final lie before update 600);
+``--whole SYSTEM LANG``: that system's run in that language read every N to its end all the same (one that crosses
+later)."""
 import argparse
 import json
 from pathlib import Path
@@ -26,6 +28,7 @@ p.add_argument("out", type=Path)
 p.add_argument("task_dir", type=Path)
 p.add_argument("--every", type=int, default=1)
 p.add_argument("--until", type=int, default=None)
+p.add_argument("--whole", nargs=2, action="append", default=[], metavar=("SYSTEM", "LANG"))
 p.add_argument("--system", nargs=4, action="append", required=True, metavar=("SYSTEM", "LANG", "STEP2_RUN", "GLOB"))
 args = p.parse_args()
 langs = sorted({lang for _, lang, _, _ in args.system})
@@ -50,8 +53,9 @@ for system, lang, run, pattern in args.system:
             source_test.append(Score.from_dict({**test, "primary": primary}, f"{clf}.test.json"))
         saves = checkpoint.complete_checkpoints(Path(run))
         steps = {s: checkpoint.load_meta(s).step for s in saves}
+        until = None if [system, lang] in args.whole else args.until
         for save in [s for s in saves if s == saves[-1] or (steps[s] % args.every == 0
-                                                            and (args.until is None or steps[s] <= args.until))]:
+                                                            and (until is None or steps[s] <= until))]:
             cache = args.out / "step4" / lang / system / f"seed{seed}" / f"{save.name}.json"
             record = scored(cache, model, save, Path(files["test"][lang]), lang, None)
             new.append(Score.from_dict({**record, "primary": None}, str(cache)))
