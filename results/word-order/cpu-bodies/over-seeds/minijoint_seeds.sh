@@ -25,8 +25,10 @@ for seed in ${SEEDS:-2 3}; do for lang in ${LANGS:-de fr es}; do
   python -m torch.distributed.run --nproc_per_node 2 --master_port 29617 run_adapt.py --config "$spec" \
       >> "$out/step2-$lang-minijoint-seed$seed.log" 2>&1 &
   pid=$!
-  until [ "$(cat "$dst/checkpoints/latest" 2>/dev/null)" = "$stop" ] || ! kill -0 $pid 2>/dev/null; do sleep 2; done
-  kill -TERM $pid 2>/dev/null
+  if [ "$until" -lt "$(python3 -c "import json, sys; print(json.load(open(sys.argv[1]))['steps'])" "$spec")" ]; then
+    until [ "$(cat "$dst/checkpoints/latest" 2>/dev/null)" = "$stop" ] || ! kill -0 $pid 2>/dev/null; do sleep 2; done
+    kill -TERM $pid 2>/dev/null   # not at the schedule's end: there the run stops and closes by itself
+  fi
   wait $pid; echo "== $lang seed $seed rc=$? $(date -u +%FT%T) latest=$(cat "$dst/checkpoints/latest")"
 done; done
 echo "== done $(date -u +%FT%T)"
