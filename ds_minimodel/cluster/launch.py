@@ -16,6 +16,7 @@ import os
 import shutil
 import socket
 import sys
+import sysconfig
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -99,6 +100,21 @@ def deepspeed_command(args: LaunchRequest, hosts: dict[str, int]) -> list[str]:
 ENTRY_SCRIPTS = ("run_pretrain.py", "run_minipost.py", "run_head.py", "run_adapt.py", "run_finetune.py")
 """The package's training scripts (one per ``stages.specs.SPECS`` entry, checked by a test): each requires
 --ds-config."""
+
+CHECKOUT = Path(__file__).resolve().parents[2]
+"""The folder above the package: a checkout's root, holding the entry scripts, when the package is installed from it
+editable (the README's install) or imported from it."""
+
+
+def entry_script(name: str) -> str:
+    """The absolute path of the package's entry script ``name`` (``run_jobs.py`` or one of ``ENTRY_SCRIPTS``), so
+    that the pipeline's launches start it from any current directory: the checkout's own, else the copy pip put beside
+    this interpreter (setup.cfg's ``scripts``, for an install that is not editable)."""
+    for folder in (CHECKOUT, Path(sysconfig.get_path("scripts"))):
+        if (folder / name).is_file():
+            return str(folder / name)
+    raise InputError(f"{name}: the package's entry script is neither in {CHECKOUT} nor in "
+                     f"{sysconfig.get_path('scripts')}; install the package from its checkout (pip install -e .)")
 
 
 def check(args: LaunchRequest) -> dict[str, int]:

@@ -7,7 +7,8 @@ figures (table2.txt, table3.txt, figure1_speedup.png, figure3_<task>_<lang>.png,
 Steps whose outputs exist are skipped (if they were trained with the settings the config asks now: otherwise an
 error says which differ); a step whose run folder exists but did not finish is resumed. The training jobs run on
 ``ranks`` processes started once for them all (``workers``) by the ``deepspeed`` launcher (``--launcher torchrun``;
-``srun``: a launch per job); Step 4 runs in process. Relative paths in the config are from the current directory.
+``srun``: a launch per job); Step 4 runs in process. Relative paths in the config are from the current directory,
+which need not be the checkout.
 """
 from __future__ import annotations
 
@@ -16,6 +17,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+from ds_minimodel.cluster.launch import ENTRY_SCRIPTS, entry_script
 from ds_minimodel.errors import InputError, report
 from ds_minimodel.folders import claim
 from ds_minimodel.pipeline.launching import LAUNCHERS, StoppedEarly
@@ -23,7 +25,7 @@ from ds_minimodel.pipeline.ownership import own_output
 from ds_minimodel.pipeline.plan import Pipeline
 from ds_minimodel.pipeline.settings import PipelineConfig, only_systems
 from ds_minimodel.pipeline.stopping import Stop, Stopped
-from ds_minimodel.pipeline.workers import Workers
+from ds_minimodel.pipeline.workers import SCRIPT, Workers
 from ds_minimodel.systems import Step
 
 
@@ -68,6 +70,8 @@ def _run(args: argparse.Namespace) -> int:
         raise InputError("--lang goes with --only step2-<system>")
     if args.only is not None:
         pipeline.checked_job(args.only, args.lang)  # before the folder is claimed: a refused command writes nothing
+    for name in (SCRIPT, *ENTRY_SCRIPTS):  # the scripts its launches start, from any directory: found before any work
+        entry_script(name)
     own_output(pipeline.out, args.config)
     with Workers(pipeline.root, cfg.ranks, args.launcher, verbose=args.verbose, off=args.launch_per_job):
         if args.only is None:  # one pipeline per folder; single jobs (batch jobs, Step-2 arrays) claim their runs

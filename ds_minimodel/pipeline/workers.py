@@ -26,7 +26,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from ds_minimodel.cluster.launch import free_port, local_command
+from ds_minimodel.cluster.launch import entry_script, free_port, local_command
 from ds_minimodel.config import write_json
 from ds_minimodel.pipeline.stopping import Stop, _kill_job, _send, descendants, running
 from ds_minimodel.stages.cli import SUMMARY_FILE
@@ -38,7 +38,9 @@ CLOSE_WAIT_S = 120.0
 
 
 def launch_command(script: str, args: list[str], ranks: int, launcher: str, *, verbose: bool = False) -> list[str]:
-    """``script`` on ``ranks`` processes: srun's tasks, one plain process, or a local launcher's ranks."""
+    """``script`` (an entry script's name, started from wherever it is: ``entry_script``) on ``ranks`` processes:
+    srun's tasks, one plain process, or a local launcher's ranks."""
+    script = entry_script(script)
     if launcher == "srun":
         return ["srun", "--kill-on-bad-exit=1", sys.executable, script, *args]
     if ranks == 1:

@@ -27,7 +27,8 @@ def run_cmd(cmd: list[str], *, timeout: float = 300, check: bool = True, **kwarg
            "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}"}
     env.update(kwargs.pop("env", {}))
     env = {k: v for k, v in env.items() if v is not None}  # None: leave the variable out
-    proc = subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True, timeout=timeout, **kwargs)
+    kwargs.setdefault("cwd", REPO)
+    proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=timeout, **kwargs)
     if check and proc.returncode != 0:
         raise AssertionError(f"{' '.join(map(str, cmd))} exited {proc.returncode}\n"
                              f"--- stdout\n{proc.stdout[-4000:]}\n--- stderr\n{proc.stderr[-6000:]}")

@@ -101,7 +101,7 @@ def test_every_system_checkpoint_and_seed_is_scored_in_german(pipeline):
     assert "primary base finetuned, its own embeddings" in diagnostics and diagnostics in pipeline["stdout"]
     assert f"tensorboard --logdir {out / 'tensorboard'}" in pipeline["stdout"]
     # One rank: no launcher; the jobs share one plain process (workers.py), each said as it starts.
-    assert f"$ {sys.executable} run_jobs.py --queue" in pipeline["stdout"]
+    assert f"$ {sys.executable} {REPO / 'run_jobs.py'} --queue" in pipeline["stdout"]
     assert "$ run_jobs.py job 1: run_pretrain.py --config" in pipeline["stdout"]
     runs = {p.name for p in (out / "tensorboard").iterdir()}  # one log root, a run per step, language and system
     assert {"step1-base", "step1b-minipost", "step2-de-minipost", "step3-lohelp-small-seed2"} <= runs, runs

@@ -11,15 +11,17 @@ from pathlib import Path
 import pytest
 
 from ds_minimodel.train import checkpoint
-from tests.integration.conftest import run_cmd, tiny_pipeline
+from tests.integration.conftest import REPO, run_cmd, tiny_pipeline
 
 pytestmark = pytest.mark.slow
 
 
 def plan(tmp_path: Path, en_data: Path, de_data: Path, name: str) -> Path:
+    """Every path in it absolute: the pipelines run from a folder that is not the checkout, as a user's would."""
+    ds = str(REPO / "ds_configs/cpu_fp32.json")
     return tiny_pipeline(tmp_path, name, {"en": en_data, "de": de_data},
-                         step1={"steps": 12, "save_every": 12, "log_every": 4},
-                         step2={"steps": 6, "save_every": 6, "init": "overlap"})
+                         step1={"steps": 12, "save_every": 12, "log_every": 4, "ds_config": ds},
+                         step2={"steps": 6, "save_every": 6, "init": "overlap", "ds_config": ds})
 
 
 def weights(out: Path, *steps: str) -> dict[str, str]:
@@ -28,14 +30,15 @@ def weights(out: Path, *steps: str) -> dict[str, str]:
 
 
 def test_jobs_sharing_one_launch_train_what_a_launch_per_job_trains(tmp_path, en_data, de_data):
-    """A launch per job through torchrun, the shared launch's ranks forked (``--launcher fork``): the same weights."""
+    """A launch per job through torchrun, the shared launch's ranks forked (``--launcher fork``): the same weights.
+    Both run from a folder that is not the checkout: each launch starts the checkout's scripts by path."""
     shared, each = plan(tmp_path, en_data, de_data, "shared"), plan(tmp_path, en_data, de_data, "each")
     command = [sys.executable, "-m", "ds_minimodel", "pipeline", "--config"]
-    proc = run_cmd([*command, str(each), "--launch-per-job", "--launcher", "torchrun"], timeout=600)
-    assert "run_jobs.py" not in proc.stdout and proc.stdout.count("run_pretrain.py") >= 1
+    proc = run_cmd([*command, str(each), "--launch-per-job", "--launcher", "torchrun"], timeout=600, cwd=tmp_path)
+    assert "run_jobs.py" not in proc.stdout and proc.stdout.count(f"{REPO / 'run_pretrain.py'} --config") >= 1
     command += [str(shared), "--launcher", "fork"]
-    proc = run_cmd(command, timeout=600)
-    assert proc.stdout.count("ds_minimodel.stages.forkrun") == 1 and "run_jobs.py --queue" in proc.stdout
+    proc = run_cmd(command, timeout=600, cwd=tmp_path)
+    assert proc.stdout.count("ds_minimodel.stages.forkrun") == 1 and f"{REPO / 'run_jobs.py'} --queue" in proc.stdout
     out, other = (Path(json.loads(path.read_text())["out"]) for path in (shared, each))
     # Bitwise the same: the launch's second job starts from its own seed, as in a process of its own.
     assert weights(out, "step1", "step2") == weights(other, "step1", "step2")
@@ -45,5 +48,5 @@ def test_jobs_sharing_one_launch_train_what_a_launch_per_job_trains(tmp_path, en
     assert "run_jobs.py job 2" in log and "[step2-de-bl_base] finished at update 6 of 6" in log
     assert "[step1-base]" not in log  # each job's output in its own log
     # Nothing left to train: no launch is started.
-    proc = run_cmd(command, timeout=600)
+    proc = run_cmd(command, timeout=600, cwd=tmp_path)
     assert f"{out / 'step1' / 'base'}: done, skipped" in proc.stdout and "run_jobs.py" not in proc.stdout

@@ -9,7 +9,10 @@ from pathlib import Path
 
 import pytest
 
-from ds_minimodel.cluster.launch import local_command, main, option_value
+from ds_minimodel.cluster import launch
+from ds_minimodel.cluster.launch import ENTRY_SCRIPTS, entry_script, local_command, main, option_value
+from ds_minimodel.errors import InputError
+from ds_minimodel.pipeline.workers import SCRIPT, launch_command
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -79,3 +82,22 @@ def test_local_command_for_each_single_machine_launcher() -> None:
         "run_adapt.py", "--steps", "3"]
     with pytest.raises(ValueError, match="srun"):
         local_command("srun", 2, 29500, "run_adapt.py", [])
+
+
+def test_the_pipelines_launches_start_its_entry_scripts_by_path_from_any_directory(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)  # not the checkout: a user's own folder
+    for name in (SCRIPT, *ENTRY_SCRIPTS):
+        assert entry_script(name) == str(REPO / name)
+    assert launch_command(SCRIPT, ["--queue", "q"], 1, "fork") == [sys.executable, str(REPO / SCRIPT), "--queue", "q"]
+    assert launch_command("run_adapt.py", [], 2, "srun")[-1] == str(REPO / "run_adapt.py")
+    assert str(REPO / SCRIPT) in launch_command(SCRIPT, [], 2, "torchrun")
+    # An install that is not editable has them beside the interpreter (setup.cfg's scripts); with neither, one line.
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    (bin_dir / SCRIPT).write_text("")
+    monkeypatch.setattr(launch, "CHECKOUT", tmp_path / "site-packages")
+    monkeypatch.setattr(launch.sysconfig, "get_path", lambda name: str(bin_dir))
+    assert entry_script(SCRIPT) == str(bin_dir / SCRIPT)
+    with pytest.raises(InputError, match=r"run_adapt.py: the package's entry script is neither in .*site-packages"
+                                         r" nor in .*bin; install the package from its checkout"):
+        entry_script("run_adapt.py")
