@@ -12,7 +12,7 @@ import os
 import sys
 from collections.abc import Callable
 
-from ds_minimodel.errors import disk_fault, report
+from ds_minimodel.errors import InputError, disk_fault, report
 
 # command -> (module whose main(argv) runs it, or "module:function" for another function, one line of help). Modules
 # are imported only when their command runs, so that listing the commands or running a light one (hostfile, flops)
@@ -70,6 +70,8 @@ def main(argv: list[str] | None = None) -> int:
     sys.argv[0] = f"ds-minimodel {command}"  # argparse's prog
     try:
         code = entry(command)(rest)
+    except InputError as err:  # a bad input a command did not report itself: one line, no traceback
+        code = report(err)
     except BrokenPipeError:  # output piped into a reader that stopped (| head): not an error of the command
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return 0

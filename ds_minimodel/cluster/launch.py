@@ -109,7 +109,7 @@ editable (the README's install) or imported from it."""
 def entry_script(name: str) -> str:
     """The absolute path of the package's entry script ``name`` (``run_jobs.py`` or one of ``ENTRY_SCRIPTS``), so
     that the pipeline's launches start it from any current directory: the checkout's own, else the copy pip put beside
-    this interpreter (setup.cfg's ``scripts``, for an install that is not editable)."""
+    this interpreter (setup.cfg's ``scripts``, for an install that is not editable). An absolute path is kept."""
     for folder in (CHECKOUT, Path(sysconfig.get_path("scripts"))):
         if (folder / name).is_file():
             return str(folder / name)

@@ -30,6 +30,7 @@ from typing import Any, Callable
 
 import torch
 
+from ds_minimodel.cluster.launch import CHECKOUT
 from ds_minimodel.config import ModelConfig, get_preset
 from ds_minimodel.data.streams import PADDED
 from ds_minimodel.data.tokenizer import IGNORE_INDEX, MASK_ID, NUM_SPECIAL
@@ -391,7 +392,7 @@ def _stage_model_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--layers", type=int, default=12, help="the primary's depth")
     p.add_argument("--mini-layers", type=int, default=Depths.aux, help="N: MiniJoint's head, the layers MiniPost keeps")
     p.add_argument("--new-layers", type=int, default=Depths.new, help="MiniPost's new layers")
-    p.add_argument("--ds-config", type=Path, default=Path("ds_configs/cpu_fp32.json"),
+    p.add_argument("--ds-config", type=Path, default=CHECKOUT / "ds_configs/cpu_fp32.json",
                    help="DeepSpeed JSON of the timed engine (precision, ZeRO stage, optimizer)")
 
 
@@ -441,7 +442,7 @@ def build_parser() -> argparse.ArgumentParser:
     _shape_args(ld, updates=200)
     ld.set_defaults(seq_len=512, micro_batch=16)
     ld.add_argument("--data", type=Path, help="a prepared folder (default: the demo corpus, prepared in a temp dir)")
-    ld.add_argument("--corpus", type=Path, default=Path("demo_data/corpus/en.txt"),
+    ld.add_argument("--corpus", type=Path, default=CHECKOUT / "demo_data/corpus/en.txt",
                     help="text prepared when --data is not given")
     stand_in = ld.add_mutually_exclusive_group()
     stand_in.add_argument("--compute-ms", type=float,
@@ -451,7 +452,7 @@ def build_parser() -> argparse.ArgumentParser:
                           help="stand in for an update by this many small tensor operations instead of a sleep: the "
                           "host's side of a GPU update, which launches kernels")
     pre = sub.add_parser("prepare", help="SentencePiece encoding into shards: MB/s with 1 worker and every core")
-    pre.add_argument("--corpus", type=Path, default=Path("demo_data/corpus/en.txt"), help="the text encoded")
+    pre.add_argument("--corpus", type=Path, default=CHECKOUT / "demo_data/corpus/en.txt", help="the text encoded")
     pre.add_argument("--vocab", type=int, default=8000, help="vocabulary of the tokenizer trained first")
     pre.add_argument("--repeats", type=int, default=3, help="encodings timed per worker count")
     pre.add_argument("--json", type=Path, help="also write the result here")

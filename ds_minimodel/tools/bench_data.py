@@ -14,7 +14,7 @@ import torch
 
 from ds_minimodel import flops
 from ds_minimodel.config import get_preset
-from ds_minimodel.errors import InputError
+from ds_minimodel.errors import InputError, require_file
 from ds_minimodel.systems import Step
 from ds_minimodel.tools.machine import GPU_PEAK_TFLOPS, BenchSpec, environment
 
@@ -26,7 +26,7 @@ def preprocessing(args: BenchSpec) -> dict[str, Any]:
     from ds_minimodel.data.prepare import prepare
     from ds_minimodel.data.shards import prepare_corpus
 
-    corpus = Path(args.corpus)
+    corpus = require_file(args.corpus, "corpus file", "bench prepare --corpus")
     size_mb = corpus.stat().st_size / 1e6
     with tempfile.TemporaryDirectory() as tmp:
         tokenizer_dir = Path(tmp) / "tok"

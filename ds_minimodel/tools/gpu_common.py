@@ -15,10 +15,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from ds_minimodel.cluster.launch import CHECKOUT
 from ds_minimodel.config import read_json, write_json
 from ds_minimodel.train.distributed import native_build_env
 
-REPO = Path(__file__).resolve().parents[2]
+REPO = CHECKOUT  # the gpu-run command runs from a checkout: its tests, configs and scripts travel with it
 
 
 @dataclass(frozen=True, kw_only=True)

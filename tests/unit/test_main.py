@@ -29,6 +29,17 @@ def test_a_command_runs_its_module_and_an_unknown_one_is_refused(capsys):
     assert "`ds-minimodel <command> --help`" in out and all(name in out for name in COMMANDS)
 
 
+def test_a_bad_input_a_command_does_not_report_itself_is_one_line(tmp_path, capsys, monkeypatch):
+    monkeypatch.chdir(tmp_path)  # not the checkout: the defaults are the checkout's files, wherever it runs from
+    assert main(["bench", "prepare", "--corpus", str(tmp_path / "nope.txt")]) == 2  # a traceback before
+    missing = tmp_path / "nope.txt"
+    assert capsys.readouterr().err == f"error: {missing}: corpus file not found (bench prepare --corpus)\n"
+    from ds_minimodel.tools.bench import build_parser
+
+    assert build_parser().parse_args(["loader"]).corpus == REPO / "demo_data/corpus/en.txt"
+    assert build_parser().parse_args(["one-stage", "step1"]).ds_config == REPO / "ds_configs/cpu_fp32.json"
+
+
 @pytest.mark.parametrize("entry", [["-m", "ds_minimodel"], None])
 def test_the_console_script_and_python_m_list_the_commands(entry):
     cmd = [sys.executable, *entry, "--help"] if entry else [str(sys.executable).rsplit("/", 1)[0] + "/ds-minimodel",
