@@ -110,11 +110,12 @@ def entry_script(name: str) -> str:
     """The absolute path of the package's entry script ``name`` (``run_jobs.py`` or one of ``ENTRY_SCRIPTS``), so
     that the pipeline's launches start it from any current directory: the checkout's own, else the copy pip put beside
     this interpreter (setup.cfg's ``scripts``, for an install that is not editable). An absolute path is kept."""
-    for folder in (CHECKOUT, Path(sysconfig.get_path("scripts"))):
+    checkout, beside = CHECKOUT, Path(sysconfig.get_path("scripts"))
+    for folder in (checkout, beside):
         if (folder / name).is_file():
             return str(folder / name)
-    raise InputError(f"{name}: the package's entry script is neither in {CHECKOUT} nor in "
-                     f"{sysconfig.get_path('scripts')}; install the package from its checkout (pip install -e .)")
+    raise InputError(f"{name}: the package's entry script is neither in {checkout} nor in {beside}; install the "
+                     "package from its checkout (pip install -e .)")
 
 
 def check(args: LaunchRequest) -> dict[str, int]:
