@@ -242,7 +242,7 @@ def plan_reference(run: Run, config: PipelineConfig, sizing: dict[str, Any], *, 
         "step2": int(SHARES["step2"] * rest / step2_each),
     }
     steps = {k: max(2 if k == "step2" else 1, min(v, caps.get(k, v))) for k, v in steps.items()}
-    epochs = max(0.01, min(step3_s / per_epoch, recipe))
+    epochs = max(min(0.01, recipe), min(step3_s / per_epoch, recipe))  # at least a hundredth, or the cap
     # The body's update beside the run: its own time plus a typical stage's (Step 2, most of the run's launches).
     body_update = beside + min(sizing["reference"]["median_s"].values()) if body else 0.0
     body_steps = int(0.6 * (available - startup) / body_update) if body else 0

@@ -74,8 +74,9 @@ def reference_shape(run: Run) -> dict[str, Any]:
             "vocab": run.sizes.reference_vocab or config.vocab_size, "aux": config.aux_layer,
             "new": config.new_layers, "micro": step1_ds["train_micro_batch_size_per_gpu"],
             "ds": ds_config(run, "reference", base=config.step1.ds_config),
-            "ds3": ds_config(run, "reference_step3", base=config.step3.ds_config),
-            "step3_batch": read_json(REPO / config.step3.ds_config)["train_batch_size"],
+            # the file the run's Step 3 trains with (``reference_config`` writes the same one)
+            "ds3": ds_config(run, "reference_step3", base=config.step3.ds_config, batch=run.sizes.step3_batch),
+            "step3_batch": run.sizes.step3_batch or read_json(REPO / config.step3.ds_config)["train_batch_size"],
             "body_preset": run.sizes.reference_preset or "reference",
             "body_micro": read_json(REPO / cpu_ds)["train_batch_size"],
             "body_ds": ds_config(run, "body", base=cpu_ds, batch=run.sizes.sizing_micro)}
@@ -127,8 +128,8 @@ def reference_config(run: Run) -> PipelineConfig:
                            spec.relearn)
 
     def fused(section: str, settings: Any) -> Any:  # DeepSpeed's fused Adam on a GPU, torch's on a CPU
-        path = str(ds_config(run, f"reference_{section}", base=settings.ds_config, batch=None if section == "step3"
-                             else s.sizing_micro))
+        path = str(ds_config(run, f"reference_{section}", base=settings.ds_config,
+                             batch=s.step3_batch if section == "step3" else s.sizing_micro))
         # --prefetch-in: where the MLM stages' micro-batches are built (Step 3's features need no building)
         process = ({"prefetch_process": spec.prefetch_process}
                    if spec.prefetch_process is not None and section != "step3" else {})

@@ -102,7 +102,7 @@ def test_a_subset_of_systems_plans_only_their_jobs_and_caps_hold(tmp_path):
     assert plan["epochs"] == 3.0  # its share gives more: 100 updates of 0.04 s and the body's 0.03 an epoch
     assert abs(plan["steps"]["step1"] - int(SHARES["step1"] * shared(plan, 7.0) / (SECONDS["step1"] + 0.03))) <= 1
     tiny = plan_reference(fake_run(600, TINY), cfg, SIZING)
-    assert tiny["steps"] == {"step1": 1, "step1b": 1, "step2": 2} and tiny["epochs"] == 0.01
+    assert tiny["steps"] == {"step1": 1, "step1b": 1, "step2": 2} and tiny["epochs"] == 0.001
     assert tiny["body_steps"] == 2
     # Too little time: no training time left, and the floors say so (the part then runs no pipeline).
     short = plan_reference(fake_run(100, dataclasses.replace(GPU)), cfg, SIZING)
