@@ -174,8 +174,9 @@ def demo_pipeline(tmp_path_factory, en_data, de_data) -> dict:
     config = demo_test_config(root, {"en": en_data, "de": de_data})
     path = root / "pipeline.json"
     path.write_text(json.dumps(config))
-    # Its 14 training launches go through torchrun, which starts one interpreter fewer than the deepspeed launcher
-    # (the default; its command is unit-tested in test_launch.py and the launcher runs in test_pretrain/test_cluster).
+    # Its 14 training jobs share one launch, on one rank one plain process whatever --launcher names
+    # (pipeline.workers.launch_command; the launchers' commands are unit-tested in test_launch.py and the deepspeed
+    # launcher runs in test_pretrain, test_cluster and test_stopping).
     # Without DS_ACCELERATOR, as a user runs it from the venv: the package keeps DeepSpeed's CPU notice out itself.
     proc = run_cmd([sys.executable, "-m", "ds_minimodel", "pipeline", "--config", str(path), "--launcher", "torchrun"],
                    timeout=900, env={"DS_ACCELERATOR": None})

@@ -98,8 +98,7 @@ def run(tmp_path_factory) -> dict:
                         "finetune": {"max_len": 128, "doc_stride": 32, "epochs": 1}}]
     path = tmp_path / "pipeline.json"
     path.write_text(json.dumps(config))
-    # Through torchrun, as the demo pipeline's test launches: one interpreter fewer per launch than the deepspeed
-    # launcher, whose launches test_pretrain.py and test_cluster.py run.
+    # One rank: the shared launch is one plain process whatever --launcher names (pipeline.workers.launch_command).
     proc = run_cmd([sys.executable, "-m", "ds_minimodel", "pipeline", "--config", str(path), "--launcher", "torchrun"],
                    timeout=600)
     yield {"out": tmp_path / "out", "config": path, "env_path": env_path, "stdout": proc.stdout}
