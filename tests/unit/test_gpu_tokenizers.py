@@ -163,3 +163,16 @@ def test_a_new_preparation_keeps_the_tokenizers_an_earlier_one_trained_on_the_sa
         assert (tmp_path / "again" / name).read_bytes() == (prepared.folder / name).read_bytes()
     with pytest.raises(AssertionError, match="trained again"):  # another text is trained
         train_carried(prepared.config_path, prepared.root / "de.txt.xz", tmp_path / "other", earlier=prepared.folder)
+
+
+def test_a_cut_task_file_keeps_lines_spread_through_it_and_a_cut_corpus_its_first_bytes(tmp_path):
+    from ds_minimodel.tools.gpu_common import materialise
+
+    grouped = tmp_path / "task.jsonl.xz"  # grouped by label, as lohelp's files are
+    grouped.write_bytes(lzma.compress("".join(f"{label} {i}\n" for label in "abcd" for i in range(25)).encode()))
+    kept = Path(materialise(tmp_path / "work", grouped, lines=8)).read_text().splitlines()
+    assert kept == ["a 0", "a 12", "b 0", "b 12", "c 0", "c 12", "d 0", "d 12"]
+    assert Path(materialise(tmp_path / "w2", grouped, lines=1000)).read_text().count("\n") == 100
+    corpus = tmp_path / "corpus.txt"
+    corpus.write_text("ab\ncd\nef\n")
+    assert Path(materialise(tmp_path / "w3", corpus, max_bytes=7)).read_text() == "ab\ncd\n"
