@@ -302,10 +302,11 @@ def materialise(work: Path, path: str | Path, *, max_bytes: int | None = None, l
     if source.suffix != ".xz" and max_bytes is None and lines is None:
         return str(source)
     raw = lzma.decompress(source.read_bytes()) if source.suffix == ".xz" else source.read_bytes()
-    kept, size = raw.decode("utf-8").splitlines(keepends=True), 0
+    kept = raw.decode("utf-8").splitlines(keepends=True)
     if lines is not None:
         kept = [kept[i * len(kept) // lines] for i in range(min(lines, len(kept)))]
     if max_bytes is not None:
+        size = 0
         for end, line in enumerate(kept):
             size += len(line.encode("utf-8"))
             if size > max_bytes:

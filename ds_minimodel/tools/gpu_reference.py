@@ -70,13 +70,12 @@ def reference_shape(run: Run) -> dict[str, Any]:
     config = PipelineConfig.load(REPO / run.spec.config)
     step1_ds = read_json(REPO / config.step1.ds_config)
     cpu_ds = PipelineConfig.load(CPU_REFERENCE).step1.ds_config
+    ds3 = reference_ds(run, "step3", config.step3.ds_config)  # the file the run's Step 3 trains with
     return {"preset": run.sizes.reference_preset or config.preset, "seq_len": config.seq_len,
             "vocab": run.sizes.reference_vocab or config.vocab_size, "aux": config.aux_layer,
             "new": config.new_layers, "micro": step1_ds["train_micro_batch_size_per_gpu"],
             "ds": ds_config(run, "reference", base=config.step1.ds_config),
-            # the file the run's Step 3 trains with (``reference_config`` writes the same one)
-            "ds3": ds_config(run, "reference_step3", base=config.step3.ds_config, batch=run.sizes.step3_batch),
-            "step3_batch": run.sizes.step3_batch or read_json(REPO / config.step3.ds_config)["train_batch_size"],
+            "ds3": ds3, "step3_batch": read_json(ds3)["train_batch_size"],
             "body_preset": run.sizes.reference_preset or "reference",
             "body_micro": read_json(REPO / cpu_ds)["train_batch_size"],
             "body_ds": ds_config(run, "body", base=cpu_ds, batch=run.sizes.sizing_micro)}
@@ -120,6 +119,14 @@ def argument_problem(spec: GpuRunSpec) -> str | None:
     return None
 
 
+def reference_ds(run: Run, section: str, base: str | Path) -> Path:
+    """The reference run's DeepSpeed file for a pipeline section, from ``base`` on one rank: Step 3 at the sizes'
+    ``step3_batch``, the MLM stages at their ``sizing_micro`` (None: the file's own batch)."""
+    s = run.sizes
+    return ds_config(run, f"reference_{section}", base=base,
+                     batch=s.step3_batch if section == "step3" else s.sizing_micro)
+
+
 def reference_config(run: Run) -> PipelineConfig:
     """``--config`` as this run uses it: its output in the work folder, the larger English corpus (``--english``),
     the target languages and finetuning seeds of ``--languages`` and ``--seeds``, every data file unpacked."""
@@ -128,8 +135,7 @@ def reference_config(run: Run) -> PipelineConfig:
                            spec.relearn)
 
     def fused(section: str, settings: Any) -> Any:  # DeepSpeed's fused Adam on a GPU, torch's on a CPU
-        path = str(ds_config(run, f"reference_{section}", base=settings.ds_config,
-                             batch=s.step3_batch if section == "step3" else s.sizing_micro))
+        path = str(reference_ds(run, section, settings.ds_config))
         # --prefetch-in: where the MLM stages' micro-batches are built (Step 3's features need no building)
         process = ({"prefetch_process": spec.prefetch_process}
                    if spec.prefetch_process is not None and section != "step3" else {})
