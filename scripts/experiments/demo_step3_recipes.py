@@ -64,6 +64,23 @@ def evaluate(classifier: Path, embeddings: list[Path], test: Path, env: dict) ->
     return [json.loads(line) for line in proc.stdout.splitlines() if line.startswith("{")]
 
 
+def table(rows: list[dict]) -> list[str]:
+    """One line per variant: English dev, and German dev through each system's rows at its last Step-2 checkpoint,
+    means over the seeds, accuracy (macro-F1)."""
+    last = {s: max(r["update"] for r in rows if r["system"] == s) for s in SYSTEMS}
+    lines = [f"{'variant':<16}{'English':>16}" + "".join(f"{'German, ' + s + ' ' + str(last[s]):>26}" for s in SYSTEMS)]
+    for variant in dict.fromkeys(r["variant"] for r in rows):
+        cells = []
+        for lang, system in [("en", "own")] + [("de", s) for s in SYSTEMS]:
+            picked = [r for r in rows if r["variant"] == variant and r["lang"] == lang and r["system"] == system
+                      and (lang == "en" or r["update"] == last[system])]
+            acc = statistics.mean(r["accuracy"] for r in picked)
+            f1 = statistics.mean(r["macro_f1"] for r in picked)
+            cells.append(f"{acc:.1f} ({f1:.1f})")
+        lines.append(f"{variant:<16}{cells[0]:>16}" + "".join(f"{c:>26}" for c in cells[1:]))
+    return lines
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--run", type=Path, default=Path("runs/demo"), help="a finished demo run (configs/demo.json)")
@@ -92,19 +109,9 @@ def main() -> None:
                                  "accuracy": score["accuracy"], "macro_f1": score["macro_f1"]})
     with open(out / "scores.jsonl", "w", encoding="utf-8") as f:
         f.writelines(json.dumps(r) + "\n" for r in rows)
-    last = {s: max(r["update"] for r in rows if r["system"] == s) for s in SYSTEMS}
     print(f"\nBL_BASE's classifier of the demo run {args.run}, mean over seeds {list(SEEDS)}: "
           "accuracy (macro-F1) on dev")
-    print(f"{'variant':<16}{'English':>16}" + "".join(f"{'German, ' + s + ' ' + str(last[s]):>26}" for s in SYSTEMS))
-    for lr, epochs in VARIANTS:
-        cells = []
-        for lang, system in [("en", "own")] + [("de", s) for s in SYSTEMS]:
-            picked = [r for r in rows if r["variant"] == name(lr, epochs) and r["lang"] == lang
-                      and r["system"] == system and (lang == "en" or r["update"] == last[system])]
-            acc = statistics.mean(r["accuracy"] for r in picked)
-            f1 = statistics.mean(r["macro_f1"] for r in picked)
-            cells.append(f"{acc:.1f} ({f1:.1f})")
-        print(f"{name(lr, epochs):<16}{cells[0]:>16}" + "".join(f"{c:>26}" for c in cells[1:]))
+    print("\n".join(table(rows)))
 
 
 if __name__ == "__main__":
