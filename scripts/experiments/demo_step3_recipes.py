@@ -47,7 +47,7 @@ def finetune(run: Path, out: Path, lr: float, epochs: float, seed: int, env: dic
         ds_path.write_text(json.dumps(ds, indent=2))
         spec = json.loads((run / "specs" / f"step3-lohelp-base-seed{seed}.json").read_text())
         spec.update(ds_config=str(ds_path), epochs=epochs, out=str(folder), run_name=f"{name(lr, epochs)}-seed{seed}",
-                    log_root=str(out / "tensorboard"), resume=folder.is_dir())
+                    log_root=str(out / "tensorboard"), resume=(folder / "run.json").is_file())
         spec_path = out / f"{name(lr, epochs)}-seed{seed}.spec.json"
         spec_path.write_text(json.dumps(spec, indent=2))
         subprocess.run([sys.executable, "run_finetune.py", "--config", str(spec_path)], cwd=REPO, env=env, check=True)

@@ -37,9 +37,14 @@ def test_a_variant_trains_the_demo_spec_at_its_rate_and_length_in_one_micro_batc
     assert ds["optimizer"]["params"]["lr"] == ds["scheduler"]["params"]["warmup_max_lr"] == 3e-4
     assert ds["train_micro_batch_size_per_gpu"] == ds["train_batch_size"] == 32
     assert calls[0][1] == "run_finetune.py"
-    folder.mkdir(parents=True)  # an interrupted variant resumes; a finished one is not trained again
+    # A folder without a run's run.json starts afresh, one with it resumes (the stages' rule: only --resume may
+    # continue a run), a finished one (its summary.json) is left alone.
+    folder.mkdir(parents=True)
     recipes.finetune(run, out, 3e-4, 10.0, 2, env={})
-    assert json.loads(Path(calls[1][-1]).read_text())["resume"] is True
+    assert json.loads(Path(calls[1][-1]).read_text())["resume"] is False
+    (folder / "run.json").write_text("{}")
+    recipes.finetune(run, out, 3e-4, 10.0, 2, env={})
+    assert json.loads(Path(calls[2][-1]).read_text())["resume"] is True
     (folder / "summary.json").write_text("{}")
     recipes.finetune(run, out, 3e-4, 10.0, 2, env={})
-    assert len(calls) == 2
+    assert len(calls) == 3
