@@ -38,6 +38,7 @@ def main() -> None:
     parser.add_argument("--seed", type=int, help="the pipeline's seed (default: the demo's)")
     parser.add_argument("--systems", help="comma-separated (default: the demo's four)")
     parser.add_argument("--step2-steps", type=int, help="Step 2's updates, saved at the end (default: the fixture's)")
+    parser.add_argument("--epochs", type=float, help="Step 3's epochs (default: the fixture's)")
     parser.add_argument("--model", type=json.loads, default={},
                         help='model fields over the demo preset\'s, as JSON: e.g. \'{"pre_norm": true}\'')
     args = parser.parse_args()
@@ -67,6 +68,8 @@ def main() -> None:
         config["systems"] = args.systems.split(",")
     if args.step2_steps is not None:
         config["step2"].update(steps=args.step2_steps, save_every=args.step2_steps)
+    if args.epochs is not None:
+        config["step3"].update(epochs=args.epochs)
     if args.model:
         config["model"] = {**config.get("model", {}), **args.model}
     path = root / "pipeline.json"
