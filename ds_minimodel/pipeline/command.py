@@ -62,9 +62,10 @@ def _run(args: argparse.Namespace) -> int:
     if args.systems is not None:
         cfg = only_systems(cfg, args.systems.split(","), str(args.config))
     pipeline = Pipeline(cfg, str(args.config), launcher=args.launcher, verbose=args.verbose)
-    if args.list:  # and what of it is done: nothing is started
+    if args.list:  # and what of it is done: nothing is started, and a folder the run would refuse is refused here
         from ds_minimodel.pipeline.status import print_jobs
 
+        own_output(pipeline.out, args.config, mark=False)
         return print_jobs(pipeline, args.only)
     if args.lang is not None and not (args.only or "").startswith(f"{Step.ADAPT}-"):
         raise InputError("--lang goes with --only step2-<system>")

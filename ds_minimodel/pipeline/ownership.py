@@ -31,13 +31,15 @@ def is_pipeline_output(folder: Path) -> bool:
     return (folder / OWNER_MARK).is_file()
 
 
-def own_output(out: Path, config: Path | str) -> None:
+def own_output(out: Path, config: Path | str, *, mark: bool = True) -> None:
     """Refuse a pipeline's folder ``out`` unless it is new, empty or a pipeline's (``is_pipeline_output``), then mark
     it as a pipeline's before any work: every command that writes a pipeline's folder (``pipeline``, ``submit``)
-    calls this first."""
+    calls this first. ``mark`` False: the check alone, for a command that only reads the folder (``--list``)."""
     require_output(out, option="out", source=config, own=is_pipeline_output,
                    what=f"a pipeline's output (its folders carry {OWNER_MARK}; one a pipeline wrote before that file "
                         f"existed continues once you create it)")
+    if not mark:
+        return
     out.mkdir(parents=True, exist_ok=True)
     mark = out / OWNER_MARK
     if not mark.is_file():

@@ -412,9 +412,12 @@ def test_a_folder_of_a_users_own_files_is_never_a_pipelines_and_its_files_surviv
     cwd = os.getcwd()
     os.chdir(repo)
     try:
+        assert pipeline_main(["--config", str(path), "--list"]) == 2  # not listed as a pipeline's with jobs to run
+        listed = capsys.readouterr()
         assert pipeline_main(["--config", str(path), "--only", "step4"]) == 2
     finally:
         os.chdir(cwd)
+    assert not listed.out and listed.err.startswith(f"error: {path}: out {out} already holds")
     err = capsys.readouterr().err
     assert f"{path}: out {out} already holds" in err and "choose another out" in err
     assert (out / "results.json").read_text() == '{"mine": true}' and sorted(os.listdir(out)) == ["results.json"]
