@@ -41,9 +41,9 @@ def own_output(out: Path, config: Path | str, *, mark: bool = True) -> None:
     if not mark:
         return
     out.mkdir(parents=True, exist_ok=True)
-    mark = out / OWNER_MARK
-    if not mark.is_file():
-        mark.write_text(f"output of ds-minimodel pipeline {config}: a later pipeline may continue it\n")
+    mark_file = out / OWNER_MARK
+    if not mark_file.is_file():
+        mark_file.write_text(f"output of ds-minimodel pipeline {config}: a later pipeline may continue it\n")
 
 
 def main(argv: list[str] | None = None) -> int:
