@@ -27,6 +27,7 @@ from ds_minimodel.pipeline.settings import PipelineConfig, only_systems
 from ds_minimodel.pipeline.stopping import Stop, Stopped
 from ds_minimodel.pipeline.workers import SCRIPT, Workers
 from ds_minimodel.systems import Step
+from ds_minimodel.train.checkpoint import latest_checkpoint
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -80,15 +81,20 @@ def _run(args: argparse.Namespace) -> int:
             summary = pipeline.run_all()
         else:
             summary = pipeline.run(args.only, args.lang)
-    if args.only not in (None, Step.TRANSFER):
+    if args.only is None and pipeline.ends_at_step2:
+        print(f"\n{args.config} names no task: nothing to finetune or score. The target embeddings (the newest "
+              "Step-2 checkpoint of each run; `ds-minimodel hf export --model <primary> --embeddings <checkpoint>` "
+              "writes one as a Hugging Face folder):")
+        for lang in (t.lang for t in cfg.targets):
+            for system in cfg.systems:
+                print(f"  {lang} {system}: {latest_checkpoint(pipeline.step2_dir(lang, system))}")
+    elif args.only not in (None, Step.TRANSFER):
         return 0
-    if not summary["has_results"]:  # the analysis (the paper's Tables 2-3, Figures 1 and 3) reads only results.json
-        print("no zero-shot results (no task has a test file in a target language): nothing to analyse")
-    else:
+    else:  # the analysis (the paper's Tables 2-3, Figures 1 and 3) reads only results.json
         print(flush=True)
         proc = subprocess.run([sys.executable, "-m", "ds_minimodel", "analysis", "--results", summary["results"]])
         if proc.returncode:
             return proc.returncode
-    print(f"\nresults: {summary['results']} and {summary['csv']}")
+        print(f"\nresults: {summary['results']} and {summary['csv']}")
     print(f"TensorBoard: tensorboard --logdir {pipeline.log_root}")
     return 0

@@ -127,11 +127,20 @@ class Pipeline:
         return self.job_name(entry.body_step, system if entry.step1b else entry.primary)
 
     def jobs(self) -> list[Job]:
+        """Every job, in an order that satisfies their dependencies. A config with no task plans no Step 3 and no
+        Step 4: the pipeline learns the target languages' embeddings and ends (``ends_at_step2``)."""
         jobs = [Job(Step.PREPARE), *self._training_jobs()]
         for run in self.extra_runs.values():
             jobs += run._training_jobs()
-        jobs.append(Job(Step.TRANSFER, after=tuple(j.name for j in jobs if j.step in (Step.ADAPT, Step.FINETUNE))))
+        if self.cfg.tasks:
+            jobs.append(Job(Step.TRANSFER, after=tuple(j.name for j in jobs
+                                                         if j.step in (Step.ADAPT, Step.FINETUNE))))
         return jobs
+
+    @property
+    def ends_at_step2(self) -> bool:
+        """No task in the config: nothing to finetune or score, the target embeddings are what the run makes."""
+        return not self.cfg.tasks
 
     def _training_jobs(self) -> list[Job]:
         """Steps 1-3 of this pretraining run (job names end with its suffix: none for the main run)."""
@@ -145,6 +154,8 @@ class Pipeline:
                            array=targets + (relearn if s in self.cfg.source_relearn else ())) for s in self.cfg.systems]
         jobs += [self._job(Step.ADAPT, s, after=(self.body_job(s),), array=targets, step2_seed=k)
                  for k in (self.cfg.step2_seeds if main else ()) for s in self.cfg.systems]
+        if self.ends_at_step2:
+            return jobs
         jobs += [self._job(Step.FINETUNE, v, after=(step1[v].name,)) for v in self.primaries]
         jobs += [self._job(Step.FINETUNE, mini_name(s), after=(self.body_job(s),))
                  for s in (self.cfg.source_minis if main else ())]
@@ -153,7 +164,9 @@ class Pipeline:
     def job(self, name: str) -> Job:
         if (job := next((j for j in self.jobs() if j.name == name), None)) is not None:
             return job
-        raise InputError(f"{self.source_path}: no job {name!r} in this pipeline; its jobs are "
+        why = " (it names no task: Steps 3 and 4 have nothing to do)" if self.ends_at_step2 and name.startswith(
+            (Step.FINETUNE, Step.TRANSFER)) else ""
+        raise InputError(f"{self.source_path}: no job {name!r} in this pipeline{why}; its jobs are "
                          + ", ".join(j.name for j in self.jobs()))
 
     def finetuned(self) -> list[str]:

@@ -87,4 +87,4 @@ def write_results(out: Path, results: list[Score], dev_scores: list[DevScore], *
     if results:
         write_csv(out / "results.csv", [r.to_dict() for r in results])
         write_csv(out / "results_mean.csv", [{**r.to_dict(), "seeds": " ".join(map(str, r.seeds))} for r in summary])
-    return {"results": str(out / "results.json"), "csv": str(out / "results.csv"), "has_results": bool(results)}
+    return {"results": str(out / "results.json"), "csv": str(out / "results.csv")}

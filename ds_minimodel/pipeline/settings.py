@@ -228,6 +228,11 @@ class PipelineConfig:
             if not all(k >= 0 for k in seeds) or len(set(seeds)) != len(seeds) or cfg.seed in seeds:
                 raise InputError(f"{source}: {key} must be distinct integers of at least 0, other than seed "
                                  f"({cfg.seed}); got {seeds}")
+        controls = [key for key in ("source_relearn", "source_minis") if getattr(cfg, key)]
+        if controls and not cfg.tasks:
+            what = "are controls" if len(controls) > 1 else "is a control"
+            raise InputError(f"{source}: {' and '.join(controls)} {what} scored on a task's source-language test "
+                             "file, but tasks is empty; name a task or leave it out")
         minis = [name for name in cfg.source_minis if name not in cfg.systems or get_system(name).whole_primary]
         if minis:
             raise InputError(f"{source}: source_minis must name systems of this pipeline that adapt a mini-model "

@@ -47,6 +47,9 @@ def test_jobs_sharing_one_launch_train_what_a_launch_per_job_trains(tmp_path, en
     log = (out / "logs" / "step2-de-bl_base.log").read_text()
     assert "run_jobs.py job 2" in log and "[step2-de-bl_base] finished at update 6 of 6" in log
     assert "[step1-base]" not in log  # each job's output in its own log
+    # No task in the config: the run ends after Step 2, naming the embeddings it made (no Step 3 or 4).
+    assert f"de bl_base: {checkpoint.latest_checkpoint(out / 'step2' / 'de' / 'bl_base')}" in proc.stdout
+    assert "names no task" in proc.stdout and not (out / "step4").exists() and not (out / "results.json").exists()
     # Nothing left to train: no launch is started.
     proc = run_cmd(command, timeout=600, cwd=tmp_path)
     assert f"{out / 'step1' / 'base'}: done, skipped" in proc.stdout and "run_jobs.py" not in proc.stdout

@@ -132,6 +132,8 @@ def test_the_pipeline_checks_everything_before_the_first_job(tmp_path):
         ({"step2__keep_checkpoints": 2}, r"step2: unknown key\(s\) keep_checkpoints"),  # Step 4 scores them all
         ({"targets": [{"lang": "zh", "corpus": str(cjk)}]}, "cannot hold this text's characters"),
         ({"step1__ds_config": "ds_configs/none.json"}, "DeepSpeed config not found"),
+        ({"tasks": [], "source_relearn": ["bl_base"]},
+         "source_relearn is a control scored on a task's source-language test file, but tasks is empty"),
         ({"targets": [{"lang": "de", "corpus": str(latin1)}]}, "de.latin1.txt: .* sampled lines are not valid UTF-8"),
     ]
     for changes, message in cases:
@@ -390,6 +392,14 @@ def test_a_job_or_language_the_plan_does_not_have_is_refused_before_the_folder_i
         assert "no job 'step9'" in capsys.readouterr().err
         assert pipeline_main(["--config", str(path), "--list", "--only", "step4"]) == 0
         assert [line.split()[0] for line in capsys.readouterr().out.splitlines()] == ["step4"]
+        # No task: nothing to finetune or score, so no Step-3 or Step-4 job (not jobs listed as done).
+        path = pipeline_config(tmp_path, tasks=[])
+        assert pipeline_main(["--config", str(path), "--list"]) == 0
+        listed = [line.split()[0] for line in capsys.readouterr().out.splitlines()]
+        assert listed[-4:] == [f"step2-{s}" for s in ("bl_base", "bl_small", "minijoint", "minipost")], listed
+        assert pipeline_main(["--config", str(path), "--only", "step3-base"]) == 2
+        assert "no job 'step3-base' in this pipeline (it names no task: Steps 3 and 4 have nothing to do)" in (
+            capsys.readouterr().err)
     finally:
         os.chdir(cwd)
     assert not (tmp_path / "out").exists()  # not even the pipeline's mark
