@@ -82,9 +82,9 @@ def _run(args: argparse.Namespace) -> int:
         else:
             summary = pipeline.run(args.only, args.lang)
     if args.only is None and pipeline.ends_at_step2:
-        print(f"\n{args.config} names no task: nothing to finetune or score. The target embeddings (the newest "
-              "Step-2 checkpoint of each run; `ds-minimodel hf export --model <primary> --embeddings <checkpoint>` "
-              "writes one as a Hugging Face folder):")
+        print(f"\n{args.config} names no task: nothing to finetune or score. The target embeddings, each language's"
+              " and system's newest Step-2 checkpoint (`ds-minimodel hf export --model <primary> --embeddings "
+              "<checkpoint>` writes one as a Hugging Face folder):")
         for lang in (t.lang for t in cfg.targets):
             for system in cfg.systems:
                 print(f"  {lang} {system}: {latest_checkpoint(pipeline.step2_dir(lang, system))}")
