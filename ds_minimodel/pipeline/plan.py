@@ -132,7 +132,7 @@ class Pipeline:
         jobs = [Job(Step.PREPARE), *self._training_jobs()]
         for run in self.extra_runs.values():
             jobs += run._training_jobs()
-        if self.cfg.tasks:
+        if not self.ends_at_step2:
             jobs.append(Job(Step.TRANSFER, after=tuple(j.name for j in jobs
                                                          if j.step in (Step.ADAPT, Step.FINETUNE))))
         return jobs
