@@ -84,10 +84,13 @@ def _run(args: argparse.Namespace) -> int:
     if args.only is None and pipeline.ends_at_step2:
         print(f"\n{args.config} names no task: nothing to finetune or score. The target embeddings, each language's"
               " and system's newest Step-2 checkpoint (`ds-minimodel hf export --model <primary> --embeddings "
-              "<checkpoint>` writes one as a Hugging Face folder):")
-        for lang in (t.lang for t in cfg.targets):
-            for system in cfg.systems:
-                print(f"  {lang} {system}: {latest_checkpoint(pipeline.step2_dir(lang, system))}")
+              "<checkpoint>` writes one as a Hugging Face folder; further runs named as their jobs are):")
+        runs = [(pipeline, k) for k in (None, *cfg.step2_seeds)] + [(run, None) for run in pipeline.extra_runs.values()]
+        for run, step2_seed in runs:
+            for lang in (t.lang for t in cfg.targets):
+                for system in cfg.systems:
+                    name = run.job_name(Step.ADAPT, system, step2_seed=step2_seed).removeprefix(f"{Step.ADAPT}-")
+                    print(f"  {lang} {name}: {latest_checkpoint(run.step2_dir(lang, system, step2_seed))}")
     elif args.only not in (None, Step.TRANSFER):
         return 0
     else:  # the analysis (the paper's Tables 2-3, Figures 1 and 3) reads only results.json

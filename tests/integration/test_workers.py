@@ -33,6 +33,7 @@ def test_jobs_sharing_one_launch_train_what_a_launch_per_job_trains(tmp_path, en
     """A launch per job through torchrun, the shared launch's ranks forked (``--launcher fork``): the same weights.
     Both run from a folder that is not the checkout: each launch starts the checkout's scripts by path."""
     shared, each = plan(tmp_path, en_data, de_data, "shared"), plan(tmp_path, en_data, de_data, "each")
+    shared.write_text(json.dumps({**json.loads(shared.read_text()), "step2_seeds": [2]}))  # and one further Step 2
     command = [sys.executable, "-m", "ds_minimodel", "pipeline", "--config"]
     proc = run_cmd([*command, str(each), "--launch-per-job", "--launcher", "torchrun"], timeout=600, cwd=tmp_path)
     assert "run_jobs.py" not in proc.stdout and proc.stdout.count(f"{REPO / 'run_pretrain.py'} --config") >= 1
@@ -43,12 +44,14 @@ def test_jobs_sharing_one_launch_train_what_a_launch_per_job_trains(tmp_path, en
     # Bitwise the same: the launch's second job starts from its own seed, as in a process of its own.
     assert weights(out, "step1", "step2") == weights(other, "step1", "step2")
     # It says how much of its time went into training updates (runs' summary.json, update_seconds).
-    assert re.search(r"the shared launch ran 2 training jobs in \d+ s, \d+ s \(\d+%\) of it in updates", proc.stdout)
+    assert re.search(r"the shared launch ran 3 training jobs in \d+ s, \d+ s \(\d+%\) of it in updates", proc.stdout)
     log = (out / "logs" / "step2-de-bl_base.log").read_text()
     assert "run_jobs.py job 2" in log and "[step2-de-bl_base] finished at update 6 of 6" in log
     assert "[step1-base]" not in log  # each job's output in its own log
     # No task in the config: the run ends after Step 2, naming the embeddings it made (no Step 3 or 4).
     assert f"de bl_base: {checkpoint.latest_checkpoint(out / 'step2' / 'de' / 'bl_base')}" in proc.stdout
+    further = checkpoint.latest_checkpoint(out / "step2-seed2" / "de" / "bl_base")
+    assert f"de bl_base.step2-seed2: {further}" in proc.stdout
     assert "names no task" in proc.stdout and not (out / "step4").exists() and not (out / "results.json").exists()
     # Nothing left to train: no launch is started.
     proc = run_cmd(command, timeout=600, cwd=tmp_path)
