@@ -153,6 +153,33 @@ class DevScore(_Record):
     metrics: dict[str, float] = field(default_factory=dict)
 
 
+@dataclass(frozen=True)
+class DevChoice(_Record):
+    """The Step-2 checkpoint a target language's dev file chooses for one task and system (``pipeline.dev_choice``),
+    with dev and test read at it and at the run's last checkpoint, each a mean over finetuning seeds."""
+
+    ALWAYS: ClassVar = frozenset({"test_mean", "test_std", "test_last"})
+
+    task: str
+    system: str
+    lang: str
+    selected_on: str
+    """the metric the choice maximises on dev"""
+    step2_update: int
+    """the chosen checkpoint's update (the earliest of equal dev scores)"""
+    embeddings: str
+    """the chosen checkpoint"""
+    dev: float
+    dev_last: float
+    last_update: int
+    metric: str
+    """the headline metric the test columns hold"""
+    test_mean: float | None
+    """None: the task has no test file in the language"""
+    test_std: float | None
+    test_last: float | None
+
+
 TRIVIAL = ("majority", "bag_of_words")
 """The trivial baselines of a test file (``tasks.baselines``)."""
 
@@ -185,15 +212,21 @@ class Results:
     step2_runs: list[Score] = field(default_factory=list)
     """every further Step-2 run's scores (``step2_seeds``), as ``zero_shot`` holds the main run's"""
     step2_runs_over_seeds: list[MeanScore] = field(default_factory=list)
+    zero_shot_dev: list[Score] = field(default_factory=list)
+    """the main run's Step-2 checkpoints scored on the target languages' dev files, where the task has them"""
+    chosen_on_dev: list[DevChoice] = field(default_factory=list)
     source_model: dict[str, Any] | None = None
     """the given English model BL_BASE's primary is (``pipeline.source_model``), or None when Step 1 trained it"""
 
     KINDS: ClassVar[dict[str, type[_Record]]] = {
         "zero_shot": Score, "zero_shot_over_seeds": MeanScore, "source_dev": DevScore, "source_test": Score,
         "source_relearn": Score, "source_relearn_over_seeds": MeanScore, "baselines": Baseline,
-        "pretrain_runs": Score, "step2_runs": Score, "step2_runs_over_seeds": MeanScore}
-    WHEN_SET: ClassVar[frozenset[str]] = frozenset({"step2_runs", "step2_runs_over_seeds"})
-    """Lists written only when they hold something: a file without further Step-2 runs is as it was before them."""
+        "pretrain_runs": Score, "step2_runs": Score, "step2_runs_over_seeds": MeanScore, "zero_shot_dev": Score,
+        "chosen_on_dev": DevChoice}
+    WHEN_SET: ClassVar[frozenset[str]] = frozenset({"step2_runs", "step2_runs_over_seeds", "zero_shot_dev",
+                                                    "chosen_on_dev"})
+    """Lists written only when they hold something: a file without further Step-2 runs or target dev files is as it
+    was before them."""
 
     @classmethod
     def load(cls, path: Path) -> Results:

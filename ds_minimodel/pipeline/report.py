@@ -15,7 +15,7 @@ from typing import Any
 
 from ds_minimodel.config import write_csv, write_json
 from ds_minimodel.errors import InputError, report
-from ds_minimodel.pipeline import studies
+from ds_minimodel.pipeline import dev_choice, studies
 from ds_minimodel.pipeline.analysis import (
     AVERAGE,
     NEAR_MAXIMAL,
@@ -50,7 +50,8 @@ def run(results_path: Path, out: Path, *, plots: bool = True) -> dict[str, Any]:
     tables = {"table2": table2(all_curves, metrics, trivial, results.source_model), "table3": table3(rows),
               "diagnostics": diagnostics(results, all_curves, relearn_curves, metrics),
               "table4": studies.table4(rows), "table_a3": studies.table_a3(all_curves),
-              "table5": studies.table5(results), "table_a5": studies.table_a5(results)}
+              "table5": studies.table5(results), "table_a5": studies.table_a5(results),
+              "chosen_on_dev": dev_choice.table(results)}
     tables["table3_step2_runs"], over_runs = studies.step2_runs(results, majority, str(results_path))
     for name, text in tables.items():
         if text:  # the studies' tables exist only where the run has a depth sweep or finetuned mini-models
@@ -109,8 +110,8 @@ def main(argv: list[str] | None = None) -> int:
         summary = run(args.results, args.out or args.results.parent / "analysis", plots=not args.no_plots)
     except InputError as err:
         return report(err)
-    print("\n\n".join(summary[name] for name in ("table2", "table3", "table3_step2_runs", "diagnostics", "table4",
-                                                     "table_a3", "table5", "table_a5")
+    print("\n\n".join(summary[name] for name in ("table2", "table3", "table3_step2_runs", "chosen_on_dev",
+                                                     "diagnostics", "table4", "table_a3", "table5", "table_a5")
                       if summary[name]))
     print(f"\ntables and time to target: {summary['out']}")
     for figure in summary["figures"]:

@@ -7,6 +7,7 @@ from typing import Any
 
 from ds_minimodel import flops
 from ds_minimodel.config import file_sha256, read_json, write_csv, write_json
+from ds_minimodel.pipeline import dev_choice
 from ds_minimodel.pipeline.records import Baseline, DevScore, MeanScore, Results, Score
 from ds_minimodel.pipeline.settings import TaskSettings
 from ds_minimodel.systems import order_key
@@ -71,10 +72,12 @@ def over_seeds(results: list[Score]) -> list[MeanScore]:
 
 def write_results(out: Path, results: list[Score], dev_scores: list[DevScore], *, source_test: list[Score] = (),
                   source_relearn: list[Score] = (), baselines: list[Baseline] = (), pretrain_runs: list[Score] = (),
-                  step2_runs: list[Score] = (), source_model: dict[str, Any] | None = None) -> dict[str, Any]:
+                  step2_runs: list[Score] = (), on_dev: list[Score] = (),
+                  source_model: dict[str, Any] | None = None) -> dict[str, Any]:
     """results.json (every record, the per-checkpoint means over seeds, the source-language dev scores, the
     controls, the trivial baselines, with ``pretrain_seeds`` the final scores of every pretraining run and with
-    ``step2_seeds`` every further Step-2 run's scores and their means),
+    ``step2_seeds`` every further Step-2 run's scores and their means, with ``on_dev`` (the main run's checkpoints on
+    target dev files) those scores and the checkpoint each dev file chooses: ``dev_choice``),
     results.csv (one row per seed and checkpoint) and results_mean.csv (one row
     per checkpoint). ``source_model``: the given model BL_BASE's primary is (``settings.GivenModel``), or None
     when Step 1 pretrained it."""
@@ -83,7 +86,9 @@ def write_results(out: Path, results: list[Score], dev_scores: list[DevScore], *
             source_test=list(source_test), source_relearn=list(source_relearn),
             source_relearn_over_seeds=over_seeds(list(source_relearn)), baselines=list(baselines),
             pretrain_runs=list(pretrain_runs), step2_runs=list(step2_runs),
-            step2_runs_over_seeds=over_seeds(list(step2_runs)), source_model=source_model).write(out / "results.json")
+            step2_runs_over_seeds=over_seeds(list(step2_runs)), zero_shot_dev=list(on_dev),
+            chosen_on_dev=dev_choice.choose(list(on_dev), list(results)),
+            source_model=source_model).write(out / "results.json")
     if results:
         write_csv(out / "results.csv", [r.to_dict() for r in results])
         write_csv(out / "results_mean.csv", [{**r.to_dict(), "seeds": " ".join(map(str, r.seeds))} for r in summary])

@@ -117,7 +117,8 @@ class TaskSettings:
     train: str
     """Source-language training file."""
     dev: dict[str, str] = field(default_factory=dict)
-    """{language: file} scored with the source embeddings after Step 3."""
+    """{language: file}: the source language's is scored with the source embeddings after Step 3; a target
+    language's with every Step-2 checkpoint in Step 4, to choose the checkpoint to use (``pipeline.dev_choice``)."""
     test: dict[str, str] = field(default_factory=dict)
     """{language: file} scored zero-shot in Step 4 with each target language's embeddings."""
     eval_format: str | None = None

@@ -49,20 +49,22 @@ def _state(done: bool) -> str:
 def _scored(run: Any) -> bool:
     """Step 4 is done when results.json holds a score of every system in every target language with a test file,
     at its final Step-2 checkpoint, of the main Step-2 run and of each further one, and (Table A5) of each further
-    pretraining run (a language, a Step-2 or Step-1 seed added since, or a Step-2 run resumed, makes it to run
-    again)."""
+    pretraining run, and the main run's on each target dev file (a language, a dev file, a Step-2 or Step-1 seed
+    added since, or a Step-2 run resumed, makes it to run again)."""
     path = Path(run.out) / "results.json"
     if not path.is_file():
         return False
     results = Results.load(path)
     scored = {(r.step2_seed, r.task, r.lang, r.system, r.step2_update) for r in results.zero_shot + results.step2_runs}
     further = {(r.pretrain_seed, r.task, r.lang, r.system, r.step2_update) for r in results.pretrain_runs}
-    runs = [(run, step2_seed, step2_seed, scored) for step2_seed in (None, *run.cfg.step2_seeds)]
-    runs += [(extra, None, extra.seed, further) for extra in run.extra_runs.values()]
-    for each, step2_seed, key, found in runs:
+    on_dev = {(None, r.task, r.lang, r.system, r.step2_update) for r in results.zero_shot_dev}
+    runs = [(run, step2_seed, step2_seed, scored, "test") for step2_seed in (None, *run.cfg.step2_seeds)]
+    runs += [(extra, None, extra.seed, further, "test") for extra in run.extra_runs.values()]
+    runs.append((run, None, None, on_dev, "dev"))  # the main run on the target dev files (dev_choice)
+    for each, step2_seed, key, found, split in runs:
         for task in run.cfg.tasks:
             for target in run.cfg.targets:
-                if target.lang not in task.test:
+                if target.lang not in getattr(task, split):
                     continue
                 for system in run.cfg.systems:
                     run_dir = each.step2_dir(target.lang, system, step2_seed)
@@ -80,4 +82,7 @@ def print_jobs(pipeline: Any, only: str | None = None) -> int:
         print(f"{job.name:<{width}} after: {', '.join(job.after) or '-'}"
               + (f"; one run per language: {', '.join(job.array)}" if job.array else "")
               + f"  [{job_status(pipeline, job)}]")
+    if only is None and pipeline.ends_at_step2:
+        print(f"(no Step 3 or Step 4: {pipeline.source_path} names no task; the run ends with each language's "
+              "embeddings, its Step-2 checkpoints)")
     return 0

@@ -1,7 +1,8 @@
 """Step 4 of a pipeline's plan (``plan.Pipeline``): zero-shot transfer scored, then the results files.
 
 Every saved Step-2 checkpoint of every system and target language (of the main run and of each further Step-2 run,
-``step2_seeds``) with each finetuning seed's task model of its primary; the controls (each finetuned model with its
+``step2_seeds``) with each finetuning seed's task model of its primary, the main run's also on the task's dev file
+in that language where it has one (``dev_choice``: which checkpoint to use); the controls (each finetuned model with its
 own embeddings on the source test files, the source-relearn runs); the trivial baselines; the final scores of every
 pretraining run (``pretrain_seeds``). Each score is cached (``results.scored``): a re-run scores only what is new.
 """
@@ -12,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from ds_minimodel.config import read_json
+from ds_minimodel.pipeline import dev_choice
 from ds_minimodel.pipeline.ownership import step2_run
 from ds_minimodel.pipeline.records import DevScore, Score
 from ds_minimodel.pipeline.results import scored, task_baselines, write_results
@@ -51,6 +53,7 @@ def transfer(pipe: Any) -> dict[str, Any]:
                                                task_models[(task.name, get_system(system).primary, seed)],
                                                as_lang=pipe.relearn_lang))
     step2_runs: dict[int | None, list[Score]] = {None: results, **{k: [] for k in pipe.cfg.step2_seeds}}
+    on_dev: list[Score] = []  # the main run's checkpoints on the target languages' dev files (dev_choice)
     for step2_seed, records in step2_runs.items():
         for task in pipe.cfg.tasks:
             for target in pipe.cfg.targets:
@@ -58,18 +61,25 @@ def transfer(pipe: Any) -> dict[str, Any]:
                     run_dir = pipe.step2_dir(target.lang, system, step2_seed)
                     pipe.finished_run(run_dir, pipe.job_name(Step.ADAPT, system, step2_seed=step2_seed),
                                       Step.TRANSFER)
-                    if target.lang not in task.test:
-                        continue
-                    for ckpt in checkpoint.complete_checkpoints(run_dir):
-                        for seed in pipe.seeds:
-                            records.append(score(pipe, task, target.lang, system, ckpt, seed,
-                                                 task_models[(task.name, get_system(system).primary, seed)],
-                                                 step2_seed=step2_seed))
+                    splits = (["test"] if target.lang in task.test else []) + (
+                        ["dev"] if step2_seed is None and target.lang in task.dev else [])
+                    got: dict[str, list[Score]] = {split: [] for split in ("test", "dev")}
+                    for ckpt in checkpoint.complete_checkpoints(run_dir) if splits else ():
+                        for split in splits:
+                            for seed in pipe.seeds:
+                                got[split].append(score(pipe, task, target.lang, system, ckpt, seed,
+                                                        task_models[(task.name, get_system(system).primary, seed)],
+                                                        step2_seed=step2_seed, split=split))
+                    records += got["test"]
+                    if got["dev"]:  # a line per system, not per score: which checkpoint its dev file chooses
+                        on_dev += got["dev"]
+                        print(f"[{Step.TRANSFER}] {dev_choice.said(dev_choice.choose(got['dev'], got['test'])[0])}",
+                              flush=True)
     # Appendix A.5: every pretraining run's final scores (the main run's were just scored: read from the cache)
     runs = (pipe, *pipe.extra_runs.values()) if pipe.extra_runs else ()
     return write_results(pipe.out, results, dev_scores, source_test=own, source_relearn=relearned,
                          baselines=trivial, pretrain_runs=[r for run in runs for r in final_scores(run)],
-                         step2_runs=[r for k in pipe.cfg.step2_seeds for r in step2_runs[k]],
+                         step2_runs=[r for k in pipe.cfg.step2_seeds for r in step2_runs[k]], on_dev=on_dev,
                          source_model=None if pipe.given is None else {
                              **pipe.given.to_record(), **trained_here(pipe.cfg.head)})
 
@@ -96,16 +106,19 @@ def final_scores(run: Any) -> list[Score]:
 
 def score(run: Any, task: TaskSettings, lang: str, system: str | None, ckpt: Path | None, seed: int,
           task_model: Path, *, as_lang: str | None = None, own_of: str | None = None,
-          step2_seed: int | None = None) -> Score:
+          step2_seed: int | None = None, split: str = "test") -> Score:
     """One Step-4 score of pretraining run ``run``: ``task_model`` with ``ckpt``'s embeddings (None: its own, those
-    of primary ``own_of``) on ``lang``'s test file, recorded under ``as_lang`` (default ``lang``); ``step2_seed``:
-    ``ckpt`` is of that further Step-2 run's."""
+    of primary ``own_of``) on ``lang``'s test file (``split`` "dev": its dev file), recorded under ``as_lang``
+    (default ``lang``); ``step2_seed``: ``ckpt`` is of that further Step-2 run's."""
     as_lang = as_lang or lang
     further = step2_run(step2_seed)
     where = f"{system}{further}/seed{seed}/{ckpt.name}" if ckpt is not None else f"own-{own_of}/seed{seed}"
-    cache = run.out / Step.TRANSFER / task.name / as_lang / f"{where}.json"
-    record = Score.from_dict({**scored(cache, task_model, ckpt, Path(task.test[lang]), lang, task.eval_format),
+    cache = run.out / Step.TRANSFER / task.name / as_lang / (f"dev/{where}.json" if split == "dev" else f"{where}.json")
+    file = Path((task.dev if split == "dev" else task.test)[lang])
+    record = Score.from_dict({**scored(cache, task_model, ckpt, file, lang, task.eval_format),
                               "lang": as_lang, "primary": own_of, "step2_seed": step2_seed}, str(cache))
+    if split == "dev":  # said per system once its checkpoints are all scored (``transfer``)
+        return record
     what = f"{system}{further} update {record.step2_update}" if ckpt is not None else \
         f"primary {own_of}, own embeddings"
     print(f"[{Step.TRANSFER}] {task.name} {as_lang} {what} seed {seed}: "

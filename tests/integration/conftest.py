@@ -149,13 +149,15 @@ def demo_test_config(root: Path, prepared: dict[str, Path]) -> dict:
     config["step1b"].update(steps=60, save_every=60, log_every=30)
     config["step2"].update(steps=PIPELINE_STEP2_SAVES[-1], save_every=PIPELINE_STEP2_SAVES[1], log_every=5)
     config["step3"].update(epochs=2, seeds=PIPELINE_SEEDS)
-    # Step 4 scores 4 systems x 3 checkpoints x 2 seeds: on the first test examples (PIPELINE_TEST_SIZE), not all
-    # 1,586 (German) or 1,597 (English, each primary with its own embeddings); the scores' values are not checked.
-    for lang, source in config["tasks"][0]["test"].items():
-        head = root / f"test.{lang}.jsonl"
-        head.write_text("".join((REPO / source).read_text(encoding="utf-8").splitlines(keepends=True)
+    # Step 4 scores 4 systems x 3 checkpoints x 2 seeds on German test and dev (dev_choice: which checkpoint to use):
+    # on their first examples (PIPELINE_TEST_SIZE), not all 1,586 and 1,499 (test: also English, each primary with its
+    # own embeddings, 1,597); the scores' values are not checked.
+    task = config["tasks"][0]
+    for split, lang in [*(("test", lang) for lang in task["test"]), ("dev", "de")]:
+        head = root / f"{split}.{lang}.jsonl"
+        head.write_text("".join((REPO / task[split][lang]).read_text(encoding="utf-8").splitlines(keepends=True)
                                 [:PIPELINE_TEST_SIZE]))
-        config["tasks"][0]["test"][lang] = str(head)
+        task[split][lang] = str(head)
     return config
 
 

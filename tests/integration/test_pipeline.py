@@ -57,7 +57,9 @@ def test_the_run_prints_a_readable_page_not_logs(pipeline):
     scores = [line for line in lines if line.startswith("[step4]")]
     pattern = (r"\[step4\] lohelp (de|en) (\w+ update \d+|primary \w+, own embeddings) seed \d: "
                r"accuracy \d+\.\d, macro_f1 \d+\.\d")
-    assert scores and all(re.fullmatch(pattern, line) for line in scores), scores
+    chosen = r"\[step4\] lohelp de dev \w+: update \d+ chosen of \d+ \(macro_f1 \d+\.\d, at the last .*\)"
+    assert scores and all(re.fullmatch(pattern, line) or re.fullmatch(chosen, line) for line in scores), scores
+    assert sum(bool(re.fullmatch(chosen, line)) for line in scores) == len(SYSTEMS)  # a line per system, not score
     assert len(lines) <= 250, f"{len(lines)} lines"  # at the demo fixture's lengths; about 100 of them tables
 
 
@@ -96,7 +98,8 @@ def test_every_system_checkpoint_and_seed_is_scored_in_german(pipeline):
     # What the scores are read against: each primary's own English score, and the trivial baselines per test file.
     assert {(r["primary"], r["seed"]) for r in results["source_test"]} == {
         (p, seed) for p in ("base", "minijoint", "small") for seed in SEEDS}
-    assert {(b["lang"], b["split"]) for b in results["baselines"]} == {("en", "dev"), ("en", "test"), ("de", "test")}
+    assert {(b["lang"], b["split"]) for b in results["baselines"]} == {
+        ("en", "dev"), ("en", "test"), ("de", "dev"), ("de", "test")}
     diagnostics = (out / "analysis" / "diagnostics.txt").read_text().strip()
     assert "primary base finetuned, its own embeddings" in diagnostics and diagnostics in pipeline["stdout"]
     assert f"tensorboard --logdir {out / 'tensorboard'}" in pipeline["stdout"]
@@ -105,6 +108,36 @@ def test_every_system_checkpoint_and_seed_is_scored_in_german(pipeline):
     assert "$ run_jobs.py job 1: run_pretrain.py --config" in pipeline["stdout"]
     runs = {p.name for p in (out / "tensorboard").iterdir()}  # one log root, a run per step, language and system
     assert {"step1-base", "step1b-minipost", "step2-de-minipost", "step3-lohelp-small-seed2"} <= runs, runs
+
+
+def test_a_german_dev_file_chooses_each_systems_checkpoint_and_test_is_read_at_it(pipeline):
+    """Every checkpoint of every system scored on German dev with each seed; the choice per system is the checkpoint
+    with the best mean macro-F1 over seeds (the earliest of equals), with test's mean accuracy there and at the last
+    checkpoint taken from the test records; the analysis prints the table the run printed."""
+    out = pipeline["out"]
+    results = json.loads((out / "results.json").read_text())
+    dev = results["zero_shot_dev"]
+    assert Counter((r["system"], r["lang"], r["step2_update"], r["seed"]) for r in dev) == Counter(
+        {(s, "de", u, seed): 1 for s in SYSTEMS for u in STEP2_SAVES for seed in SEEDS})
+    assert {r["test_file"] for r in dev} == {pipeline["settings"]["tasks"][0]["dev"]["de"]}
+    assert all(r["n"] == PIPELINE_TEST_SIZE for r in dev)
+
+    def mean(records, system, update, metric):
+        values = [r[metric] for r in records if (r["system"], r["step2_update"]) == (system, update)]
+        assert len(values) == len(SEEDS)
+        return sum(values) / len(values)
+    choices = {c["system"]: c for c in results["chosen_on_dev"]}
+    assert list(choices) == SYSTEMS
+    for system, c in choices.items():
+        on_dev = {u: mean(dev, system, u, "macro_f1") for u in STEP2_SAVES}
+        assert c["step2_update"] == next(u for u in STEP2_SAVES if on_dev[u] == max(on_dev.values()))
+        assert c["dev"] == pytest.approx(on_dev[c["step2_update"]]) and c["last_update"] == STEP2_SAVES[-1]
+        assert c["test_mean"] == pytest.approx(mean(results["zero_shot"], system, c["step2_update"], "accuracy"))
+        assert c["test_last"] == pytest.approx(mean(results["zero_shot"], system, STEP2_SAVES[-1], "accuracy"))
+        assert Path(c["embeddings"]) == out / "step2/de" / system / f"checkpoints/step_{c['step2_update']:08d}"
+    table = (out / "analysis" / "chosen_on_dev.txt").read_text().strip()
+    assert table.startswith("The Step-2 checkpoint chosen on each target language's dev file (lohelp)")
+    assert table in pipeline["stdout"]
 
 
 def test_finetuning_keeps_embeddings_bitwise_and_beats_the_majority_class(pipeline):
@@ -171,7 +204,7 @@ def test_step3_budget_transfer_rows_are_step_4_and_are_not_scored_twice(pipeline
     budget = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(budget)
     out, step2 = pipeline["out"], pipeline["out"] / "step2/de/bl_base"
-    file_de = Path(pipeline["settings"]["tasks"][0]["test"]["de"])  # the demo has no German dev file
+    file_de = Path(pipeline["settings"]["tasks"][0]["test"]["de"])
     settings = {"body": "b", "batch": 4, "lr": 1e-4, "epochs": 1.0, "seed": SEEDS[0]}
     runs = [(out / "step3/lohelp/base" / f"seed{seed}", {**settings, "seed": seed}) for seed in SEEDS]
     rows_file = tmp_path / "transfer.de.jsonl"

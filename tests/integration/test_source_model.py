@@ -120,6 +120,23 @@ def test_a_language_added_to_a_finished_run_runs_only_its_own_steps(first_run):
     listed = run_cmd([sys.executable, "-m", "ds_minimodel", "pipeline", "--config", str(path), "--list"]).stdout
     assert all(line.endswith(("[done]", "[done: de, xx]")) for line in listed.splitlines() if "[" in line)
 
+    # A German dev file added: Step 4 alone is to run, and the rerun trains nothing and re-scores nothing it had; it
+    # scores each Step-2 checkpoint on dev and says which one dev chooses per system (pipeline.dev_choice).
+    cfg["tasks"][0]["dev"] = {"de": str(_head(DEMO / "tasks/lohelp/dev.de.jsonl", root / "tasks"))}
+    path.write_text(json.dumps(cfg))
+    listed = run_cmd([sys.executable, "-m", "ds_minimodel", "pipeline", "--config", str(path), "--list"]).stdout
+    assert [line.split()[0] for line in listed.splitlines() if "[to run]" in line] == ["step4"], listed
+    before = _stamps(out)
+    proc = _pipeline(path)
+    after = _stamps(out)
+    assert [name for name, stamp in before.items() if after.get(name) != stamp] == []
+    assert {"/".join(name.split("/")[:4]) for name in set(after) - set(before)} == {"step4/lohelp/de/dev"}
+    assert not [line for line in proc.stdout.splitlines() if line.startswith("$ ")]  # no launch
+    chosen = {c["system"]: c for c in json.loads((out / "results.json").read_text())["chosen_on_dev"]}
+    assert list(chosen) == ["bl_base", "minipost"] and {c["lang"] for c in chosen.values()} == {"de"}
+    assert all(f"[step4] lohelp de dev {system}: update {c['step2_update']} chosen of 4 (macro_f1 " in proc.stdout
+               for system, c in chosen.items())
+
     # A setting that would invalidate finished work is still refused, naming it, and nothing is written (another
     # source model is refused the same way: tests/unit/test_source_model.py)
     cfg["step2"]["steps"] = 6

@@ -155,7 +155,7 @@ def test_the_pipeline_checks_everything_before_the_first_job(tmp_path):
         Pipeline(PipelineConfig.load(path), str(path))
     # Per-language tokenizer settings make the same language fit (the demo's German test file goes with German).
     demo_task = json.loads((REPO / "configs/demo.json").read_text())["tasks"][0]
-    zh_only = {**demo_task, "test": {"en": demo_task["test"]["en"]}}
+    zh_only = {**demo_task, "dev": {"en": demo_task["dev"]["en"]}, "test": {"en": demo_task["test"]["en"]}}
     path = pipeline_config(tmp_path, targets=[{"lang": "zh", "corpus": str(cjk), "vocab_size": 4000}], tasks=[])
     Pipeline(PipelineConfig.load(path), str(path))
     # A task with no test file in a target language would finetune for nothing (issue 49: found after Step 1).
@@ -395,8 +395,11 @@ def test_a_job_or_language_the_plan_does_not_have_is_refused_before_the_folder_i
         # No task: nothing to finetune or score, so no Step-3 or Step-4 job (not jobs listed as done).
         path = pipeline_config(tmp_path, tasks=[])
         assert pipeline_main(["--config", str(path), "--list"]) == 0
-        listed = [line.split()[0] for line in capsys.readouterr().out.splitlines()]
+        *listed, why = capsys.readouterr().out.splitlines()
+        listed = [line.split()[0] for line in listed]
         assert listed[-4:] == [f"step2-{s}" for s in ("bl_base", "bl_small", "minijoint", "minipost")], listed
+        assert why == (f"(no Step 3 or Step 4: {path} names no task; the run ends with each language's embeddings, "
+                       "its Step-2 checkpoints)")
         assert pipeline_main(["--config", str(path), "--only", "step3-base"]) == 2
         assert "no job 'step3-base' in this pipeline (it names no task: Steps 3 and 4 have nothing to do)" in (
             capsys.readouterr().err)

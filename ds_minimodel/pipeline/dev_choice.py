@@ -1,0 +1,89 @@
+"""Which Step-2 checkpoint to use, chosen on a target language's dev file (Step 4, ``chosen_on_dev.txt``).
+
+Step 2 does not always end at its best: on a small corpus, read many times over, or from rows a word list anchors, its
+last checkpoint can read the language worse than an earlier one, its initial rows (update 0) included (RESULTS.md,
+"Hindi on test at 0.39 MB", "When Step 2 pays over its own update 0"). Where a task has a dev file in a target
+language, Step 4 scores every checkpoint of the main run's Step 2 on it too, and the checkpoint with the highest mean
+over finetuning seeds of the selection metric is chosen for that task, system and language (the earliest of equals:
+it cost least). The test file is read at that checkpoint beside the last one, so the choice is reported by a score it
+did not see. The selection metric is macro-F1 where the task kind scores it (classification: dev and test files
+can hold different label mixes, and accuracy on dev rewards leaning on dev's commonest label), else the kind's
+headline metric (accuracy for tagging, F1 for QA). The paper's analysis (Tables 2-3, the speedups) keeps reading the
+whole test curves, whatever is chosen here.
+"""
+from __future__ import annotations
+
+import statistics
+from collections import defaultdict
+
+from ds_minimodel.pipeline.records import DevChoice, Results, Score
+from ds_minimodel.systems import order_key
+
+SELECTION_METRIC = "macro_f1"
+"""What a choice maximises where the task kind scores it; else the kind's headline metric (``Score.metric``)."""
+
+
+def _by_update(records: list[Score]) -> dict[tuple[str, str, str], dict[int, list[Score]]]:
+    groups: dict[tuple[str, str, str], dict[int, list[Score]]] = defaultdict(lambda: defaultdict(list))
+    for r in records:
+        groups[(r.task, r.system, r.lang)][r.step2_update].append(r)
+    return groups
+
+
+def _mean(records: list[Score], metric: str) -> float:
+    return statistics.mean(r.metrics[metric] for r in records)
+
+
+def choose(dev: list[Score], test: list[Score]) -> list[DevChoice]:
+    """One choice per task, system and language that ``dev`` (the main run's dev scores) holds, with ``test`` (its
+    zero-shot test scores) read at the chosen checkpoint and at the last."""
+    on_test = _by_update(test)
+    choices = []
+    for (task, system, lang), checkpoints in sorted(_by_update(dev).items(),
+                                                    key=lambda kv: (kv[0][0], kv[0][2], order_key(kv[0][1]))):
+        first = next(iter(checkpoints.values()))[0]
+        selected_on = SELECTION_METRIC if SELECTION_METRIC in first.metrics else first.metric
+        means = {update: _mean(records, selected_on) for update, records in checkpoints.items()}
+        chosen, last = max(sorted(means), key=lambda u: means[u]), max(means)  # max keeps the first (earliest) best
+        tested = on_test.get((task, system, lang), {})
+        at_chosen, at_last = tested.get(chosen, []), tested.get(last, [])
+        scores = [r.score for r in at_chosen]
+        choices.append(DevChoice(
+            task=task, system=system, lang=lang, selected_on=selected_on, step2_update=chosen,
+            embeddings=checkpoints[chosen][0].embeddings or "", dev=means[chosen], dev_last=means[last],
+            last_update=last, metric=first.metric, test_mean=statistics.mean(scores) if scores else None,
+            test_std=(statistics.stdev(scores) if len(scores) > 1 else 0.0) if scores else None,
+            test_last=statistics.mean(r.score for r in at_last) if at_last else None))
+    return choices
+
+
+def said(c: DevChoice) -> str:
+    """One choice as Step 4 prints it."""
+    test = "" if c.test_mean is None else f"; test {c.test_mean:.1f} there, {c.test_last:.1f} at the last"
+    return (f"{c.task} {c.lang} dev {c.system}: update {c.step2_update} chosen of {c.last_update} ({c.selected_on} "
+            f"{c.dev:.1f}, at the last {c.dev_last:.1f}{test}; {c.metric}, means over seeds)")
+
+
+def table(results: Results) -> str:
+    """``chosen_on_dev.txt``: each choice, dev and test at it and at the last checkpoint (empty: no dev file in a
+    target language)."""
+    if not results.chosen_on_dev:
+        return ""
+    lines = []
+    for task in sorted({c.task for c in results.chosen_on_dev}):
+        rows = [c for c in results.chosen_on_dev if c.task == task]
+        lines += [(f"The Step-2 checkpoint chosen on each target language's dev file ({task}): the highest mean over "
+                   f"seeds of {rows[0].selected_on} on dev; test ({rows[0].metric}, mean over seeds) at it and at the "
+                   "last checkpoint"),
+                  (f"{'lang':<6} {'system':<14} {'chosen':>7} {'dev':>7} {'last':>6} {'dev at last':>12} "
+                   f"{'test':>14} {'test at last':>13}")]
+        for c in rows:
+            test = "-" if c.test_mean is None else f"{c.test_mean:.1f} +- {c.test_std:.1f}"
+            test_last = "-" if c.test_last is None else f"{c.test_last:.1f}"
+            lines.append(f"{c.lang:<6} {c.system:<14} {c.step2_update:>7} {c.dev:>7.1f} {c.last_update:>6} "
+                         f"{c.dev_last:>12.1f} {test:>14} {test_last:>13}")
+        earlier = [c for c in rows if c.step2_update < c.last_update]
+        lines.append(f"{len(earlier)} of {len(rows)} choose a checkpoint before the last"
+                     + (": " + ", ".join(f"{c.lang} {c.system} (update {c.step2_update})" for c in earlier)
+                        if earlier else "") + "\n")
+    return "\n".join(lines).rstrip("\n")

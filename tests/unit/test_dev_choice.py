@@ -1,0 +1,92 @@
+"""The Step-2 checkpoint a target language's dev file chooses (pipeline/dev_choice.py), from Step 4's records alone:
+the highest mean over seeds of macro-F1 on dev, the earliest of equals, test read at it and at the last checkpoint."""
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from ds_minimodel.errors import InputError
+from ds_minimodel.pipeline.dev_choice import choose, said
+from ds_minimodel.pipeline.records import Results, Score
+from ds_minimodel.pipeline.report import run
+from ds_minimodel.pipeline.results import write_results
+
+
+def score(system: str, update: int, seed: int, accuracy: float, macro_f1: float | None = None,
+          lang: str = "hi") -> Score:
+    metrics = {"accuracy": accuracy, **({} if macro_f1 is None else {"macro_f1": macro_f1})}
+    return Score(task="lohelp", lang=lang, seed=seed, metrics=metrics, system=system, step2_update=update,
+                 embeddings=f"step2/{lang}/{system}/checkpoints/step_{update:08d}", step2_flops=1e15 * update,
+                 v100_days=1e15 * update / 2.592e18)
+
+
+def curve(system: str, dev: dict[int, tuple[float, float]], lang: str = "hi") -> list[Score]:
+    """Two seeds a point apart around each (accuracy, macro-F1)."""
+    return [score(system, update, seed, acc + (seed - 1.5) * 2, f1 + (seed - 1.5) * 2, lang)
+            for update, (acc, f1) in dev.items() for seed in (1, 2)]
+
+
+def test_the_choice_is_the_best_mean_macro_f1_on_dev_and_test_is_read_at_it_and_at_the_end():
+    """Hindi's shape (RESULTS.md): Step 2 peaks early on dev, then falls below its update 0 by macro-F1 while accuracy
+    rises; the choice follows macro-F1, not accuracy, and test is reported where dev chose and where Step 2 ended."""
+    dev = curve("bl_base", {0: (44.5, 33.8), 50: (50.4, 41.4), 100: (49.6, 38.2), 150: (52.0, 33.2)})
+    test = curve("bl_base", {0: (49.0, 41.5), 50: (47.0, 39.0), 100: (44.4, 33.2), 150: (42.8, 32.7)})
+    (choice,) = choose(dev, test)
+    assert (choice.system, choice.lang, choice.selected_on, choice.step2_update) == ("bl_base", "hi", "macro_f1", 50)
+    assert choice.dev == pytest.approx(41.4) and choice.dev_last == pytest.approx(33.2) and choice.last_update == 150
+    assert choice.embeddings == "step2/hi/bl_base/checkpoints/step_00000050"
+    assert choice.metric == "accuracy" and choice.test_mean == pytest.approx(47.0)
+    assert choice.test_std == pytest.approx(2 ** 0.5) and choice.test_last == pytest.approx(42.8)
+    assert said(choice) == ("lohelp hi dev bl_base: update 50 chosen of 150 (macro_f1 41.4, at the last 33.2; test "
+                            "47.0 there, 42.8 at the last; accuracy, means over seeds)")
+
+
+def test_equal_dev_scores_choose_the_earliest_and_a_kind_without_macro_f1_selects_on_its_headline():
+    """Tagging scores accuracy alone; two checkpoints level on dev: the cheaper one. No test file in the language:
+    the choice stands, its test columns are None."""
+    dev = [score("minipost", u, s, 60.0 if u else 50.0) for u in (0, 100, 200) for s in (1, 2)]
+    (choice,) = choose(dev, [])
+    assert (choice.selected_on, choice.step2_update, choice.last_update) == ("accuracy", 100, 200)
+    assert choice.test_mean is None and choice.test_std is None and choice.test_last is None
+    assert said(choice).endswith("update 100 chosen of 200 (accuracy 60.0, at the last 60.0; accuracy, means over "
+                                 "seeds)")
+
+
+def test_one_choice_per_system_and_language_in_the_systems_order():
+    dev = [*curve("minipost", {0: (40, 30), 100: (45, 35)}), *curve("bl_base", {0: (40, 36), 100: (45, 35)}),
+           *curve("bl_base", {0: (40, 30), 100: (45, 35)}, lang="de")]
+    got = [(c.lang, c.system, c.step2_update) for c in choose(dev, [])]
+    assert got == [("de", "bl_base", 100), ("hi", "bl_base", 0), ("hi", "minipost", 100)]
+
+
+def test_results_json_keeps_the_dev_scores_and_choices_and_the_analysis_prints_them(tmp_path):
+    """Written by Step 4's writer, read back by ``Results.load`` to the same records, printed by the analysis; a
+    run with no target dev file writes neither list (its results.json is as before)."""
+    dev = curve("bl_base", {0: (49.0, 41.5), 300: (45.0, 35.0)})
+    test = curve("bl_base", {0: (48.0, 40.0), 300: (44.0, 33.0)})
+    write_results(tmp_path, test, [], on_dev=dev)
+    results = Results.load(tmp_path / "results.json")
+    assert results.zero_shot_dev == dev and results.chosen_on_dev == choose(dev, test)
+    summary = run(tmp_path / "results.json", tmp_path / "analysis", plots=False)
+    lines = summary["chosen_on_dev"].splitlines()
+    assert lines[0].startswith("The Step-2 checkpoint chosen on each target language's dev file (lohelp): the "
+                               "highest mean over seeds of macro_f1 on dev; test (accuracy")
+    assert lines[2].split() == ["hi", "bl_base", "0", "41.5", "300", "35.0", "48.0", "+-", "1.4", "44.0"]
+    assert lines[3] == "1 of 1 choose a checkpoint before the last: hi bl_base (update 0)"
+    assert (tmp_path / "analysis" / "chosen_on_dev.txt").read_text() == summary["chosen_on_dev"] + "\n"
+    write_results(tmp_path, test, [])
+    kept = json.loads((tmp_path / "results.json").read_text())
+    assert "zero_shot_dev" not in kept and "chosen_on_dev" not in kept
+    assert run(tmp_path / "results.json", tmp_path / "again", plots=False)["chosen_on_dev"] == ""
+    assert not (tmp_path / "again" / "chosen_on_dev.txt").exists()
+
+
+def test_a_choice_record_missing_a_field_is_refused_naming_the_file_and_the_place(tmp_path):
+    dev = curve("bl_base", {0: (49.0, 41.5), 300: (45.0, 35.0)})
+    write_results(tmp_path, curve("bl_base", {0: (48.0, 40.0)}), [], on_dev=dev)
+    data = json.loads((tmp_path / "results.json").read_text())
+    del data["chosen_on_dev"][0]["embeddings"]
+    (tmp_path / "results.json").write_text(json.dumps(data))
+    with pytest.raises(InputError, match=r"results\.json: chosen_on_dev\[0\]: missing key 'embeddings'"):
+        Results.load(tmp_path / "results.json")
