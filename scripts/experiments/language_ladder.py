@@ -15,7 +15,8 @@ files: the config's task names them as its test files, so that no test file is r
 reports test once, with the chosen recipe). ``fi-small`` is the 0.40 MB Finnish cut (issue 46 item 3), scored on
 Finnish dev. ``--test --variants V`` is that one run on test, once the recipe V is chosen: BL_BASE and MiniPost
 (the finished run's Step 1b and the mini-model's classifiers linked too), the languages' test files, into
-``runs/language-test/V``; it refuses to start without ``--variants``.
+``runs/language-test/V``; it refuses to start without ``--variants``. Its config names each language's dev file too,
+so its Step 4 also chooses each system's Step-2 checkpoint there and reads test at it (``chosen_on_dev``).
 
 Variants (``step2`` settings over the run's own): ``focus`` (no resource), ``focus-translit`` (transliteration anchors),
 ``focus-ngrams`` (rare pieces' static vectors from character n-grams), ``wechsel-freedict`` (the FreeDict lists
@@ -100,6 +101,8 @@ def config(base: dict, variant: str, langs: list[str], out: Path, steps: int | N
     task["dev"] = {"en": task["dev"]["en"]}  # Step 3's English dev (its runs are linked, unchanged)
     split = "test" if test else "dev"
     task["test"] = {lang: task_file(lang, split) for lang in ["en", *langs]}
+    if test:  # Step 4 also chooses each language's Step-2 checkpoint on its dev file (pipeline.dev_choice)
+        task["dev"].update({lang: task_file(lang, "dev") for lang in langs})
     cfg["step2"].update(VARIANTS[variant])
     if steps is not None:  # six saved checkpoints after update 0, as the run's 600 updates have
         cfg["step2"].update(steps=steps, save_every=max(1, steps // 6))

@@ -75,6 +75,9 @@ def test_the_test_run_scores_the_test_files_with_minipost_and_needs_the_recipe_n
                      "km": "reference_data/tasks/lohelp/test.km.jsonl",
                      "fi-small": "reference_data/tasks/lohelp/test.fi.jsonl"}
     assert cfg["systems"] == ["bl_base", "minipost"] and cfg["source_minis"] == ["minipost"]
+    assert cfg["tasks"][0]["dev"] == {"en": "reference_data/tasks/lohelp/dev.en.jsonl",  # Step 4's checkpoint choice
+                                      "km": "reference_data/tasks/lohelp/dev.km.jsonl",
+                                      "fi-small": "reference_data/tasks/lohelp/dev.fi.jsonl"}
     assert language_ladder.config(BASE, "focus", ["km"], tmp_path)["tasks"][0]["test"]["en"].endswith("dev.en.jsonl")
     with pytest.raises(SystemExit):
         language_ladder.main(["--test"])
