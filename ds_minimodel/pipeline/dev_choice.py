@@ -53,15 +53,31 @@ def choose(dev: list[Score], test: list[Score]) -> list[DevChoice]:
             embeddings=checkpoints[chosen][0].embeddings or "", dev=means[chosen], dev_last=means[last],
             last_update=last, metric=first.metric, test_mean=statistics.mean(scores) if scores else None,
             test_std=(statistics.stdev(scores) if len(scores) > 1 else 0.0) if scores else None,
-            test_last=statistics.mean(r.score for r in at_last) if at_last else None))
+            test_last=_mean(at_last, first.metric) if at_last else None,
+            test_selected=_mean(at_chosen, selected_on) if at_chosen else None,
+            test_selected_last=_mean(at_last, selected_on) if at_last else None))
     return choices
+
+
+def _on_test(c: DevChoice, headline: float | None, selected: float | None, spread: str = "") -> str:
+    """A test reading: the headline metric (``spread`` after it), the selection metric in brackets where it is
+    another; "-" where the task has no test file in the language."""
+    if headline is None:
+        return "-"
+    return f"{headline:.1f}{spread}" + (f" ({selected:.1f})" if c.selected_on != c.metric else "")
+
+
+def _test_metrics(c: DevChoice) -> str:
+    return c.metric + (f" ({c.selected_on})" if c.selected_on != c.metric else "")
 
 
 def said(c: DevChoice) -> str:
     """One choice as Step 4 prints it."""
-    test = "" if c.test_mean is None else f"; test {c.test_mean:.1f} there, {c.test_last:.1f} at the last"
+    test = "" if c.test_mean is None else (f"; test {_on_test(c, c.test_mean, c.test_selected)} there, "
+                                           f"{_on_test(c, c.test_last, c.test_selected_last)} at the last, as "
+                                           f"{_test_metrics(c)}")
     return (f"{c.task} {c.lang} dev {c.system}: update {c.step2_update} chosen of {c.last_update} ({c.selected_on} "
-            f"{c.dev:.1f}, at the last {c.dev_last:.1f}{test}; {c.metric}, means over seeds)")
+            f"{c.dev:.1f}, at the last {c.dev_last:.1f}{test}; means over seeds)")
 
 
 def table(results: Results) -> str:
@@ -73,15 +89,14 @@ def table(results: Results) -> str:
     for task in sorted({c.task for c in results.chosen_on_dev}):
         rows = [c for c in results.chosen_on_dev if c.task == task]
         lines += [(f"The Step-2 checkpoint chosen on each target language's dev file ({task}): the highest mean over "
-                   f"seeds of {rows[0].selected_on} on dev; test ({rows[0].metric}, mean over seeds) at it and at the "
-                   "last checkpoint"),
+                   f"seeds of {rows[0].selected_on} on dev; test at it and at the last checkpoint, "
+                   f"{_test_metrics(rows[0])}, means over seeds"),
                   (f"{'lang':<6} {'system':<14} {'chosen':>7} {'dev':>7} {'last':>6} {'dev at last':>12} "
-                   f"{'test':>14} {'test at last':>13}")]
+                   f"{'test':>21} {'test at last':>13}")]
         for c in rows:
-            test = "-" if c.test_mean is None else f"{c.test_mean:.1f} +- {c.test_std:.1f}"
-            test_last = "-" if c.test_last is None else f"{c.test_last:.1f}"
+            test = _on_test(c, c.test_mean, c.test_selected, f" +- {c.test_std:.1f}" if c.test_std is not None else "")
             lines.append(f"{c.lang:<6} {c.system:<14} {c.step2_update:>7} {c.dev:>7.1f} {c.last_update:>6} "
-                         f"{c.dev_last:>12.1f} {test:>14} {test_last:>13}")
+                         f"{c.dev_last:>12.1f} {test:>21} {_on_test(c, c.test_last, c.test_selected_last):>13}")
         earlier = [c for c in rows if c.step2_update < c.last_update]
         lines.append(f"{len(earlier)} of {len(rows)} choose a checkpoint before the last"
                      + (": " + ", ".join(f"{c.lang} {c.system} (update {c.step2_update})" for c in earlier)

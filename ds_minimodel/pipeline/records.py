@@ -158,7 +158,7 @@ class DevChoice(_Record):
     """The Step-2 checkpoint a target language's dev file chooses for one task and system (``pipeline.dev_choice``),
     with dev and test read at it and at the run's last checkpoint, each a mean over finetuning seeds."""
 
-    ALWAYS: ClassVar = frozenset({"test_mean", "test_std", "test_last"})
+    ALWAYS: ClassVar = frozenset({"test_mean", "test_std", "test_last", "test_selected", "test_selected_last"})
 
     task: str
     system: str
@@ -178,6 +178,9 @@ class DevChoice(_Record):
     """None: the task has no test file in the language"""
     test_std: float | None
     test_last: float | None
+    test_selected: float | None
+    """the selection metric on test at the chosen checkpoint (None: no test file)"""
+    test_selected_last: float | None
 
 
 TRIVIAL = ("majority", "bag_of_words")

@@ -7,7 +7,7 @@ import json
 import pytest
 
 from ds_minimodel.errors import InputError
-from ds_minimodel.pipeline.dev_choice import choose, said
+from ds_minimodel.pipeline.dev_choice import choose, said, table
 from ds_minimodel.pipeline.records import Results, Score
 from ds_minimodel.pipeline.report import run
 from ds_minimodel.pipeline.results import write_results
@@ -38,8 +38,9 @@ def test_the_choice_is_the_best_mean_macro_f1_on_dev_and_test_is_read_at_it_and_
     assert choice.embeddings == "step2/hi/bl_base/checkpoints/step_00000050"
     assert choice.metric == "accuracy" and choice.test_mean == pytest.approx(47.0)
     assert choice.test_std == pytest.approx(2 ** 0.5) and choice.test_last == pytest.approx(42.8)
+    assert choice.test_selected == pytest.approx(39.0) and choice.test_selected_last == pytest.approx(32.7)
     assert said(choice) == ("lohelp hi dev bl_base: update 50 chosen of 150 (macro_f1 41.4, at the last 33.2; test "
-                            "47.0 there, 42.8 at the last; accuracy, means over seeds)")
+                            "47.0 (39.0) there, 42.8 (32.7) at the last, as accuracy (macro_f1); means over seeds)")
 
 
 def test_equal_dev_scores_choose_the_earliest_and_a_kind_without_macro_f1_selects_on_its_headline():
@@ -49,8 +50,14 @@ def test_equal_dev_scores_choose_the_earliest_and_a_kind_without_macro_f1_select
     (choice,) = choose(dev, [])
     assert (choice.selected_on, choice.step2_update, choice.last_update) == ("accuracy", 100, 200)
     assert choice.test_mean is None and choice.test_std is None and choice.test_last is None
-    assert said(choice).endswith("update 100 chosen of 200 (accuracy 60.0, at the last 60.0; accuracy, means over "
-                                 "seeds)")
+    assert choice.test_selected is None and choice.test_selected_last is None
+    assert said(choice).endswith("update 100 chosen of 200 (accuracy 60.0, at the last 60.0; means over seeds)")
+    rows = table(Results(zero_shot=[], zero_shot_over_seeds=[], chosen_on_dev=[choice])).splitlines()
+    assert rows[0].endswith("test at it and at the last checkpoint, accuracy, means over seeds")
+    assert rows[2].split() == ["hi", "minipost", "100", "60.0", "200", "60.0", "-", "-"]
+    (tested,) = choose(dev, [score("minipost", u, s, 70.0 + u / 100) for u in (0, 100, 200) for s in (1, 2)])
+    assert said(tested).endswith("(accuracy 60.0, at the last 60.0; test 71.0 there, 72.0 at the last, as accuracy; "
+                                 "means over seeds)")
 
 
 def test_one_choice_per_system_and_language_in_the_systems_order():
@@ -70,9 +77,11 @@ def test_results_json_keeps_the_dev_scores_and_choices_and_the_analysis_prints_t
     assert results.zero_shot_dev == dev and results.chosen_on_dev == choose(dev, test)
     summary = run(tmp_path / "results.json", tmp_path / "analysis", plots=False)
     lines = summary["chosen_on_dev"].splitlines()
-    assert lines[0].startswith("The Step-2 checkpoint chosen on each target language's dev file (lohelp): the "
-                               "highest mean over seeds of macro_f1 on dev; test (accuracy")
-    assert lines[2].split() == ["hi", "bl_base", "0", "41.5", "300", "35.0", "48.0", "+-", "1.4", "44.0"]
+    assert lines[0] == ("The Step-2 checkpoint chosen on each target language's dev file (lohelp): the highest "
+                        "mean over seeds of macro_f1 on dev; test at it and at the last checkpoint, accuracy "
+                        "(macro_f1), means over seeds")
+    assert lines[2].split() == ["hi", "bl_base", "0", "41.5", "300", "35.0", "48.0", "+-", "1.4", "(40.0)", "44.0",
+                                "(33.0)"]
     assert lines[3] == "1 of 1 choose a checkpoint before the last: hi bl_base (update 0)"
     assert (tmp_path / "analysis" / "chosen_on_dev.txt").read_text() == summary["chosen_on_dev"] + "\n"
     write_results(tmp_path, test, [])
