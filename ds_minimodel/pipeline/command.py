@@ -85,8 +85,7 @@ def _run(args: argparse.Namespace) -> int:
         print(f"\n{args.config} names no task: nothing to finetune or score. The target embeddings, each language's"
               " and system's newest Step-2 checkpoint (`ds-minimodel hf export --model <primary> --embeddings "
               "<checkpoint>` writes one as a Hugging Face folder; further runs named as their jobs are):")
-        runs = [(pipeline, k) for k in (None, *cfg.step2_seeds)] + [(run, None) for run in pipeline.extra_runs.values()]
-        for run, step2_seed in runs:
+        for run, step2_seed in pipeline.step2_runs():
             for lang in (t.lang for t in cfg.targets):
                 for system in cfg.systems:
                     name = run.job_name(Step.ADAPT, system, step2_seed=step2_seed).removeprefix(f"{Step.ADAPT}-")

@@ -169,6 +169,11 @@ class Pipeline:
         raise InputError(f"{self.source_path}: no job {name!r} in this pipeline{why}; its jobs are "
                          + ", ".join(j.name for j in self.jobs()))
 
+    def step2_runs(self) -> list[tuple[Pipeline, int | None]]:
+        """Every Step-2 run of the plan as (its pretraining run, its Step-2 seed or None): the main one, each further
+        Step-2 run (``step2_seeds``) over the main body, and each further pretraining run's (``pretrain_seeds``)."""
+        return [(self, k) for k in (None, *self.cfg.step2_seeds)] + [(run, None) for run in self.extra_runs.values()]
+
     def finetuned(self) -> list[str]:
         """What Step 3 finetunes: every primary, then (the main run) ``mini-<system>`` for each of ``source_minis``."""
         return [*self.primaries, *(mini_name(s) for s in (self.cfg.source_minis if not self.suffix else ()))]

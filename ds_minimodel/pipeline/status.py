@@ -58,9 +58,9 @@ def _scored(run: Any) -> bool:
     scored = {(r.step2_seed, r.task, r.lang, r.system, r.step2_update) for r in results.zero_shot + results.step2_runs}
     further = {(r.pretrain_seed, r.task, r.lang, r.system, r.step2_update) for r in results.pretrain_runs}
     on_dev = {(None, r.task, r.lang, r.system, r.step2_update) for r in results.zero_shot_dev}
-    runs = [(run, step2_seed, step2_seed, scored, "test") for step2_seed in (None, *run.cfg.step2_seeds)]
-    runs += [(extra, None, extra.seed, further, "test") for extra in run.extra_runs.values()]
-    runs.append((run, None, None, on_dev, "dev"))  # the main run on the target dev files (dev_choice)
+    runs = [(each, k, k, scored, "test") if each is run else (each, k, each.seed, further, "test")
+            for each, k in run.step2_runs()]  # the main run's and further Step-2 runs' by Step-2 seed, the others'
+    runs.append((run, None, None, on_dev, "dev"))  # by Step-1 seed; the main run on the target dev files (dev_choice)
     for each, step2_seed, key, found, split in runs:
         for task in run.cfg.tasks:
             for target in run.cfg.targets:
