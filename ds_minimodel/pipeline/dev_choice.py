@@ -13,8 +13,10 @@ whole test curves, whatever is chosen here.
 """
 from __future__ import annotations
 
+import shlex
 import statistics
 from collections import defaultdict
+from pathlib import Path
 
 from ds_minimodel.pipeline.records import DevChoice, Results, Score
 from ds_minimodel.systems import order_key
@@ -48,6 +50,7 @@ def choose(dev: list[Score], test: list[Score]) -> list[DevChoice]:
         tested = on_test.get((task, system, lang), {})
         at_chosen, at_last = tested.get(chosen, []), tested.get(last, [])
         scores = [r.score for r in at_chosen]
+        best = max(sorted(checkpoints[chosen], key=lambda r: r.seed or 0), key=lambda r: r.metrics[selected_on])
         choices.append(DevChoice(
             task=task, system=system, lang=lang, selected_on=selected_on, step2_update=chosen,
             embeddings=checkpoints[chosen][0].embeddings or "", dev=means[chosen], dev_last=means[last],
@@ -55,7 +58,8 @@ def choose(dev: list[Score], test: list[Score]) -> list[DevChoice]:
             test_std=(statistics.stdev(scores) if len(scores) > 1 else 0.0) if scores else None,
             test_last=_mean(at_last, first.metric) if at_last else None,
             test_selected=_mean(at_chosen, selected_on) if at_chosen else None,
-            test_selected_last=_mean(at_last, selected_on) if at_last else None))
+            test_selected_last=_mean(at_last, selected_on) if at_last else None, seed=best.seed,
+            task_model=best.task_model))
     return choices
 
 
@@ -80,9 +84,20 @@ def said(c: DevChoice) -> str:
             f"{c.dev:.1f}, at the last {c.dev_last:.1f}{test}; means over seeds)")
 
 
-def table(results: Results) -> str:
+def export_command(c: DevChoice, out: Path) -> str | None:
+    """The command that writes choice ``c`` as a Hugging Face folder in ``out``/<task>-<lang>-<system>: the classifier
+    of the seed that reads dev best at the chosen checkpoint, the chosen embeddings and their tokenizer swapped in
+    (None: a record written before the seed was kept)."""
+    if c.task_model is None:
+        return None
+    folder = out / f"{c.task}-{c.lang}-{c.system}"
+    return " ".join(shlex.quote(str(a)) for a in ("ds-minimodel", "hf", "export", "--model", c.task_model,
+                                                  "--embeddings", c.embeddings, "--out", folder))
+
+
+def table(results: Results, export_to: Path | None = None) -> str:
     """``chosen_on_dev.txt``: each choice, dev and test at it and at the last checkpoint (empty: no dev file in a
-    target language)."""
+    target language); with ``export_to``, the command that writes each chosen model into a folder under it."""
     if not results.chosen_on_dev:
         return ""
     lines = []
@@ -101,4 +116,10 @@ def table(results: Results) -> str:
         lines.append(f"{len(earlier)} of {len(rows)} choose a checkpoint before the last"
                      + (": " + ", ".join(f"{c.lang} {c.system} (update {c.step2_update})" for c in earlier)
                         if earlier else "") + "\n")
+        commands = [(c, export_command(c, export_to)) for c in rows] if export_to is not None else []
+        if any(command for _, command in commands):
+            lines.append("Each chosen model as a Hugging Face folder (the classifier of the seed that reads dev best "
+                         "there, the chosen embeddings and tokenizer swapped in):")
+            lines += [f"  {c.lang} {c.system} (seed {c.seed}): {command}" for c, command in commands if command]
+            lines.append("")
     return "\n".join(lines).rstrip("\n")

@@ -181,6 +181,10 @@ class DevChoice(_Record):
     test_selected: float | None
     """the selection metric on test at the chosen checkpoint (None: no test file)"""
     test_selected_last: float | None
+    seed: int | None = None
+    """the finetuning seed whose classifier reads dev best at the chosen checkpoint (the lowest of equals): with
+    ``task_model``, its Step-3 model, the pair ``hf export`` makes a model of (None in files written before it)"""
+    task_model: str | None = None
 
 
 TRIVIAL = ("majority", "bag_of_words")

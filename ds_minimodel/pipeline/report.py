@@ -51,7 +51,7 @@ def run(results_path: Path, out: Path, *, plots: bool = True) -> dict[str, Any]:
               "diagnostics": diagnostics(results, all_curves, relearn_curves, metrics),
               "table4": studies.table4(rows), "table_a3": studies.table_a3(all_curves),
               "table5": studies.table5(results), "table_a5": studies.table_a5(results),
-              "chosen_on_dev": dev_choice.table(results)}
+              "chosen_on_dev": dev_choice.table(results, results_path.parent / "export")}
     tables["table3_step2_runs"], over_runs = studies.step2_runs(results, majority, str(results_path))
     for name, text in tables.items():
         if text:  # the studies' tables exist only where the run has a depth sweep or finetuned mini-models

@@ -7,6 +7,7 @@ import csv
 import importlib.util
 import json
 import re
+import shlex
 import sys
 from collections import Counter
 from pathlib import Path
@@ -110,7 +111,7 @@ def test_every_system_checkpoint_and_seed_is_scored_in_german(pipeline):
     assert {"step1-base", "step1b-minipost", "step2-de-minipost", "step3-lohelp-small-seed2"} <= runs, runs
 
 
-def test_a_german_dev_file_chooses_each_systems_checkpoint_and_test_is_read_at_it(pipeline):
+def test_a_german_dev_file_chooses_each_systems_checkpoint_and_test_is_read_at_it(pipeline, tmp_path):
     """Every checkpoint of every system scored on German dev with each seed; the choice per system is the checkpoint
     with the best mean macro-F1 over seeds (the earliest of equals), with test's mean accuracy there and at the last
     checkpoint taken from the test records; the analysis prints the table the run printed."""
@@ -135,9 +136,38 @@ def test_a_german_dev_file_chooses_each_systems_checkpoint_and_test_is_read_at_i
         assert c["test_mean"] == pytest.approx(mean(results["zero_shot"], system, c["step2_update"], "accuracy"))
         assert c["test_last"] == pytest.approx(mean(results["zero_shot"], system, STEP2_SAVES[-1], "accuracy"))
         assert Path(c["embeddings"]) == out / "step2/de" / system / f"checkpoints/step_{c['step2_update']:08d}"
+        # The classifier to use with it: the seed that reads dev best there, the lowest of equals.
+        there = sorted((r for r in dev if (r["system"], r["step2_update"]) == (system, c["step2_update"])),
+                       key=lambda r: (-r["macro_f1"], r["seed"]))
+        assert (c["seed"], c["task_model"]) == (there[0]["seed"], there[0]["task_model"])
     table = (out / "analysis" / "chosen_on_dev.txt").read_text().strip()
     assert table.startswith("The Step-2 checkpoint chosen on each target language's dev file (lohelp)")
     assert table in pipeline["stdout"]
+    # The command it prints for MiniPost (its rows, learned over the mini-model, in BL_BASE's classifier) writes a
+    # Hugging Face classifier that reads German dev as Step 4 read it with that seed (the tokenizers may split a
+    # rare text differently: within 2 items of 100).
+    c = choices["minipost"]
+    (line,) = [line for line in table.splitlines() if line.startswith(f"  de minipost (seed {c['seed']}): ")]
+    command = shlex.split(line.split(": ", 1)[1])
+    assert command[:3] == ["ds-minimodel", "hf", "export"]
+    assert command[command.index("--out") + 1] == str(out / "export/lohelp-de-minipost")
+    command[command.index("--out") + 1] = str(tmp_path / "de")
+    run_cmd(command, timeout=120)
+    record = json.loads((tmp_path / "de/ds_minimodel_export.json").read_text())
+    assert [record["source"], record["embeddings"]["path"]] == [str(Path(c[k]).resolve()) for k in ("task_model",
+                                                                                                  "embeddings")]
+    transformers = pytest.importorskip("transformers")
+    model = transformers.AutoModelForSequenceClassification.from_pretrained(tmp_path / "de", local_files_only=True)
+    tokenizer = transformers.AutoTokenizer.from_pretrained(tmp_path / "de", local_files_only=True)
+    items = [json.loads(line) for line in Path(pipeline["settings"]["tasks"][0]["dev"]["de"]).read_text().splitlines()]
+    enc = tokenizer([item["text"] for item in items], truncation=True, max_length=64, padding="max_length",
+                    return_tensors="pt")
+    with torch.no_grad():
+        predicted = model.eval()(**enc).logits.argmax(-1).tolist()
+    accuracy = 100 * sum(model.config.id2label[p] == item["label"] for p, item in zip(predicted, items)) / len(items)
+    (step4,) = [r for r in dev if (r["system"], r["step2_update"], r["seed"]) == ("minipost", c["step2_update"],
+                                                                                  c["seed"])]
+    assert abs(accuracy - step4["accuracy"]) <= 2.0, (accuracy, step4)
 
 
 def test_finetuning_keeps_embeddings_bitwise_and_beats_the_majority_class(pipeline):

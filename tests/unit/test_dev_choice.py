@@ -18,6 +18,7 @@ def score(system: str, update: int, seed: int, accuracy: float, macro_f1: float 
     metrics = {"accuracy": accuracy, **({} if macro_f1 is None else {"macro_f1": macro_f1})}
     return Score(task="lohelp", lang=lang, seed=seed, metrics=metrics, system=system, step2_update=update,
                  embeddings=f"step2/{lang}/{system}/checkpoints/step_{update:08d}", step2_flops=1e15 * update,
+                 task_model=f"step3/lohelp/base/seed{seed}/checkpoints/step_00000279",
                  v100_days=1e15 * update / 2.592e18)
 
 
@@ -36,6 +37,8 @@ def test_the_choice_is_the_best_mean_macro_f1_on_dev_and_test_is_read_at_it_and_
     assert (choice.system, choice.lang, choice.selected_on, choice.step2_update) == ("bl_base", "hi", "macro_f1", 50)
     assert choice.dev == pytest.approx(41.4) and choice.dev_last == pytest.approx(33.2) and choice.last_update == 150
     assert choice.embeddings == "step2/hi/bl_base/checkpoints/step_00000050"
+    # The classifier to use with it: the seed that reads dev best there (seed 2, 2 points above seed 1).
+    assert (choice.seed, choice.task_model) == (2, "step3/lohelp/base/seed2/checkpoints/step_00000279")
     assert choice.metric == "accuracy" and choice.test_mean == pytest.approx(47.0)
     assert choice.test_std == pytest.approx(2 ** 0.5) and choice.test_last == pytest.approx(42.8)
     assert choice.test_selected == pytest.approx(39.0) and choice.test_selected_last == pytest.approx(32.7)
@@ -49,6 +52,7 @@ def test_equal_dev_scores_choose_the_earliest_and_a_kind_without_macro_f1_select
     dev = [score("minipost", u, s, 60.0 if u else 50.0) for u in (0, 100, 200) for s in (1, 2)]
     (choice,) = choose(dev, [])
     assert (choice.selected_on, choice.step2_update, choice.last_update) == ("accuracy", 100, 200)
+    assert choice.seed == 1  # both seeds level there: the lowest
     assert choice.test_mean is None and choice.test_std is None and choice.test_last is None
     assert choice.test_selected is None and choice.test_selected_last is None
     assert said(choice).endswith("update 100 chosen of 200 (accuracy 60.0, at the last 60.0; means over seeds)")
@@ -83,6 +87,12 @@ def test_results_json_keeps_the_dev_scores_and_choices_and_the_analysis_prints_t
     assert lines[2].split() == ["hi", "bl_base", "0", "41.5", "300", "35.0", "48.0", "+-", "1.4", "(40.0)", "44.0",
                                 "(33.0)"]
     assert lines[3] == "1 of 1 choose a checkpoint before the last: hi bl_base (update 0)"
+    # The command that writes the chosen model (seed 2's classifier, the update-0 rows) beside results.json.
+    assert lines[5:] == [("Each chosen model as a Hugging Face folder (the classifier of the seed that reads dev best "
+                          "there, the chosen embeddings and tokenizer swapped in):"),
+                         ("  hi bl_base (seed 2): ds-minimodel hf export --model "
+                          "step3/lohelp/base/seed2/checkpoints/step_00000279 --embeddings "
+                          f"step2/hi/bl_base/checkpoints/step_00000000 --out {tmp_path / 'export/lohelp-hi-bl_base'}")]
     assert (tmp_path / "analysis" / "chosen_on_dev.txt").read_text() == summary["chosen_on_dev"] + "\n"
     write_results(tmp_path, test, [])
     kept = json.loads((tmp_path / "results.json").read_text())
@@ -95,6 +105,12 @@ def test_a_choice_record_missing_a_field_is_refused_naming_the_file_and_the_plac
     dev = curve("bl_base", {0: (49.0, 41.5), 300: (45.0, 35.0)})
     write_results(tmp_path, curve("bl_base", {0: (48.0, 40.0)}), [], on_dev=dev)
     data = json.loads((tmp_path / "results.json").read_text())
+    # A file written before the choice kept its classifier reads as it was, with no command to write the model.
+    older = json.loads(json.dumps(data))
+    del older["chosen_on_dev"][0]["seed"], older["chosen_on_dev"][0]["task_model"]
+    (tmp_path / "results.json").write_text(json.dumps(older))
+    text = table(Results.load(tmp_path / "results.json"), tmp_path / "export")
+    assert "update 0" in text and "hf export" not in text
     del data["chosen_on_dev"][0]["embeddings"]
     (tmp_path / "results.json").write_text(json.dumps(data))
     with pytest.raises(InputError, match=r"results\.json: chosen_on_dev\[0\]: missing key 'embeddings'"):
