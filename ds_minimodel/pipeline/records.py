@@ -155,8 +155,9 @@ class DevScore(_Record):
 
 @dataclass(frozen=True)
 class DevChoice(_Record):
-    """The Step-2 checkpoint a target language's dev file chooses for one task and system (``pipeline.dev_choice``),
-    with dev and test read at it and at the run's last checkpoint, each a mean over finetuning seeds."""
+    """The Step-2 checkpoint a target language's dev file chooses for one task, system and Step-2 run
+    (``pipeline.dev_choice``), with dev and test read at it and at the run's last checkpoint, each a mean over
+    finetuning seeds."""
 
     ALWAYS: ClassVar = frozenset({"test_mean", "test_std", "test_last", "test_selected", "test_selected_last"})
 
@@ -181,6 +182,8 @@ class DevChoice(_Record):
     test_selected: float | None
     """the selection metric on test at the chosen checkpoint (None: no test file)"""
     test_selected_last: float | None
+    step2_seed: int | None = None
+    """a further Step-2 run's choice (``step2_seeds``): its Step-2 seed; None for the main run's"""
     seed: int | None = None
     """the finetuning seed whose classifier reads dev best at the chosen checkpoint (the lowest of equals): with
     ``task_model``, its Step-3 model, the pair ``hf export`` makes a model of (None in files written before it)"""
@@ -220,7 +223,8 @@ class Results:
     """every further Step-2 run's scores (``step2_seeds``), as ``zero_shot`` holds the main run's"""
     step2_runs_over_seeds: list[MeanScore] = field(default_factory=list)
     zero_shot_dev: list[Score] = field(default_factory=list)
-    """the main run's Step-2 checkpoints scored on the target languages' dev files, where the task has them"""
+    """every Step-2 run's checkpoints scored on the target languages' dev files, where the task has them (a further
+    run's with its ``step2_seed``)"""
     chosen_on_dev: list[DevChoice] = field(default_factory=list)
     source_model: dict[str, Any] | None = None
     """the given English model BL_BASE's primary is (``pipeline.source_model``), or None when Step 1 trained it"""

@@ -76,10 +76,10 @@ def write_results(out: Path, results: list[Score], dev_scores: list[DevScore], *
                   source_model: dict[str, Any] | None = None) -> dict[str, Any]:
     """results.json (every record, the per-checkpoint means over seeds, the source-language dev scores, the
     controls, the trivial baselines, with ``pretrain_seeds`` the final scores of every pretraining run and with
-    ``step2_seeds`` every further Step-2 run's scores and their means, with ``on_dev`` (the main run's checkpoints on
-    target dev files) those scores and the checkpoint each dev file chooses: ``dev_choice``),
-    results.csv (one row per seed and checkpoint) and results_mean.csv (one row
-    per checkpoint). ``source_model``: the given model BL_BASE's primary is (``settings.GivenModel``), or None
+    ``step2_seeds`` every further Step-2 run's scores and their means, with ``on_dev`` (every Step-2 run's checkpoints
+    on target dev files) those scores and the checkpoint each dev file chooses in each run: ``dev_choice``),
+    results.csv (one row per seed and checkpoint), results_mean.csv (one row per checkpoint) and, with ``on_dev``,
+    results_dev.csv (its rows as results.csv's). ``source_model``: the given model BL_BASE's primary is (``settings.GivenModel``), or None
     when Step 1 pretrained it."""
     summary = over_seeds(results)
     Results(zero_shot=list(results), zero_shot_over_seeds=summary, source_dev=list(dev_scores),
@@ -87,9 +87,13 @@ def write_results(out: Path, results: list[Score], dev_scores: list[DevScore], *
             source_relearn_over_seeds=over_seeds(list(source_relearn)), baselines=list(baselines),
             pretrain_runs=list(pretrain_runs), step2_runs=list(step2_runs),
             step2_runs_over_seeds=over_seeds(list(step2_runs)), zero_shot_dev=list(on_dev),
-            chosen_on_dev=dev_choice.choose(list(on_dev), list(results)),
+            chosen_on_dev=dev_choice.choose(list(on_dev), [*results, *step2_runs]),
             source_model=source_model).write(out / "results.json")
     if results:
         write_csv(out / "results.csv", [r.to_dict() for r in results])
         write_csv(out / "results_mean.csv", [{**r.to_dict(), "seeds": " ".join(map(str, r.seeds))} for r in summary])
+    if on_dev:  # the dev readings as results.csv has the test ones; none left from a run that had a dev file
+        write_csv(out / "results_dev.csv", [r.to_dict() for r in on_dev])
+    else:
+        (out / "results_dev.csv").unlink(missing_ok=True)
     return {"results": str(out / "results.json"), "csv": str(out / "results.csv")}

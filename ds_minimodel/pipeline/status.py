@@ -49,7 +49,7 @@ def _state(done: bool) -> str:
 def _scored(run: Any) -> bool:
     """Step 4 is done when results.json holds a score of every system in every target language with a test file,
     at its final Step-2 checkpoint, of the main Step-2 run and of each further one, and (Table A5) of each further
-    pretraining run, and the main run's on each target dev file (a language, a dev file, a Step-2 or Step-1 seed
+    pretraining run, and the Step-2 runs' on each target dev file (a language, a dev file, a Step-2 or Step-1 seed
     added since, or a Step-2 run resumed, makes it to run again)."""
     path = Path(run.out) / "results.json"
     if not path.is_file():
@@ -57,10 +57,12 @@ def _scored(run: Any) -> bool:
     results = Results.load(path)
     scored = {(r.step2_seed, r.task, r.lang, r.system, r.step2_update) for r in results.zero_shot + results.step2_runs}
     further = {(r.pretrain_seed, r.task, r.lang, r.system, r.step2_update) for r in results.pretrain_runs}
-    on_dev = {(None, r.task, r.lang, r.system, r.step2_update) for r in results.zero_shot_dev}
+    on_dev = {(r.step2_seed, r.task, r.lang, r.system, r.step2_update) for r in results.zero_shot_dev}
+    # The main run's and further Step-2 runs' by Step-2 seed, the further pretraining runs' by Step-1 seed; the
+    # Step-2 runs' on the target dev files too (dev_choice).
     runs = [(each, k, k, scored, "test") if each is run else (each, k, each.seed, further, "test")
-            for each, k in run.step2_runs()]  # the main run's and further Step-2 runs' by Step-2 seed, the others'
-    runs.append((run, None, None, on_dev, "dev"))  # by Step-1 seed; the main run on the target dev files (dev_choice)
+            for each, k in run.step2_runs()]
+    runs += [(run, k, k, on_dev, "dev") for each, k in run.step2_runs() if each is run]
     for each, step2_seed, key, found, split in runs:
         for task in run.cfg.tasks:
             for target in run.cfg.targets:

@@ -1,8 +1,8 @@
 """Step 4 of a pipeline's plan (``plan.Pipeline``): zero-shot transfer scored, then the results files.
 
 Every saved Step-2 checkpoint of every system and target language (of the main run and of each further Step-2 run,
-``step2_seeds``) with each finetuning seed's task model of its primary, the main run's also on the task's dev file
-in that language where it has one (``dev_choice``: which checkpoint to use); the controls (each finetuned model with its
+``step2_seeds``) with each finetuning seed's task model of its primary, also on the task's dev file in that language
+where it has one (``dev_choice``: which checkpoint of each run to use); the controls (each finetuned model with its
 own embeddings on the source test files, the source-relearn runs); the trivial baselines; the final scores of every
 pretraining run (``pretrain_seeds``). Each score is cached (``results.scored``): a re-run scores only what is new.
 """
@@ -53,7 +53,7 @@ def transfer(pipe: Any) -> dict[str, Any]:
                                                task_models[(task.name, get_system(system).primary, seed)],
                                                as_lang=pipe.relearn_lang))
     step2_runs: dict[int | None, list[Score]] = {None: results, **{k: [] for k in pipe.cfg.step2_seeds}}
-    on_dev: list[Score] = []  # the main run's checkpoints on the target languages' dev files (dev_choice)
+    on_dev: list[Score] = []  # every Step-2 run's checkpoints on the target languages' dev files (dev_choice)
     for step2_seed, records in step2_runs.items():
         for task in pipe.cfg.tasks:
             for target in pipe.cfg.targets:
@@ -61,8 +61,7 @@ def transfer(pipe: Any) -> dict[str, Any]:
                     run_dir = pipe.step2_dir(target.lang, system, step2_seed)
                     pipe.finished_run(run_dir, pipe.job_name(Step.ADAPT, system, step2_seed=step2_seed),
                                       Step.TRANSFER)
-                    splits = (["test"] if target.lang in task.test else []) + (
-                        ["dev"] if step2_seed is None and target.lang in task.dev else [])
+                    splits = [split for split in ("test", "dev") if target.lang in getattr(task, split)]
                     got: dict[str, list[Score]] = {split: [] for split in ("test", "dev")}
                     for ckpt in checkpoint.complete_checkpoints(run_dir) if splits else ():
                         for split in splits:

@@ -211,7 +211,7 @@ def test_further_pretraining_and_step2_runs_are_scored_beside_the_main_one(tmp_p
     config["step3"].update(epochs=0.02, seeds=[1])
     task = config["tasks"][0]
     task["train"] = head(REPO / task["train"], tmp_path / "train.jsonl", 2000)
-    task["dev"] = {}
+    task["dev"] = {"de": head(REPO / task["dev"]["de"], tmp_path / "dev.de.jsonl", 50)}  # each Step-2 run's choice
     task["test"] = {"de": head(REPO / task["test"]["de"], tmp_path / "test.de.jsonl", 50)}
     path = tmp_path / "pipeline.json"
     path.write_text(json.dumps(config))
@@ -235,6 +235,15 @@ def test_further_pretraining_and_step2_runs_are_scored_beside_the_main_one(tmp_p
     assert {r["step2_seed"] for r in results["step2_runs_over_seeds"]} == {4}
     assert all("step2_seed" not in r for r in results["zero_shot"])
     assert "BL_BASE's final score per run (main, seed 4): de " in (out / "analysis/table3_step2_runs.txt").read_text()
+    # German dev chooses a checkpoint of each Step-2 run, its test read from that run's own scores.
+    assert sorted((r.get("step2_seed", 0), r["step2_update"]) for r in results["zero_shot_dev"]) == [
+        (0, 0), (0, 2), (4, 0), (4, 2)]
+    chosen = {c.get("step2_seed"): c for c in results["chosen_on_dev"]}
+    assert list(chosen) == [None, 4] and all(c["system"] == "bl_base" for c in chosen.values())
+    test = {(r["step2_seed"], r["step2_update"]): r["accuracy"] for r in results["step2_runs"]}
+    assert chosen[4]["test_mean"] == pytest.approx(test[(4, chosen[4]["step2_update"])])
+    assert chosen[4]["embeddings"].startswith(str(out / "step2-seed4/de/bl_base/checkpoints/"))
+    assert f"--out {out / 'export/lohelp-de-bl_base.step2-seed4'}" in (out / "analysis/chosen_on_dev.txt").read_text()
     listed = run_cmd([sys.executable, "-m", "ds_minimodel", "pipeline", "--config", str(path), "--list"]).stdout
     assert "step2-bl_base.step2-seed4" in listed and "to run" not in listed  # Step 4 counts the further runs too
 
@@ -262,6 +271,7 @@ def test_further_pretraining_and_step2_runs_are_scored_beside_the_main_one(tmp_p
     assert sorted((r["step2_seed"], r["step2_update"]) for r in results["step2_runs"]) == [(4, 0), (4, 2), (6, 0),
                                                                                           (6, 2)]
     assert "(main, seed 4, seed 6)" in (out / "analysis/table3_step2_runs.txt").read_text()
+    assert [c.get("step2_seed") for c in results["chosen_on_dev"]] == [None, 4, 6]
 
     # A Step-1 seed added to the finished run: only its Steps 1-3 train, in its own folder, and Table A5 gains it
     before = stamps()

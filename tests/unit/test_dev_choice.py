@@ -2,6 +2,7 @@
 the highest mean over seeds of macro-F1 on dev, the earliest of equals, test read at it and at the last checkpoint."""
 from __future__ import annotations
 
+import csv
 import json
 
 import pytest
@@ -94,7 +95,12 @@ def test_results_json_keeps_the_dev_scores_and_choices_and_the_analysis_prints_t
                           "step3/lohelp/base/seed2/checkpoints/step_00000279 --embeddings "
                           f"step2/hi/bl_base/checkpoints/step_00000000 --out {tmp_path / 'export/lohelp-hi-bl_base'}")]
     assert (tmp_path / "analysis" / "chosen_on_dev.txt").read_text() == summary["chosen_on_dev"] + "\n"
+    with open(tmp_path / "results_dev.csv", newline="") as f:  # the dev readings, as results.csv has test's
+        rows = list(csv.DictReader(f))
+    assert [(r["system"], int(r["step2_update"]), int(r["seed"]), float(r["macro_f1"])) for r in rows] == [
+        (r.system, r.step2_update, r.seed, r.metrics["macro_f1"]) for r in dev]
     write_results(tmp_path, test, [])
+    assert not (tmp_path / "results_dev.csv").exists()  # not left from the run before, which had a dev file
     kept = json.loads((tmp_path / "results.json").read_text())
     assert "zero_shot_dev" not in kept and "chosen_on_dev" not in kept
     assert run(tmp_path / "results.json", tmp_path / "again", plots=False)["chosen_on_dev"] == ""
@@ -115,3 +121,28 @@ def test_a_choice_record_missing_a_field_is_refused_naming_the_file_and_the_plac
     (tmp_path / "results.json").write_text(json.dumps(data))
     with pytest.raises(InputError, match=r"results\.json: chosen_on_dev\[0\]: missing key 'embeddings'"):
         Results.load(tmp_path / "results.json")
+
+
+def test_each_step2_run_gets_its_own_choice_read_against_its_own_test_scores(tmp_path):
+    """A further Step-2 run (``step2_seeds``) of the same system and language is chosen apart from the main one, its
+    test columns from its own records, named as its jobs are in the table, the Step-4 line and the export folder."""
+    from dataclasses import replace
+
+    def run(records, step2_seed):
+        return [replace(r, step2_seed=step2_seed, embeddings=r.embeddings.replace("step2/", f"step2-seed{step2_seed}/"))
+                if step2_seed else r for r in records]
+    dev = [*curve("minipost", {0: (40, 30), 100: (45, 35)}), *run(curve("minipost", {0: (40, 36), 100: (45, 35)}), 2)]
+    test = [*curve("minipost", {0: (50, 40), 100: (60, 50)}), *run(curve("minipost", {0: (55, 45), 100: (70, 60)}), 2)]
+    main, further = choose(dev, test)
+    assert (main.step2_seed, main.step2_update, main.test_mean) == (None, 100, pytest.approx(60.0))
+    assert (further.step2_seed, further.step2_update, further.test_mean, further.test_last) == (
+        2, 0, pytest.approx(55.0), pytest.approx(70.0))
+    assert further.embeddings == "step2-seed2/hi/minipost/checkpoints/step_00000000"
+    assert said(further).startswith("lohelp hi dev minipost.step2-seed2: update 0 chosen of 100")
+    write_results(tmp_path, test[:4], [], step2_runs=test[4:], on_dev=dev)
+    results = Results.load(tmp_path / "results.json")
+    assert results.chosen_on_dev == [main, further]
+    lines = table(results, tmp_path / "export").splitlines()
+    assert [line.split()[:3] for line in lines[2:4]] == [["hi", "minipost", "100"], ["hi", "minipost.step2-seed2", "0"]]
+    assert lines[4] == "1 of 2 choose a checkpoint before the last: hi minipost.step2-seed2 (update 0)"
+    assert lines[-1].endswith(f"--out {tmp_path / 'export/lohelp-hi-minipost.step2-seed2'}")
