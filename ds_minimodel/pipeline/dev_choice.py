@@ -39,6 +39,12 @@ def _by_update(records: list[Score]) -> dict[Run, dict[int, list[Score]]]:
     return groups
 
 
+def _order(run: Run) -> tuple[str, str, tuple[int, int, str], int]:
+    """By task, language and system; the main run before the further ones."""
+    task, system, lang, step2_seed = run
+    return task, lang, order_key(system), -1 if step2_seed is None else step2_seed
+
+
 def _mean(records: list[Score], metric: str) -> float:
     return statistics.mean(r.metrics[metric] for r in records)
 
@@ -48,11 +54,7 @@ def choose(dev: list[Score], test: list[Score]) -> list[DevChoice]:
     (the same runs' zero-shot test scores) read at the chosen checkpoint and at the last."""
     on_test = _by_update(test)
     choices = []
-    def order(run: Run) -> tuple:  # by task, language, system; the main run before the further ones
-        task, system, lang, step2_seed = run
-        return task, lang, order_key(system), -1 if step2_seed is None else step2_seed
-
-    for (task, system, lang, step2_seed), checkpoints in sorted(_by_update(dev).items(), key=lambda kv: order(kv[0])):
+    for (task, system, lang, step2_seed), checkpoints in sorted(_by_update(dev).items(), key=lambda kv: _order(kv[0])):
         first = next(iter(checkpoints.values()))[0]
         selected_on = SELECTION_METRIC if SELECTION_METRIC in first.metrics else first.metric
         means = {update: _mean(records, selected_on) for update, records in checkpoints.items()}
@@ -100,10 +102,9 @@ def said(c: DevChoice) -> str:
 
 
 def export_command(c: DevChoice, out: Path) -> str | None:
-    """The command that writes choice ``c`` as a Hugging Face folder in ``out``/<task>-<lang>-<system>[<Step-2
-    run>]: the classifier
-    of the seed that reads dev best at the chosen checkpoint, the chosen embeddings and their tokenizer swapped in
-    (None: a record written before the seed was kept)."""
+    """The command that writes choice ``c`` as a Hugging Face folder in ``out``/<task>-<lang>-<system> (a further
+    Step-2 run's suffix after it): the classifier of the seed that reads dev best at the chosen checkpoint, the chosen
+    embeddings and their tokenizer swapped in (None: a record written before the seed was kept)."""
     if c.task_model is None:
         return None
     folder = out / f"{c.task}-{c.lang}-{_name(c)}"

@@ -79,8 +79,8 @@ def write_results(out: Path, results: list[Score], dev_scores: list[DevScore], *
     ``step2_seeds`` every further Step-2 run's scores and their means, with ``on_dev`` (every Step-2 run's checkpoints
     on target dev files) those scores and the checkpoint each dev file chooses in each run: ``dev_choice``),
     results.csv (one row per seed and checkpoint), results_mean.csv (one row per checkpoint) and, with ``on_dev``,
-    results_dev.csv (its rows as results.csv's). ``source_model``: the given model BL_BASE's primary is (``settings.GivenModel``), or None
-    when Step 1 pretrained it."""
+    results_dev.csv (its rows as results.csv's). ``source_model``: the given model BL_BASE's primary is
+    (``settings.GivenModel``), or None when Step 1 pretrained it."""
     summary = over_seeds(results)
     Results(zero_shot=list(results), zero_shot_over_seeds=summary, source_dev=list(dev_scores),
             source_test=list(source_test), source_relearn=list(source_relearn),
