@@ -79,10 +79,15 @@ def test_submitted_chain_runs_in_order_and_a_signalled_job_requeues_and_resumes(
     # it fires. If it has not come by update 20, the test sends what slurmctld sends at that moment, SIGUSR1 to the
     # job's steps (scancel --signal=USR1); either way the job's handling is the same. The rerun gets a longer limit
     # so that the test needs one requeue, not three.
-    deadline, extended, signalled_by_test = time.monotonic() + 400, False, False
+    start, seen, extended, signalled_by_test = time.monotonic(), None, False, False
     step1_log = out / "slurm" / "logs" / f"chain-step1-base-{ids['step1-base']}.out"
-    while time.monotonic() < deadline:
+    while time.monotonic() < start + 400:
         states = {name: job_fields(slurm, job_id) for name, job_id in ids.items()}
+        now = {name: [(j.get("JobState"), j.get("Reason"), j.get("Restarts")) for j in jobs]
+               for name, jobs in states.items()}
+        if now != seen:  # the chain's timeline (pytest -s; shown with a failure): state, reason, restarts per job
+            print(f"{time.monotonic() - start:6.1f} s {now}", flush=True)
+            seen = now
         step1 = states["step1-base"][0]
         text = step1_log.read_text(errors="replace") if step1_log.exists() else ""
         if (not signalled_by_test and int(step1.get("Restarts", 0)) == 0 and "update 20 loss" in text
