@@ -134,10 +134,9 @@ def table(results: Results, export_to: Path | None = None) -> str:
         lines.append(f"{len(earlier)} of {len(rows)} choose a checkpoint before the last"
                      + (": " + ", ".join(f"{c.lang} {_name(c)} (update {c.step2_update})" for c in earlier)
                         if earlier else "") + "\n")
-        commands = [(c, export_command(c, export_to)) for c in rows] if export_to is not None else []
-        if any(command for _, command in commands):
-            lines.append("Each chosen model as a Hugging Face folder (the classifier of the seed that reads dev best "
-                         "there, the chosen embeddings and tokenizer swapped in):")
-            lines += [f"  {c.lang} {_name(c)} (seed {c.seed}): {command}" for c, command in commands if command]
-            lines.append("")
+        commands = [f"  {c.lang} {_name(c)} (seed {c.seed}): {command}" for c in rows
+                    if export_to is not None and (command := export_command(c, export_to))]
+        if commands:
+            lines += [("Each chosen model as a Hugging Face folder (the classifier of the seed that reads dev best "
+                       "there, the chosen embeddings and tokenizer swapped in):"), *commands, ""]
     return "\n".join(lines).rstrip("\n")
