@@ -38,7 +38,7 @@ def describe(folder: Path) -> str:
     if "results.json" in names or "step1" in names:
         return "a pipeline's output (results.json, step folders)"
     shown = ", ".join(names[:3]) + (", ..." if len(names) > 3 else "")
-    return f"{len(names)} other entries ({shown})"
+    return f"{len(names)} other {'entry' if len(names) == 1 else 'entries'} ({shown})"
 
 
 def require_output(out: Path, *, option: str = "--out", own: Callable[[Path], bool] | None = None,
@@ -58,6 +58,24 @@ def require_output(out: Path, *, option: str = "--out", own: Callable[[Path], bo
         return
     raise InputError(f"{named} already holds {describe(out)}; this command writes {what} only into a new "
                      f"or empty folder; choose another {option}")
+
+
+def live_writer(folder: Path) -> str | None:
+    """Who writes ``folder`` now (its lock file's line, as ``claim`` wrote it) when a process of this machine holds
+    the lock, else None: no writer, or one on another host, whose lock this kernel cannot see. Reads the kernel's
+    table of locks (``/proc/locks``; None where there is none) rather than trying the lock, which for that instant
+    would refuse a writer starting."""
+    path = Path(folder) / LOCK
+    try:
+        inode = path.stat().st_ino
+        table = Path("/proc/locks").read_text(encoding="utf-8")
+    except OSError:
+        return None
+    for line in table.splitlines():  # "1: FLOCK  ADVISORY  WRITE 26567 fe:00:5505663 0 EOF": pid, device:inode
+        fields = line.split()
+        if len(fields) > 5 and fields[1] == "FLOCK" and fields[5].rsplit(":", 1)[-1] == str(inode):
+            return path.read_text(encoding="utf-8").strip() or "a process"
+    return None
 
 
 def claim(folder: Path, what: str) -> None:

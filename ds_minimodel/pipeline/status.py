@@ -10,17 +10,20 @@ from typing import Any
 
 from ds_minimodel.config import read_json
 from ds_minimodel.data.shards import META_FILE
+from ds_minimodel.folders import live_writer
 from ds_minimodel.pipeline.launching import finished
 from ds_minimodel.pipeline.records import Results
 from ds_minimodel.pipeline.source_model import given_primary
 from ds_minimodel.systems import Step
 
-DONE, TO_RUN = "done", "to run"
+DONE, RUNNING, TO_RUN = "done", "running", "to run"
 
 
 def job_status(pipeline: Any, job: Any) -> str:
-    """``done``, ``to run``, or for a Step-2 job the languages of each (``done: de, fr; to run: es``). ``pipeline`` is
-    a ``plan.Pipeline`` (its run of ``job``: the main one or a further pretraining run's)."""
+    """``done``, ``running`` (a live process of this machine writes its run), ``to run``; for a Step-2 job the
+    languages in each state (``done: de, fr; to run: es``), for a Step-3 job its seeds where they differ (``done: seed
+    1; running: seed 2; to run: seed 3``). ``pipeline`` is a ``plan.Pipeline`` (its run of ``job``: the main one or a
+    further pretraining run's)."""
     run = pipeline if job.pretrain_seed is None else pipeline.extra_runs[job.pretrain_seed]
     if job.step == Step.PREPARE:
         langs = [c.lang for c in [run.cfg.source, *run.cfg.targets]]
@@ -29,21 +32,30 @@ def job_status(pipeline: Any, job: Any) -> str:
         given = run.given is not None and job.what == given_primary()
         if given and not run.given.needs_head:
             return _state(run.source_model_record().is_file())
-        return _state(finished(run.step1_dir(job.what)))
+        return _run_state(run.step1_dir(job.what))
     if job.step == Step.MINIPOST:
-        return _state(finished(run.step1b_dir(job.what)))
+        return _run_state(run.step1b_dir(job.what))
     if job.step == Step.ADAPT:
-        done = [lang for lang in job.array if finished(run.step2_dir(lang, job.what, job.step2_seed))]
-        left = [lang for lang in job.array if lang not in done]
-        return "; ".join(f"{state}: {', '.join(langs)}" for state, langs in ((DONE, done), (TO_RUN, left)) if langs)
+        return _grouped({lang: _run_state(run.step2_dir(lang, job.what, job.step2_seed)) for lang in job.array})
     if job.step == Step.FINETUNE:
-        return _state(all(finished(run.step3_dir(task.name, job.what, seed)) for task in run.cfg.tasks
-                          for seed in run.seeds))
+        states = {(f"{task.name} " if len(run.cfg.tasks) > 1 else "") + f"seed {seed}":
+                  _run_state(run.step3_dir(task.name, job.what, seed)) for task in run.cfg.tasks for seed in run.seeds}
+        return states.popitem()[1] if len(set(states.values())) == 1 else _grouped(states)
     return _state(_scored(run))
 
 
 def _state(done: bool) -> str:
     return DONE if done else TO_RUN
+
+
+def _run_state(run_dir: Path) -> str:
+    return DONE if finished(run_dir) else RUNNING if live_writer(run_dir) is not None else TO_RUN
+
+
+def _grouped(states: dict[str, str]) -> str:
+    """Each run's name under its state, in the order done, running, to run: ``done: de, fr; to run: es``."""
+    return "; ".join(f"{state}: {', '.join(name for name, s in states.items() if s == state)}"
+                     for state in (DONE, RUNNING, TO_RUN) if state in states.values())
 
 
 def _scored(run: Any) -> bool:

@@ -384,8 +384,23 @@ def load_meta(ckpt_dir: Path) -> Record:
     """The checkpoint's or model folder's meta.json as a ``Record`` (the only reader of that file)."""
     path = Path(ckpt_dir) / META
     if not path.is_file():
-        raise InputError(f"{ckpt_dir}: not a complete checkpoint ({META} missing)")
+        raise InputError(_not_a_checkpoint(Path(ckpt_dir)))
     return Record.from_json(read_json(path), path)
+
+
+def _not_a_checkpoint(folder: Path) -> str:
+    """Why ``folder`` (which has no meta.json) is not a checkpoint, and for a run's folder which checkpoint to pass."""
+    if not folder.exists():
+        return f"{folder}: does not exist"
+    if not folder.is_dir():
+        return f"{folder}: a file, not a checkpoint (a folder holding {META} and {WEIGHTS})"
+    run = folder.parent if folder.name == CHECKPOINTS else folder
+    if checkpoint_root(run).is_dir():
+        newest = latest_checkpoint(run)
+        if newest is None:
+            return f"{folder}: a training run's folder with no complete checkpoint yet"
+        return f"{folder}: a training run's folder, not a checkpoint; pass one of its checkpoints (the newest: {newest})"
+    return f"{folder}: not a complete checkpoint ({META} missing)"
 
 
 def load_weights(ckpt_dir: Path) -> dict[str, torch.Tensor]:

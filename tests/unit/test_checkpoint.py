@@ -58,6 +58,29 @@ def test_a_checkpoint_crafted_to_run_code_is_refused_without_running_it(folder: 
     assert not marker.exists()
 
 
+def test_a_path_that_is_not_a_checkpoint_says_what_it_is_and_a_runs_folder_names_its_newest(folder: Path,
+                                                                                          tmp_path: Path) -> None:
+    def problem(path: Path) -> str:
+        with pytest.raises(InputError) as err:
+            load_mlm(path)
+        return str(err.value)
+
+    assert problem(tmp_path / "nowhere") == f"{tmp_path / 'nowhere'}: does not exist"
+    assert "a file, not a checkpoint" in problem(folder / "model.pt")
+    run = tmp_path / "run"
+    (run / "checkpoints" / "step_00000005").mkdir(parents=True)  # written halfway: no meta.json
+    assert "no complete checkpoint yet" in problem(run)
+    for step in (10, 20):
+        checkpoint.save_model_folder(run / "checkpoints" / checkpoint.tag_for(step),
+                                     checkpoint.load_weights(folder), checkpoint.load_meta(folder))
+    newest = run / "checkpoints" / "step_00000020"
+    for path in (run, run / "checkpoints"):
+        assert problem(path) == (f"{path}: a training run's folder, not a checkpoint; pass one of its checkpoints "
+                                 f"(the newest: {newest})")
+    assert problem(tmp_path) == f"{tmp_path}: not a complete checkpoint (meta.json missing)"
+    load_mlm(newest)  # what the message names loads
+
+
 def test_flipped_byte_and_truncation_are_named(folder: Path) -> None:
     weights = folder / "model.pt"
     data = bytearray(weights.read_bytes())

@@ -8,6 +8,7 @@ import json
 import os
 import re
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -97,6 +98,49 @@ def test_one_live_writer_per_folder_and_a_dead_one_does_not_block(tmp_path):
         assert f"pid {os.getpid()}" in (folder / ".writer.lock").read_text()
     finally:
         holder.kill()
+
+
+def test_the_pipelines_list_names_the_runs_a_live_process_writes(tmp_path, capsys):
+    """``pipeline --list`` reads the kernel's locks, never takes one: a run being written shows as running, by seed
+    for Step 3 and by language for Step 2, and as to run again once its writer is gone."""
+    from ds_minimodel.folders import live_writer
+    from ds_minimodel.pipeline.command import main as pipeline_main
+    from ds_minimodel.pipeline.ownership import main as own
+
+    path = pipeline_config(tmp_path, step3__seeds=[1, 2, 3])
+    out = tmp_path / "out"
+    assert own([str(out), str(path)]) == 0  # a pipeline's folder, as the pipeline's first run leaves it
+
+    def listed() -> dict[str, str]:
+        cwd = os.getcwd()
+        os.chdir(REPO)
+        try:
+            assert pipeline_main(["--config", str(path), "--list"]) == 0
+        finally:
+            os.chdir(cwd)
+        return {line.split()[0]: line.rsplit("[", 1)[1].rstrip("]") for line in capsys.readouterr().out.splitlines()}
+
+    assert listed()["step3-base"] == "to run"
+    holders = [subprocess.Popen([sys.executable, "-c", HOLD, str(folder)], stdout=subprocess.PIPE, text=True)
+               for folder in (out / "step3/lohelp/base/seed2", out / "step2/de/minipost")]
+    try:
+        assert [holder.stdout.readline().strip() for holder in holders] == ["held", "held"]
+        assert live_writer(out / "step3/lohelp/base/seed2") == f"test holder (pid {holders[0].pid} on " \
+            f"{socket.gethostname()})"
+        assert live_writer(out / "step3/lohelp/base/seed1") is None
+        status = listed()
+        assert status["step3-base"] == "running: seed 2; to run: seed 1, seed 3"
+        assert status["step3-small"] == "to run"
+        assert status["step2-minipost"] == "running: de" and status["step2-bl_base"] == "to run: de"
+        for holder in holders:
+            holder.send_signal(signal.SIGKILL)
+            holder.wait(timeout=10)
+        assert live_writer(out / "step3/lohelp/base/seed2") is None  # the lock file stays; its lock went with it
+        status = listed()
+        assert status["step3-base"] == "to run" and status["step2-minipost"] == "to run: de"
+    finally:
+        for holder in holders:
+            holder.kill()
 
 
 def pipeline_config(tmp_path: Path, **changes) -> Path:
@@ -371,7 +415,7 @@ def test_a_script_claims_a_pipelines_folder_before_linking_finished_steps_into_i
     (tmp_path / "mine").mkdir()
     (tmp_path / "mine" / "notes.txt").write_text("the user's")
     assert main([str(tmp_path / "mine"), "c.json"]) == 2
-    assert f"error: c.json: out {tmp_path / 'mine'} already holds" in capsys.readouterr().err
+    assert f"error: c.json: out {tmp_path / 'mine'} already holds 1 other entry (notes.txt)" in capsys.readouterr().err
     assert not is_pipeline_output(tmp_path / "mine")
     script = (Path(__file__).resolve().parents[2] / "scripts/reference_wechsel.sh").read_text()
     assert script.index("ds_minimodel.pipeline.ownership") < script.index("ln -s")
