@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import fcntl
 import os
+import re
 import socket
 from collections.abc import Callable
 from pathlib import Path
@@ -64,17 +65,21 @@ def live_writer(folder: Path) -> str | None:
     """Who writes ``folder`` now (its lock file's line, as ``claim`` wrote it) when a process of this machine holds
     the lock, else None: no writer, or one on another host, whose lock this kernel cannot see. Reads the kernel's
     table of locks (``/proc/locks``; None where there is none) rather than trying the lock, which for that instant
-    would refuse a writer starting."""
+    would refuse a writer starting. A lock counts when it is on the lock file's inode number and held by the process
+    the file names: the table's device numbers differ from ``stat``'s on some filesystems (btrfs, overlayfs)."""
     path = Path(folder) / LOCK
     try:
-        inode = path.stat().st_ino
+        inode = str(path.stat().st_ino)
+        text = path.read_text(encoding="utf-8").strip()
         table = Path("/proc/locks").read_text(encoding="utf-8")
     except OSError:
         return None
-    for line in table.splitlines():  # "1: FLOCK  ADVISORY  WRITE 26567 fe:00:5505663 0 EOF": pid, device:inode
+    named = re.search(r"\(pid (\d+) on ", text)
+    for line in table.splitlines():  # "1: FLOCK  ADVISORY  WRITE 26567 fe:00:5505663 0 EOF": pid, major:minor:inode
         fields = line.split()
-        if len(fields) > 5 and fields[1] == "FLOCK" and fields[5].rsplit(":", 1)[-1] == str(inode):
-            return path.read_text(encoding="utf-8").strip() or "a process"
+        if (len(fields) > 5 and fields[1] == "FLOCK" and fields[5].rsplit(":", 1)[-1] == inode
+                and (named is None or fields[4] == named.group(1))):
+            return text or "a process"
     return None
 
 

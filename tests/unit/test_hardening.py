@@ -128,6 +128,11 @@ def test_the_pipelines_list_names_the_runs_a_live_process_writes(tmp_path, capsy
         assert live_writer(out / "step3/lohelp/base/seed2") == f"test holder (pid {holders[0].pid} on " \
             f"{socket.gethostname()})"
         assert live_writer(out / "step3/lohelp/base/seed1") is None
+        lock = out / "step2/de/minipost/.writer.lock"  # a lock on the file's inode by a process it does not name:
+        named = lock.read_text()  # another file's of the same inode number on another filesystem
+        lock.write_text(named.replace(f"pid {holders[1].pid} ", "pid 1 "))
+        assert live_writer(lock.parent) is None
+        lock.write_text(named)
         status = listed()
         assert status["step3-base"] == "running: seed 2; to run: seed 1, seed 3"
         assert status["step3-small"] == "to run"
