@@ -15,6 +15,8 @@ from ds_minimodel.pipeline.launching import finished
 from ds_minimodel.pipeline.records import Results
 from ds_minimodel.pipeline.source_model import given_primary
 from ds_minimodel.systems import Step
+from ds_minimodel.train import checkpoint
+from ds_minimodel.train.metrics import last_logged_step
 
 DONE, RUNNING, TO_RUN = "done", "running", "to run"
 
@@ -22,8 +24,10 @@ DONE, RUNNING, TO_RUN = "done", "running", "to run"
 def job_status(pipeline: Any, job: Any) -> str:
     """``done``, ``running`` (a live process of this machine writes its run), ``to run``; for a Step-2 job the
     languages in each state (``done: de, fr; to run: es``), for a Step-3 job its seeds where they differ (``done: seed
-    1; running: seed 2; to run: seed 3``). ``pipeline`` is a ``plan.Pipeline`` (its run of ``job``: the main one or a
-    further pretraining run's)."""
+    1; running: seed 2; to run: seed 3``). A started run says how far it is: ``running (update 175 of 600)``, its
+    last logged update or its newest checkpoint, whichever is later; ``to run (resumes from update 197 of 600)``, the
+    checkpoint a stopped run continues from. ``pipeline`` is a ``plan.Pipeline`` (its run of ``job``: the main one or
+    a further pretraining run's)."""
     run = pipeline if job.pretrain_seed is None else pipeline.extra_runs[job.pretrain_seed]
     if job.step == Step.PREPARE:
         langs = [c.lang for c in [run.cfg.source, *run.cfg.targets]]
@@ -32,15 +36,15 @@ def job_status(pipeline: Any, job: Any) -> str:
         given = run.given is not None and job.what == given_primary()
         if given and not run.given.needs_head:
             return _state(run.source_model_record().is_file())
-        return _run_state(run.step1_dir(job.what))
+        return _shown(*_run_state(run.step1_dir(job.what)))
     if job.step == Step.MINIPOST:
-        return _run_state(run.step1b_dir(job.what))
+        return _shown(*_run_state(run.step1b_dir(job.what)))
     if job.step == Step.ADAPT:
         return _grouped({lang: _run_state(run.step2_dir(lang, job.what, job.step2_seed)) for lang in job.array})
     if job.step == Step.FINETUNE:
         states = {(f"{task.name} " if len(run.cfg.tasks) > 1 else "") + f"seed {seed}":
                   _run_state(run.step3_dir(task.name, job.what, seed)) for task in run.cfg.tasks for seed in run.seeds}
-        return states.popitem()[1] if len(set(states.values())) == 1 else _grouped(states)
+        return _shown(*states.popitem()[1]) if len(set(states.values())) == 1 else _grouped(states)
     return _state(_scored(run))
 
 
@@ -48,14 +52,31 @@ def _state(done: bool) -> str:
     return DONE if done else TO_RUN
 
 
-def _run_state(run_dir: Path) -> str:
-    return DONE if finished(run_dir) else RUNNING if live_writer(run_dir) is not None else TO_RUN
+def _run_state(run_dir: Path) -> tuple[str, str]:
+    """The run's state and, for one started and not done, how far it is (``update 175 of 600``; else "")."""
+    if finished(run_dir):
+        return DONE, ""
+    state = RUNNING if live_writer(run_dir) is not None else TO_RUN
+    if not (run_dir / checkpoint.RUN).is_file():
+        return state, ""
+    steps = read_json(run_dir / checkpoint.RUN)["train"]["steps"]
+    latest = checkpoint.latest_checkpoint(run_dir)
+    saved = checkpoint.load_meta(latest).step if latest is not None else 0
+    if state == RUNNING:
+        return state, f"update {max(saved, last_logged_step(run_dir / 'metrics.jsonl') or 0)} of {steps}"
+    return state, f"resumes from update {saved} of {steps}" if saved else ""
 
 
-def _grouped(states: dict[str, str]) -> str:
-    """Each run's name under its state, in the order done, running, to run: ``done: de, fr; to run: es``."""
-    return "; ".join(f"{state}: {', '.join(name for name, s in states.items() if s == state)}"
-                     for state in (DONE, RUNNING, TO_RUN) if state in states.values())
+def _shown(state: str, progress: str) -> str:
+    return f"{state} ({progress})" if progress else state
+
+
+def _grouped(states: dict[str, tuple[str, str]]) -> str:
+    """Each run's name under its state, in the order done, running, to run, with how far a started one is: ``done:
+    de; running: fr (update 175 of 600); to run: es``."""
+    return "; ".join(f"{state}: " + ", ".join(_shown(name, progress) for name, (s, progress) in states.items()
+                                             if s == state)
+                     for state in (DONE, RUNNING, TO_RUN) if any(s == state for s, _ in states.values()))
 
 
 def _scored(run: Any) -> bool:

@@ -61,6 +61,20 @@ class MetricsLogger:
             self._writer.close()
 
 
+def last_logged_step(jsonl_path: Path, *, tail_bytes: int = 4096) -> int | None:
+    """The step of the last whole record in a run's metrics.jsonl (read from its tail), or None: no file, no record
+    yet. A line being written (no newline yet) is not whole and is skipped."""
+    try:
+        with open(jsonl_path, "rb") as f:
+            f.seek(0, 2)
+            f.seek(max(0, f.tell() - tail_bytes))
+            lines = f.read().decode("utf-8", errors="replace").split("\n")[:-1]
+    except OSError:
+        return None
+    steps = [step for step in map(_step_of, lines) if step is not None]
+    return steps[-1] if steps else None
+
+
 def _step_of(line: str) -> int | None:
     try:
         return int(json.loads(line)["step"])

@@ -102,7 +102,7 @@ def test_one_live_writer_per_folder_and_a_dead_one_does_not_block(tmp_path):
 
 def test_the_pipelines_list_names_the_runs_a_live_process_writes(tmp_path, capsys):
     """``pipeline --list`` reads the kernel's locks, never takes one: a run being written shows as running, by seed
-    for Step 3 and by language for Step 2, and as to run again once its writer is gone."""
+    for Step 3 and by language for Step 2, with how far it is, and as to run again once its writer is gone."""
     from ds_minimodel.folders import live_writer
     from ds_minimodel.pipeline.command import main as pipeline_main
     from ds_minimodel.pipeline.ownership import main as own
@@ -137,6 +137,19 @@ def test_the_pipelines_list_names_the_runs_a_live_process_writes(tmp_path, capsy
         assert status["step3-base"] == "running: seed 2; to run: seed 1, seed 3"
         assert status["step3-small"] == "to run"
         assert status["step2-minipost"] == "running: de" and status["step2-bl_base"] == "to run: de"
+        # A started run says how far it is: a live one its last logged update (a line still being written is not
+        # read), a stopped one the checkpoint it resumes from.
+        seed2, stopped = out / "step3/lohelp/base/seed2", out / "step2/de/bl_base"
+        for folder in (seed2, stopped):
+            (folder / "run.json").parent.mkdir(parents=True, exist_ok=True)
+            (folder / "run.json").write_text(json.dumps({"train": {"steps": 600}}))
+        (seed2 / "metrics.jsonl").write_text("".join(json.dumps({"step": k, "loss": 1.0}) + "\n" for k in (25, 50))
+                                             + '{"step": 75, "lo')
+        (stopped / "checkpoints/step_00000197").mkdir(parents=True)
+        (stopped / "checkpoints/step_00000197/meta.json").write_text(json.dumps({"weights_sha256": "0", "step": 197}))
+        status = listed()
+        assert status["step3-base"] == "running: seed 2 (update 50 of 600); to run: seed 1, seed 3"
+        assert status["step2-bl_base"] == "to run: de (resumes from update 197 of 600)"
         for holder in holders:
             holder.send_signal(signal.SIGKILL)
             holder.wait(timeout=10)
