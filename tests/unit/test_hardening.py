@@ -141,7 +141,7 @@ def test_the_pipelines_list_names_the_runs_a_live_process_writes(tmp_path, capsy
         # read), a stopped one the checkpoint it resumes from.
         seed2, stopped = out / "step3/lohelp/base/seed2", out / "step2/de/bl_base"
         for folder in (seed2, stopped):
-            (folder / "run.json").parent.mkdir(parents=True, exist_ok=True)
+            folder.mkdir(parents=True, exist_ok=True)
             (folder / "run.json").write_text(json.dumps({"train": {"steps": 600}}))
         (seed2 / "metrics.jsonl").write_text("".join(json.dumps({"step": k, "loss": 1.0}) + "\n" for k in (25, 50))
                                              + '{"step": 75, "lo')
